@@ -1,0 +1,95 @@
+//! The answer to one request.
+
+use crate::Policy;
+use core::time::Duration;
+
+/// What an algorithm decided for one request, with everything rate-limit
+/// headers need.
+///
+/// Being refused is an outcome, not an error.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Decision {
+    /// Whether the request was admitted (and, for a non-zero cost, counted).
+    pub allowed: bool,
+    /// The policy's limit.
+    pub limit: u64,
+    /// The largest cost that a request at the same instant could have and
+    /// still be admitted, after this decision. For the sliding log this is
+    /// the budget minus the log's length after the request.
+    pub remaining: u64,
+    /// Time until all usage counted so far has expired, so that the full
+    /// limit is available again if nothing else arrives. Zero when nothing is
+    /// counted.
+    pub reset_after: Duration,
+    /// On a refusal: the shortest wait after which the same request (same
+    /// cost) would be admitted if nothing else arrived; waiting 1 ns less
+    /// would still be refused. `None` when the request was admitted, and
+    /// when it can never be admitted (a cost above what the policy can ever
+    /// hold).
+    pub retry_after: Option<Duration>,
+    /// The usage the decision was based on: the algorithm's count (or
+    /// estimate) of the window before this request.
+    pub estimate: f64,
+}
+
+impl Decision {
+    /// `retry_after` in whole seconds, rounded up, for `Retry-After`: a wait
+    /// of 300 ms is 1, never 0. `None` when `retry_after` is `None`.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        self.retry_after.map(ceil_secs)
+    }
+
+    /// `reset_after` in whole seconds, rounded up.
+    pub fn reset_after_secs(&self) -> u64 {
+        ceil_secs(self.reset_after)
+    }
+}
+
+impl Decision {
+    /// Builds a decision from absolute instants (ns): `reset_at` is when all
+    /// counted usage has expired, `retry_at` when the refused request would
+    /// pass. Both saturate to zero when already past.
+    pub(crate) fn at(
+        policy: &Policy,
+        now: u64,
+        allowed: bool,
+        remaining: u64,
+        reset_at: u64,
+        retry_at: Option<u64>,
+        estimate: f64,
+    ) -> Decision {
+        let after = |t: u64| Duration::from_nanos(t.saturating_sub(now));
+        Decision {
+            allowed,
+            limit: policy.limit(),
+            remaining,
+            reset_after: after(reset_at),
+            retry_after: if allowed { None } else { retry_at.map(after) },
+            estimate,
+        }
+    }
+}
+
+/// A `u128` intermediate clamped into `u64`.
+pub(crate) fn saturate(x: u128) -> u64 {
+    u64::try_from(x).unwrap_or(u64::MAX)
+}
+
+/// Whole seconds, rounded up.
+pub(crate) fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_round_up() {
+        assert_eq!(ceil_secs(Duration::from_millis(300)), 1);
+        assert_eq!(ceil_secs(Duration::from_secs(2)), 2);
+        assert_eq!(ceil_secs(Duration::from_nanos(2_000_000_001)), 3);
+        assert_eq!(ceil_secs(Duration::ZERO), 0);
+        assert_eq!(ceil_secs(Duration::from_nanos(u64::MAX)), 18_446_744_074);
+    }
+}

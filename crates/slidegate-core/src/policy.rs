@@ -1,0 +1,354 @@
+//! What a limit is: how many, per how long, by which algorithm.
+
+use alloc::format;
+use alloc::string::{String, ToString};
+use core::fmt;
+use core::str::FromStr;
+use core::time::Duration;
+
+/// How `sliding_window` weighs its oldest bucket.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Weighting {
+    /// The oldest bucket is weighted by the part of it still inside the
+    /// window, assuming its events were spread evenly (seed 000, Cloudflare).
+    /// The estimate is off by at most the oldest bucket's count; an adversary
+    /// can get up to `2·limit − 1` admitted in one window.
+    #[default]
+    Interpolated,
+    /// The oldest bucket is counted whole: never admits more than `limit` in
+    /// any window of length `(n − 1)·b`, and may refuse up to one bucket's
+    /// count early.
+    Conservative,
+}
+
+impl Weighting {
+    /// The name used in the CLI, YAML and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Weighting::Interpolated => "interpolated",
+            Weighting::Conservative => "conservative",
+        }
+    }
+}
+
+impl fmt::Display for Weighting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Weighting {
+    type Err = ParseError;
+
+    fn from_str(s: &str) -> Result<Self, ParseError> {
+        match s {
+            "interpolated" => Ok(Weighting::Interpolated),
+            "conservative" => Ok(Weighting::Conservative),
+            _ => Err(ParseError { what: "weighting", value: s.to_string(), expected: "interpolated, conservative" }),
+        }
+    }
+}
+
+/// The algorithm of a [`Policy`] and its parameters.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Algorithm {
+    /// A ring of `buckets` (n ≥ 2) sub-buckets of width `b = ⌈W / (n − 1)⌉`
+    /// with a running total (seed 000); `buckets: 2` is the classic
+    /// two-bucket estimate (seeds 003 and 004).
+    SlidingWindow {
+        /// Number of sub-buckets `n` in the ring, at least 2 and at most
+        /// [`Policy::MAX_BUCKETS`].
+        buckets: u32,
+        /// How the oldest bucket is weighted.
+        weighting: Weighting,
+    },
+    /// One counter per fixed window; resets at each multiple of the window.
+    FixedWindow,
+    /// The exact log of admitted requests over `(now − W, now]` (seed 002).
+    SlidingLog,
+    /// The generic cell rate algorithm: one request every `W / limit`, with
+    /// up to `burst` admitted at once.
+    Gcra {
+        /// How many requests may pass at once, at least 1.
+        burst: u64,
+    },
+    /// An exponential histogram (DGIM) over time whose estimate of the
+    /// window's count has a relative error of at most `epsilon`.
+    ExponentialHistogram {
+        /// The relative error bound, in `[0.000001, 1)`.
+        epsilon: f64,
+    },
+}
+
+impl Algorithm {
+    /// Every algorithm name, as used in the CLI, YAML and JSON.
+    pub const NAMES: [&'static str; 5] =
+        ["sliding_window", "fixed_window", "sliding_log", "gcra", "exponential_histogram"];
+
+    /// The interpolated two-bucket sliding window (Cloudflare's).
+    pub const TWO_BUCKETS: Algorithm = Algorithm::SlidingWindow { buckets: 2, weighting: Weighting::Interpolated };
+
+    /// The name used in the CLI, YAML and JSON.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Algorithm::SlidingWindow { .. } => "sliding_window",
+            Algorithm::FixedWindow => "fixed_window",
+            Algorithm::SlidingLog => "sliding_log",
+            Algorithm::Gcra { .. } => "gcra",
+            Algorithm::ExponentialHistogram { .. } => "exponential_histogram",
+        }
+    }
+
+    /// The algorithm called `name` with its default parameters for `limit`:
+    /// 2 interpolated buckets, a GCRA burst of `limit`, ε = 0.01.
+    pub fn with_defaults(name: &str, limit: u64) -> Result<Algorithm, ParseError> {
+        Ok(match name {
+            "sliding_window" => Algorithm::TWO_BUCKETS,
+            "fixed_window" => Algorithm::FixedWindow,
+            "sliding_log" => Algorithm::SlidingLog,
+            "gcra" => Algorithm::Gcra { burst: limit },
+            "exponential_histogram" => Algorithm::ExponentialHistogram { epsilon: 0.01 },
+            _ => {
+                return Err(ParseError {
+                    what: "algorithm",
+                    value: name.to_string(),
+                    expected: "sliding_window, fixed_window, sliding_log, gcra, exponential_histogram",
+                });
+            }
+        })
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Algorithm::SlidingWindow { buckets, weighting } => {
+                write!(f, "sliding_window(buckets={buckets}, weighting={weighting})")
+            }
+            Algorithm::Gcra { burst } => write!(f, "gcra(burst={burst})"),
+            Algorithm::ExponentialHistogram { epsilon } => write!(f, "exponential_histogram(epsilon={epsilon})"),
+            other => f.write_str(other.name()),
+        }
+    }
+}
+
+/// A validated limit: at most `limit` units per `window`, by `algorithm`.
+///
+/// Built only through [`Policy::new`], which refuses values that make no
+/// sense and precomputes what the algorithms need (bucket width, emission
+/// interval), so that a decision does no validation.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Policy {
+    limit: u64,
+    window_ns: u64,
+    algorithm: Algorithm,
+    /// `sliding_window`: the bucket width `b`; `fixed_window`: the window;
+    /// `gcra`: the emission interval `T`; otherwise the window.
+    step_ns: u64,
+    /// `exponential_histogram`: ε in millionths, rounded down.
+    epsilon_ppm: u64,
+}
+
+impl Policy {
+    /// The largest number of sub-buckets a `sliding_window` may have.
+    pub const MAX_BUCKETS: u32 = 1 << 16;
+
+    /// A policy of at most `limit` units per `window` by `algorithm`.
+    ///
+    /// # Errors
+    ///
+    /// A [`PolicyError`] naming the field and value when `limit` is 0, the
+    /// window is zero or longer than `u64::MAX` nanoseconds (about 584
+    /// years), `buckets` is outside `2..=65536`, `burst` is 0, or `epsilon`
+    /// is not in `[0.000001, 1)`.
+    pub fn new(limit: u64, window: Duration, algorithm: Algorithm) -> Result<Policy, PolicyError> {
+        if limit == 0 {
+            return Err(PolicyError::new("limit", "0", "must be at least 1"));
+        }
+        let window_ns = u64::try_from(window.as_nanos())
+            .map_err(|_| PolicyError::new("window", format!("{window:?}"), "must be at most u64::MAX nanoseconds"))?;
+        if window_ns == 0 {
+            return Err(PolicyError::new("window", format!("{window:?}"), "must be longer than zero"));
+        }
+        let mut epsilon_ppm = 0;
+        let step_ns = match algorithm {
+            Algorithm::SlidingWindow { buckets, .. } => {
+                if !(2..=Self::MAX_BUCKETS).contains(&buckets) {
+                    return Err(PolicyError::new("buckets", buckets.to_string(), "must be between 2 and 65536"));
+                }
+                window_ns.div_ceil(u64::from(buckets) - 1)
+            }
+            Algorithm::FixedWindow | Algorithm::SlidingLog => window_ns,
+            Algorithm::Gcra { burst } => {
+                if burst == 0 {
+                    return Err(PolicyError::new("burst", "0", "must be at least 1"));
+                }
+                window_ns.div_ceil(limit)
+            }
+            Algorithm::ExponentialHistogram { epsilon } => {
+                if !(1e-6..1.0).contains(&epsilon) {
+                    return Err(PolicyError::new("epsilon", epsilon.to_string(), "must be at least 0.000001 and below 1"));
+                }
+                // Rounded down, so the bound holds for the epsilon asked for.
+                epsilon_ppm = (epsilon * 1e6) as u64;
+                window_ns
+            }
+        };
+        Ok(Policy { limit, window_ns, algorithm, step_ns, epsilon_ppm })
+    }
+
+    /// The most units admitted per window.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The window as asked for.
+    pub fn window(&self) -> Duration {
+        Duration::from_nanos(self.window_ns)
+    }
+
+    /// The window in nanoseconds, as asked for.
+    pub fn window_ns(&self) -> u64 {
+        self.window_ns
+    }
+
+    /// The algorithm and its parameters.
+    pub fn algorithm(&self) -> Algorithm {
+        self.algorithm
+    }
+
+    /// The window the algorithm really enforces, in nanoseconds. For
+    /// `sliding_window` it is `(n − 1)·b` with `b = ⌈W / (n − 1)⌉`, which is
+    /// at most `n − 2` ns longer than the window asked for (so a
+    /// conservative guarantee over it also holds over `W`); for the others it
+    /// is `W`.
+    pub fn effective_window_ns(&self) -> u64 {
+        match self.algorithm {
+            Algorithm::SlidingWindow { buckets, .. } => {
+                self.step_ns.saturating_mul(u64::from(buckets) - 1)
+            }
+            _ => self.window_ns,
+        }
+    }
+
+    /// `sliding_window`: the width of one bucket in ns; `fixed_window`: the
+    /// window; `gcra`: the emission interval `⌈W / limit⌉` in ns.
+    pub fn step_ns(&self) -> u64 {
+        self.step_ns
+    }
+
+    /// `exponential_histogram`: ε in millionths, rounded down.
+    pub(crate) fn epsilon_ppm(&self) -> u64 {
+        self.epsilon_ppm
+    }
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} per {:?} by {}", self.limit, self.window(), self.algorithm)
+    }
+}
+
+/// A policy value that makes no sense, with the field and value named.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PolicyError {
+    /// The field: `limit`, `window`, `buckets`, `burst` or `epsilon`.
+    pub field: &'static str,
+    /// The offending value as given.
+    pub value: String,
+    /// What the value must be.
+    pub reason: &'static str,
+}
+
+impl PolicyError {
+    fn new(field: &'static str, value: impl Into<String>, reason: &'static str) -> Self {
+        PolicyError { field, value: value.into(), reason }
+    }
+}
+
+impl fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid {} `{}`: {}", self.field, self.value, self.reason)
+    }
+}
+
+impl core::error::Error for PolicyError {}
+
+/// An unknown name for an algorithm or a weighting.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ParseError {
+    /// What was being parsed: `algorithm` or `weighting`.
+    pub what: &'static str,
+    /// The unknown name.
+    pub value: String,
+    /// The names that are known.
+    pub expected: &'static str,
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unknown {} `{}`, expected one of: {}", self.what, self.value, self.expected)
+    }
+}
+
+impl core::error::Error for ParseError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::string::ToString;
+
+    fn err(limit: u64, window: Duration, algorithm: Algorithm) -> String {
+        Policy::new(limit, window, algorithm).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn bad_values_name_field_and_value() {
+        let w = Duration::from_secs(60);
+        assert_eq!(err(0, w, Algorithm::SlidingLog), "invalid limit `0`: must be at least 1");
+        assert_eq!(err(1, Duration::ZERO, Algorithm::SlidingLog), "invalid window `0ns`: must be longer than zero");
+        assert!(err(1, Duration::MAX, Algorithm::SlidingLog).starts_with("invalid window `"));
+        let one = Algorithm::SlidingWindow { buckets: 1, weighting: Weighting::Interpolated };
+        assert_eq!(err(1, w, one), "invalid buckets `1`: must be between 2 and 65536");
+        let huge = Algorithm::SlidingWindow { buckets: 70_000, weighting: Weighting::Conservative };
+        assert_eq!(err(1, w, huge), "invalid buckets `70000`: must be between 2 and 65536");
+        assert_eq!(err(1, w, Algorithm::Gcra { burst: 0 }), "invalid burst `0`: must be at least 1");
+        for bad in [0.0, 1.0, -0.5, f64::NAN, f64::INFINITY] {
+            let e = err(1, w, Algorithm::ExponentialHistogram { epsilon: bad });
+            assert!(e.starts_with("invalid epsilon `"), "{e}");
+        }
+    }
+
+    #[test]
+    fn derived_values() {
+        let w = Duration::from_secs(60);
+        let p = Policy::new(100, w, Algorithm::SlidingWindow { buckets: 61, weighting: Weighting::Interpolated })
+            .unwrap();
+        assert_eq!(p.step_ns(), 1_000_000_000);
+        assert_eq!(p.effective_window_ns(), 60_000_000_000);
+        // 60 s over 7 buckets does not divide: the bucket is rounded up.
+        let p = Policy::new(100, w, Algorithm::SlidingWindow { buckets: 8, weighting: Weighting::Interpolated })
+            .unwrap();
+        assert_eq!(p.step_ns(), 8_571_428_572);
+        assert_eq!(p.effective_window_ns(), 60_000_000_004);
+        let p = Policy::new(3, Duration::from_nanos(10), Algorithm::Gcra { burst: 1 }).unwrap();
+        assert_eq!(p.step_ns(), 4);
+        let p = Policy::new(3, w, Algorithm::ExponentialHistogram { epsilon: 0.0100000001 }).unwrap();
+        assert_eq!(p.epsilon_ppm(), 10_000);
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for name in Algorithm::NAMES {
+            assert_eq!(Algorithm::with_defaults(name, 7).unwrap().name(), name);
+        }
+        assert_eq!(
+            Algorithm::with_defaults("leaky", 1).unwrap_err().to_string(),
+            "unknown algorithm `leaky`, expected one of: sliding_window, fixed_window, sliding_log, gcra, exponential_histogram"
+        );
+        assert_eq!("conservative".parse::<Weighting>().unwrap(), Weighting::Conservative);
+        assert!("both".parse::<Weighting>().unwrap_err().to_string().contains("`both`"));
+    }
+}

@@ -1,0 +1,106 @@
+//! The common interface of the algorithms, and one enum over all of them.
+
+use crate::{
+    Algorithm, Decision, ExponentialHistogram, FixedWindow, Gcra, Policy, SlidingLog, SlidingWindow,
+};
+
+/// A per-key algorithm state: a pure state machine over caller-supplied time.
+///
+/// `check` is `(state, policy, now_ns, cost) -> (decision, new state)`.
+/// Handing a state a policy of another algorithm gives meaningless decisions
+/// but never a panic; [`State::new`] picks the right state for a policy.
+pub trait LimitState {
+    /// Decides whether `cost` units at `now` ns fit the policy; if they do
+    /// and `cost > 0`, counts them. A `cost` of 0 never changes the state.
+    fn check(&mut self, policy: &Policy, now: u64, cost: u64) -> Decision;
+
+    /// Counts `cost` units at `now` whatever the limit says: the
+    /// measurement view of a simulation, where every request is counted.
+    fn record(&mut self, policy: &Policy, now: u64, cost: u64);
+
+    /// The algorithm's count (or estimate) of the window ending at `now`,
+    /// without changing the state.
+    fn estimate(&self, policy: &Policy, now: u64) -> f64;
+}
+
+/// The state of any algorithm, chosen from a [`Policy`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum State {
+    /// `sliding_window` with a limit that fits 32-bit slots.
+    SlidingWindow(SlidingWindow<u32>),
+    /// `sliding_window` with a limit above `u32::MAX`.
+    SlidingWindowWide(SlidingWindow<u64>),
+    /// `fixed_window`.
+    FixedWindow(FixedWindow),
+    /// `sliding_log`.
+    SlidingLog(SlidingLog),
+    /// `gcra`.
+    Gcra(Gcra),
+    /// `exponential_histogram`.
+    ExponentialHistogram(ExponentialHistogram),
+}
+
+impl State {
+    /// A fresh (empty) state for `policy`.
+    pub fn new(policy: &Policy) -> State {
+        match policy.algorithm() {
+            Algorithm::SlidingWindow { .. } if policy.limit() <= u64::from(u32::MAX) => {
+                State::SlidingWindow(SlidingWindow::new(policy))
+            }
+            Algorithm::SlidingWindow { .. } => State::SlidingWindowWide(SlidingWindow::new(policy)),
+            Algorithm::FixedWindow => State::FixedWindow(FixedWindow::new()),
+            Algorithm::SlidingLog => State::SlidingLog(SlidingLog::new()),
+            Algorithm::Gcra { .. } => State::Gcra(Gcra::new()),
+            Algorithm::ExponentialHistogram { .. } => State::ExponentialHistogram(ExponentialHistogram::new()),
+        }
+    }
+
+    /// Bytes this state occupies, inline and on the heap (allocator
+    /// overhead not included).
+    pub fn bytes(&self) -> usize {
+        core::mem::size_of::<Self>()
+            + match self {
+                State::SlidingWindow(s) => s.heap_bytes(),
+                State::SlidingWindowWide(s) => s.heap_bytes(),
+                State::SlidingLog(s) => s.heap_bytes(),
+                State::ExponentialHistogram(s) => s.heap_bytes(),
+                State::FixedWindow(_) | State::Gcra(_) => 0,
+            }
+    }
+
+    fn inner(&self) -> &dyn LimitState {
+        match self {
+            State::SlidingWindow(s) => s,
+            State::SlidingWindowWide(s) => s,
+            State::FixedWindow(s) => s,
+            State::SlidingLog(s) => s,
+            State::Gcra(s) => s,
+            State::ExponentialHistogram(s) => s,
+        }
+    }
+
+    fn inner_mut(&mut self) -> &mut dyn LimitState {
+        match self {
+            State::SlidingWindow(s) => s,
+            State::SlidingWindowWide(s) => s,
+            State::FixedWindow(s) => s,
+            State::SlidingLog(s) => s,
+            State::Gcra(s) => s,
+            State::ExponentialHistogram(s) => s,
+        }
+    }
+}
+
+impl LimitState for State {
+    fn check(&mut self, policy: &Policy, now: u64, cost: u64) -> Decision {
+        self.inner_mut().check(policy, now, cost)
+    }
+
+    fn record(&mut self, policy: &Policy, now: u64, cost: u64) {
+        self.inner_mut().record(policy, now, cost);
+    }
+
+    fn estimate(&self, policy: &Policy, now: u64) -> f64 {
+        self.inner().estimate(policy, now)
+    }
+}

@@ -1,0 +1,481 @@
+//! `sliding_window`: the ring of `n` sub-buckets of seed 000 with a running
+//! total.
+
+use crate::decision::saturate;
+use crate::{Algorithm, Decision, LimitState, Policy, Weighting};
+use alloc::boxed::Box;
+use alloc::vec;
+use core::fmt::Debug;
+
+/// A counter slot of the ring: `u32` when the limit fits, `u64` otherwise.
+///
+/// Slots saturate instead of wrapping. An admitted request never makes a
+/// slot exceed the limit, so with `u32` slots for limits up to `u32::MAX`
+/// saturation only happens through [`LimitState::record`].
+pub trait Slot: Copy + Default + Debug + Eq + Send + Sync + 'static {
+    /// The value as a `u64`.
+    fn get(self) -> u64;
+    /// `self + v`, saturating at the slot's maximum.
+    fn plus(self, v: u64) -> Self;
+}
+
+impl Slot for u32 {
+    fn get(self) -> u64 {
+        u64::from(self)
+    }
+    fn plus(self, v: u64) -> Self {
+        u32::try_from(u64::from(self).saturating_add(v)).unwrap_or(u32::MAX)
+    }
+}
+
+impl Slot for u64 {
+    fn get(self) -> u64 {
+        self
+    }
+    fn plus(self, v: u64) -> Self {
+        self.saturating_add(v)
+    }
+}
+
+/// `sliding_window`: a ring of `n ≥ 2` sub-buckets of width `b`, with a
+/// running total, so that both adding and estimating are O(1) for any `n`.
+///
+/// Time is cut into buckets `floor(t / b)`; the ring keeps the last `n`
+/// bucket counts at `index % n`. The window is `(n − 1)·b`: at time `t`
+/// with `e = t mod b` it covers the current bucket, the `n − 2` before it
+/// whole, and the part `(b − e)/b` of the oldest one.
+///
+/// - **Interpolated** weighting (seed 000, Cloudflare): the estimate is
+///   `rest + oldest·(b − e)/b` and is off from the true count of the window
+///   by at most the oldest bucket's count. An adversary that fills a bucket
+///   at its very end can get `2·limit − 1` admitted in one window.
+/// - **Conservative** weighting: the oldest bucket counts whole, so no window
+///   of length `(n − 1)·b` ever holds more than `limit` admitted units (for
+///   non-decreasing time); a request may be refused up to one bucket's count
+///   early.
+///
+/// A request is admitted when `estimate + cost ≤ limit`, computed exactly in
+/// integers (scaled by `b`), never in floating point.
+///
+/// Rules of seed 000: advance before reading; an idle gap zeroes at most `n`
+/// slots; `newest` never moves backwards; a late event (time before the
+/// newest bucket) is judged as at the start of the newest bucket and counted
+/// in its own bucket if that bucket is still in the ring, and refused
+/// otherwise (counting it elsewhere, or not at all, could over-admit).
+///
+/// `retry_after` is exact: it follows the oldest bucket's linear decay and
+/// then whole buckets leaving the ring, so the same request passes at
+/// `now + retry_after` and not 1 ns earlier. It costs O(buckets scanned) on a
+/// refusal only, stopping at the first bucket that frees enough.
+///
+/// # Memory
+///
+/// `n` slots of 4 bytes (8 for limits above `u32::MAX`) on the heap, plus
+/// 32 bytes inline: the slot pointer and length, the newest bucket index and
+/// the running total. Two buckets: 40 bytes; 61 buckets: 276 bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlidingWindow<S: Slot = u32> {
+    slots: Box<[S]>,
+    /// Absolute index of the newest bucket (`t / b`).
+    newest: u64,
+    /// Sum of all slots.
+    total: u64,
+}
+
+/// The ring as seen at one instant, after a (virtual) advance.
+#[derive(Clone, Copy, Debug)]
+struct View {
+    /// The request's own bucket.
+    own: u64,
+    /// The bucket the decision is made in: `max(own, newest)`.
+    bucket: u64,
+    /// Nanoseconds into `bucket` (0 for a late request).
+    elapsed: u64,
+    /// Sum of the ring.
+    total: u64,
+    /// Count of the oldest bucket, `bucket − (n − 1)`.
+    oldest: u64,
+}
+
+impl<S: Slot> SlidingWindow<S> {
+    /// An empty ring with the number of buckets of `policy` (2 if the policy
+    /// is of another algorithm).
+    pub fn new(policy: &Policy) -> Self {
+        let n = match policy.algorithm() {
+            Algorithm::SlidingWindow { buckets, .. } => buckets.max(2),
+            _ => 2,
+        };
+        SlidingWindow { slots: vec![S::default(); n as usize].into_boxed_slice(), newest: 0, total: 0 }
+    }
+
+    /// Bytes on the heap: the slots.
+    pub fn heap_bytes(&self) -> usize {
+        core::mem::size_of_val(&*self.slots)
+    }
+
+    /// The absolute index of the newest bucket seen.
+    pub fn newest(&self) -> u64 {
+        self.newest
+    }
+
+    fn n(&self) -> u64 {
+        self.slots.len() as u64
+    }
+
+    fn index(&self, bucket: u64) -> usize {
+        (bucket % self.n()) as usize
+    }
+
+    /// The count of absolute bucket `j`, as if the ring had been advanced to
+    /// `newest` or later: 0 for buckets newer than `newest` or gone.
+    fn value(&self, j: Option<u64>) -> u64 {
+        match j {
+            Some(j) if j <= self.newest && self.newest - j < self.n() => self.slots[self.index(j)].get(),
+            _ => 0,
+        }
+    }
+
+    /// Moves the ring forward to `bucket`, zeroing the slots that left it
+    /// (at most `n`) and keeping the running total.
+    fn advance(&mut self, bucket: u64) {
+        if bucket <= self.newest {
+            return;
+        }
+        let gap = bucket - self.newest;
+        if gap >= self.n() {
+            self.slots.fill(S::default());
+            self.total = 0;
+        } else {
+            for i in 1..=gap {
+                let k = self.index(self.newest % self.n() + i);
+                self.total = self.total.saturating_sub(self.slots[k].get());
+                self.slots[k] = S::default();
+            }
+        }
+        self.newest = bucket;
+    }
+
+    /// The ring at `now`, computed without changing it.
+    fn view(&self, b: u64, now: u64) -> View {
+        let own = now / b;
+        let (bucket, elapsed) = if own >= self.newest { (own, now % b) } else { (self.newest, 0) };
+        let n = self.n();
+        let gap = bucket - self.newest;
+        let total = if gap >= n {
+            0
+        } else {
+            // Buckets newest−n+1 ..= bucket−n leave the ring.
+            (1..=gap).fold(self.total, |t, i| {
+                t.saturating_sub(self.slots[self.index(self.newest % n + i)].get())
+            })
+        };
+        let oldest = self.value(bucket.checked_sub(n - 1));
+        View { own, bucket, elapsed, total, oldest }
+    }
+
+    fn in_ring(&self, v: &View) -> bool {
+        v.bucket - v.own < self.n()
+    }
+
+    /// When all counted usage has expired: the newest non-empty bucket `j`
+    /// stops counting at `(j + n)·b`.
+    fn reset_at(&self, v: &View, b: u64) -> u64 {
+        if v.total == 0 {
+            return 0;
+        }
+        let n = self.n();
+        let top = v.bucket.min(self.newest);
+        (0..n)
+            .map_while(|d| top.checked_sub(d))
+            .find(|&j| self.value(Some(j)) > 0)
+            .map_or(0, |j| saturate((u128::from(j) + u128::from(n)) * u128::from(b)))
+    }
+
+    /// The earliest instant at which `cost` units fit, if nothing else
+    /// arrives. Requires `cost ≤ limit`.
+    fn retry_at(&self, v: &View, weighting: Weighting, b: u64, limit: u64, cost: u64) -> u64 {
+        let n = self.n();
+        let fits_at = |rest: u64, oldest: u64, e_from: u64| -> Option<u64> {
+            // rest·b + oldest·w(e) + cost·b ≤ limit·b, for the least e ≥ e_from.
+            let room = limit.checked_sub(rest)?.checked_sub(cost)?;
+            let room = u128::from(room) * u128::from(b);
+            let e = match weighting {
+                _ if oldest == 0 => e_from,
+                Weighting::Conservative => {
+                    if u128::from(oldest) * u128::from(b) <= room { e_from } else { return None }
+                }
+                Weighting::Interpolated => {
+                    // oldest·(b − e) ≤ room  ⇔  e ≥ b − ⌊room / oldest⌋
+                    let q = room / u128::from(oldest);
+                    let least = if q >= u128::from(b) { 0 } else { b - q as u64 };
+                    least.max(e_from)
+                }
+            };
+            (e < b).then_some(e)
+        };
+        let mut rest = v.total - v.oldest;
+        let mut oldest = v.oldest;
+        if !self.in_ring(v) && fits_at(rest, oldest, 0).is_some() {
+            // Judged as at the start of `bucket`, it fits; it only has to wait
+            // until its own bucket is back in the ring.
+            return saturate(u128::from(v.bucket - (n - 1)) * u128::from(b));
+        }
+        let mut e_from = v.elapsed;
+        for k in 0..n {
+            if let Some(e) = fits_at(rest, oldest, e_from) {
+                return saturate((u128::from(v.bucket) + u128::from(k)) * u128::from(b) + u128::from(e));
+            }
+            // Next bucket: the second oldest becomes the oldest.
+            oldest = if k + 2 <= n { self.value(v.bucket.checked_sub(n - 2 - k)) } else { 0 };
+            rest = rest.saturating_sub(oldest);
+            e_from = 0;
+        }
+        saturate((u128::from(v.bucket) + u128::from(n)) * u128::from(b))
+    }
+}
+
+/// The weight of the oldest bucket, scaled by `b`.
+fn weight(policy: &Policy, elapsed: u64, b: u64) -> u64 {
+    match policy.algorithm() {
+        Algorithm::SlidingWindow { weighting: Weighting::Conservative, .. } => b,
+        _ => b - elapsed,
+    }
+}
+
+fn weighting(policy: &Policy) -> Weighting {
+    match policy.algorithm() {
+        Algorithm::SlidingWindow { weighting, .. } => weighting,
+        _ => Weighting::Interpolated,
+    }
+}
+
+/// The estimate scaled by `b`: `rest·b + oldest·w`.
+fn scaled(v: &View, w: u64, b: u64) -> u128 {
+    u128::from(v.total - v.oldest) * u128::from(b) + u128::from(v.oldest) * u128::from(w)
+}
+
+impl<S: Slot> LimitState for SlidingWindow<S> {
+    fn check(&mut self, policy: &Policy, now: u64, cost: u64) -> Decision {
+        let b = policy.step_ns();
+        let limit = policy.limit();
+        if cost > 0 {
+            self.advance(now / b);
+        }
+        let v = self.view(b, now);
+        let used = scaled(&v, weight(policy, v.elapsed, b), b);
+        let cap = u128::from(limit) * u128::from(b);
+        let cost_scaled = u128::from(cost) * u128::from(b);
+        let in_ring = self.in_ring(&v);
+        let allowed = in_ring && cost <= limit && used + cost_scaled <= cap;
+        let mut after = used;
+        let mut v_after = v;
+        if allowed && cost > 0 {
+            let k = self.index(v.own);
+            let before = self.slots[k].get();
+            self.slots[k] = self.slots[k].plus(cost);
+            let added = self.slots[k].get() - before;
+            self.total = self.total.saturating_add(added);
+            after += cost_scaled;
+            v_after.total = self.total;
+        }
+        let remaining = if in_ring { saturate(cap.saturating_sub(after) / u128::from(b)) } else { 0 };
+        let retry_at = (!allowed && cost <= limit).then(|| self.retry_at(&v, weighting(policy), b, limit, cost));
+        let estimate = used as f64 / b as f64;
+        Decision::at(policy, now, allowed, remaining, self.reset_at(&v_after, b), retry_at, estimate)
+    }
+
+    fn record(&mut self, policy: &Policy, now: u64, cost: u64) {
+        let b = policy.step_ns();
+        let own = now / b;
+        self.advance(own);
+        if self.newest - own < self.n() {
+            let k = self.index(own);
+            let before = self.slots[k].get();
+            self.slots[k] = self.slots[k].plus(cost);
+            self.total = self.total.saturating_add(self.slots[k].get() - before);
+        }
+    }
+
+    fn estimate(&self, policy: &Policy, now: u64) -> f64 {
+        let b = policy.step_ns();
+        let v = self.view(b, now);
+        scaled(&v, weight(policy, v.elapsed, b), b) as f64 / b as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::time::Duration;
+
+    fn ring(buckets: u32, window_ns: u64, limit: u64, weighting: Weighting) -> (Policy, SlidingWindow<u32>) {
+        let p = Policy::new(limit, Duration::from_nanos(window_ns), Algorithm::SlidingWindow { buckets, weighting })
+            .unwrap();
+        let s = SlidingWindow::new(&p);
+        (p, s)
+    }
+
+    /// Every assert of seed 000's `main()`.
+    #[test]
+    fn seed_000_exact_weighting() {
+        // 4 buckets of 10 ns: window 30 ns.
+        let (p, mut c) = ring(4, 30, 1000, Weighting::Interpolated);
+        assert_eq!(p.step_ns(), 10);
+        for t in [5, 15, 25, 35] {
+            c.record(&p, t, 8);
+        }
+        assert_eq!(c.estimate(&p, 35), 24.0 + 8.0 * 0.5); // oldest bucket half expired
+        assert_eq!(c.estimate(&p, 40), 24.0); // bucket 0 gone, bucket 1 fully in
+        assert_eq!(c.estimate(&p, 1_000), 0.0); // idle longer than the window
+    }
+
+    #[test]
+    fn seed_000_two_buckets_limit() {
+        // Two buckets = previous + current. Limit 10 per 1000 ns.
+        let (p, mut l) = ring(2, 1000, 10, Weighting::Interpolated);
+        for _ in 0..10 {
+            assert!(l.check(&p, 999, 1).allowed);
+        }
+        assert!(!l.check(&p, 1000, 1).allowed); // a fixed window would reset here and admit 10 more
+        assert!(l.check(&p, 1500, 1).allowed); // previous bucket now weighs 0.5 -> estimate 5
+        for _ in 0..4 {
+            assert!(l.check(&p, 1500, 1).allowed);
+        }
+        assert!(!l.check(&p, 1500, 1).allowed);
+    }
+
+    #[test]
+    fn seed_000_late_events() {
+        // Late event goes to its own bucket; too-old event is dropped.
+        let (p, mut c) = ring(3, 20, 1000, Weighting::Interpolated);
+        c.record(&p, 25, 1);
+        c.record(&p, 15, 1);
+        c.record(&p, 5, 1); // bucket 0 is still in the ring
+        assert_eq!(c.estimate(&p, 25), 1.0 + 1.0 + 0.5); // oldest bucket weighs 0.5
+        c.record(&p, 35, 1);
+        c.record(&p, 5, 1); // bucket 0 is gone: dropped
+        assert_eq!(c.estimate(&p, 35), 1.0 + 1.0 + 0.5); // buckets 3, 2 + half of 1
+    }
+
+    /// Seed 003: limit 100, window 10, two buckets.
+    #[test]
+    fn seed_003_scenario() {
+        let (p, mut s) = ring(2, 10, 100, Weighting::Interpolated);
+        for t in [0, 1, 2, 10] {
+            assert!(s.check(&p, t, 1).allowed);
+        }
+        assert_eq!(s.estimate(&p, 10), 4.0);
+        assert_eq!(s.estimate(&p, 15), 2.5);
+    }
+
+    /// Seed 004: previous minute 40, current 30, 30 s in: 30 + 40 × 0.5 = 50.
+    /// Seed 002: previous 80, current 30, 15 s in: 80 × 45/60 + 30 = 90; at
+    /// 45 s in: 80 × 15/60 + 30 = 50.
+    #[test]
+    fn seed_002_and_004_worked_examples() {
+        let minute = 60_000_000_000;
+        let (p, mut s) = ring(2, minute, 100, Weighting::Interpolated);
+        s.record(&p, 1, 40);
+        s.record(&p, minute, 30);
+        assert_eq!(s.estimate(&p, minute + 30_000_000_000), 50.0);
+
+        let mut s = SlidingWindow::<u32>::new(&p);
+        s.record(&p, 1, 80);
+        s.record(&p, minute, 30);
+        assert_eq!(s.estimate(&p, minute + 15_000_000_000), 90.0);
+        assert_eq!(s.estimate(&p, minute + 45_000_000_000), 50.0);
+        let d = s.check(&p, minute + 15_000_000_000, 1);
+        assert!(d.allowed);
+        assert_eq!(d.estimate, 90.0);
+        assert_eq!(d.remaining, 9);
+    }
+
+    #[test]
+    fn conservative_counts_oldest_whole() {
+        let (p, mut s) = ring(2, 1000, 10, Weighting::Conservative);
+        for _ in 0..10 {
+            assert!(s.check(&p, 999, 1).allowed);
+        }
+        let d = s.check(&p, 1500, 1);
+        assert!(!d.allowed);
+        assert_eq!(d.estimate, 10.0);
+        // Everything leaves when bucket 0 leaves the ring, at 2000.
+        assert_eq!(d.retry_after, Some(Duration::from_nanos(500)));
+        assert_eq!(d.reset_after, Duration::from_nanos(500));
+        assert!(!s.check(&p, 1999, 1).allowed);
+        assert!(s.check(&p, 2000, 1).allowed);
+    }
+
+    #[test]
+    fn retry_after_follows_linear_decay() {
+        // 10 at t = 999; at t = 1000 the oldest weighs 1.0 → estimate 10.
+        // One unit fits when 10·(1000 − e)/1000 ≤ 9, i.e. e ≥ 100.
+        let (p, mut s) = ring(2, 1000, 10, Weighting::Interpolated);
+        assert!(s.check(&p, 999, 10).allowed);
+        let d = s.check(&p, 1000, 1);
+        assert_eq!(d.retry_after, Some(Duration::from_nanos(100)));
+        assert!(!s.check(&p, 1099, 1).allowed);
+        assert!(s.check(&p, 1100, 1).allowed);
+        // Reset: bucket 1 (count 1) leaves at 3000.
+        assert_eq!(s.check(&p, 1100, 0).reset_after, Duration::from_nanos(1900));
+    }
+
+    #[test]
+    fn retry_after_skips_whole_buckets() {
+        // 3 buckets of 10 ns, window 20. 5 in bucket 0, 5 in bucket 1, limit 10.
+        let (p, mut s) = ring(3, 20, 10, Weighting::Interpolated);
+        assert!(s.check(&p, 0, 5).allowed);
+        assert!(s.check(&p, 10, 5).allowed);
+        // At 12 the ring is buckets −1, 0, 1: the estimate is 10. Cost 6
+        // needs the estimate ≤ 4: bucket 0 (5) is the oldest in bucket 2 and
+        // gone in bucket 3, where bucket 1 (5) decays: 5·(10 − e)/10 ≤ 4 ⇔
+        // e ≥ 2 → 32.
+        let d = s.check(&p, 12, 6);
+        assert!(!d.allowed);
+        assert_eq!(d.estimate, 10.0);
+        assert_eq!(d.retry_after, Some(Duration::from_nanos(20)));
+        assert!(!s.check(&p, 31, 6).allowed);
+        assert!(s.check(&p, 32, 6).allowed);
+    }
+
+    #[test]
+    fn peek_and_oversized_costs() {
+        let (p, mut s) = ring(8, 70, 5, Weighting::Interpolated);
+        let before = s.clone();
+        let d = s.check(&p, 1_000, 0);
+        assert!(d.allowed);
+        assert_eq!(d.remaining, 5);
+        assert_eq!(d.reset_after, Duration::ZERO);
+        assert_eq!(s, before, "a zero cost never changes the state");
+        let d = s.check(&p, 1_000, 6);
+        assert!(!d.allowed);
+        assert_eq!(d.retry_after, None);
+        let d = s.check(&p, u64::MAX, u64::MAX);
+        assert!(!d.allowed);
+        assert!(s.check(&p, u64::MAX, 5).allowed);
+        assert!(!s.check(&p, u64::MAX, 1).allowed);
+    }
+
+    #[test]
+    fn late_events_out_of_the_ring_are_refused() {
+        let (p, mut s) = ring(2, 10, 5, Weighting::Interpolated);
+        assert!(s.check(&p, 35, 1).allowed); // bucket 3
+        let d = s.check(&p, 15, 1); // bucket 1: out of the ring [2, 3]
+        assert!(!d.allowed);
+        assert_eq!(d.remaining, 0);
+        // It would fit as soon as its own time is back in the ring, at 20.
+        assert_eq!(d.retry_after, Some(Duration::from_nanos(5)));
+        assert!(s.check(&p, 20, 1).allowed); // bucket 2: late, in the ring
+        assert_eq!(s.newest(), 3, "newest never moves backwards");
+    }
+
+    #[test]
+    fn wide_slots_hold_large_limits() {
+        let p = Policy::new(u64::MAX, Duration::from_secs(1), Algorithm::TWO_BUCKETS).unwrap();
+        let mut s = SlidingWindow::<u64>::new(&p);
+        assert!(s.check(&p, 0, u64::MAX - 1).allowed);
+        assert!(s.check(&p, 0, 1).allowed);
+        assert!(!s.check(&p, 0, 1).allowed);
+        assert_eq!(s.estimate(&p, 0), u64::MAX as f64);
+    }
+}
