@@ -75,6 +75,11 @@ pub(crate) fn saturate(x: u128) -> u64 {
     u64::try_from(x).unwrap_or(u64::MAX)
 }
 
+/// The sum of `values`, saturating at `u64::MAX`.
+pub(crate) fn saturating_sum(values: impl Iterator<Item = u64>) -> u64 {
+    values.fold(0, u64::saturating_add)
+}
+
 /// Whole seconds, rounded up.
 pub(crate) fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)

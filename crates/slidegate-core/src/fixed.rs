@@ -41,8 +41,9 @@ impl FixedWindow {
     }
 }
 
-fn start(idx: u64, w: u64) -> u64 {
-    saturate(u128::from(idx) * u128::from(w))
+/// The start of window `idx`, saturating.
+fn start(idx: u128, w: u64) -> u64 {
+    saturate(idx * u128::from(w))
 }
 
 impl LimitState for FixedWindow {
@@ -56,15 +57,16 @@ impl LimitState for FixedWindow {
         let current = idx.max(self.window);
         let count = self.count_in(idx);
         let in_window = idx >= self.window;
-        let allowed = in_window && cost <= limit && count.saturating_add(cost) <= limit;
+        let fits = count.checked_add(cost).is_some_and(|sum| sum <= limit);
+        let allowed = in_window && fits;
         if allowed {
             self.count += cost;
         }
         let after = if allowed { count + cost } else { count };
         let remaining = if in_window { limit.saturating_sub(after) } else { 0 };
-        let reset_at = if after > 0 { start(current + 1, w) } else { 0 };
+        let reset_at = if after > 0 { start(u128::from(current) + 1, w) } else { 0 };
         let retry_at = (!allowed && cost <= limit).then(|| {
-            if !in_window && count + cost <= limit { start(current, w) } else { start(current + 1, w) }
+            if !in_window && fits { start(u128::from(current), w) } else { start(u128::from(current) + 1, w) }
         });
         Decision::at(policy, now, allowed, remaining, reset_at, retry_at, count as f64)
     }

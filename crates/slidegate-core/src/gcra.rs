@@ -16,7 +16,8 @@ use crate::{Algorithm, Decision, LimitState, Policy};
 /// It admits `burst` at once and then one every `T`: with `burst = limit`
 /// (the default) up to `2·limit − 1` in a window of length `W`; with
 /// `burst = 1`, at most `limit` (rounding `T` up keeps both bounds). A cost
-/// above `burst` can never pass and gets `retry_after == None`.
+/// above `burst` or above `limit` can never pass and gets
+/// `retry_after == None`.
 ///
 /// Time going backwards needs no special rule: `TAT − t` only grows.
 ///
@@ -54,22 +55,22 @@ impl LimitState for Gcra {
         let cap = u128::from(burst) * t_ns;
         let base = self.tat.max(now);
         let backlog = u128::from(base - now);
-        let allowed = cost <= burst && backlog + u128::from(cost) * t_ns <= cap;
+        let allowed = cost <= burst.min(policy.limit()) && backlog.saturating_add(u128::from(cost) * t_ns) <= cap;
         if allowed && cost > 0 {
             self.tat = saturate(u128::from(base) + u128::from(cost) * t_ns);
         }
         let backlog_after = u128::from(self.tat.max(now) - now);
-        let remaining = saturate(cap.saturating_sub(backlog_after) / t_ns);
+        let remaining = saturate(cap.saturating_sub(backlog_after) / t_ns).min(policy.limit());
         // TAT + cost·T − burst·T ≤ t'  ⇔  the request conforms at t'.
-        let retry_at = (!allowed && cost <= burst)
-            .then(|| saturate((u128::from(base) + u128::from(cost) * t_ns).saturating_sub(cap)));
+        let retry_at = (!allowed && cost <= burst.min(policy.limit()))
+            .then(|| saturate(u128::from(base).saturating_add(u128::from(cost) * t_ns).saturating_sub(cap)));
         let estimate = backlog as f64 / t_ns as f64;
         Decision::at(policy, now, allowed, remaining, self.tat, retry_at, estimate)
     }
 
     fn record(&mut self, policy: &Policy, now: u64, cost: u64) {
         let t_ns = u128::from(policy.step_ns());
-        self.tat = saturate(u128::from(self.tat.max(now)) + u128::from(cost) * t_ns);
+        self.tat = saturate(u128::from(self.tat.max(now)).saturating_add(u128::from(cost) * t_ns));
     }
 
     fn estimate(&self, policy: &Policy, now: u64) -> f64 {

@@ -1,6 +1,6 @@
 //! `exponential_histogram`: DGIM over time, generalised to costs.
 
-use crate::decision::saturate;
+use crate::decision::{saturate, saturating_sum};
 use crate::{Decision, LimitState, Policy};
 use alloc::collections::VecDeque;
 
@@ -83,12 +83,12 @@ impl ExponentialHistogram {
             None => (0, 0, 0),
             Some(cutoff) => {
                 let skip = self.buckets.partition_point(|b| b.last <= cutoff);
-                let gone: u64 = self.buckets.range(..skip).map(|b| b.size).sum();
+                let gone = saturating_sum(self.buckets.range(..skip).map(|b| b.size));
                 let straddling = self.buckets.get(skip).filter(|b| b.first <= cutoff).map_or(0, |b| b.size);
                 (skip, gone, straddling)
             }
         };
-        let live = self.total - gone;
+        let live = self.total.saturating_sub(gone);
         View { t, skip, live, est2: 2 * u128::from(live) - u128::from(straddling) }
     }
 
@@ -131,8 +131,8 @@ impl ExponentialHistogram {
     }
 
     fn drop_expired(&mut self, skip: usize) {
-        let gone: u64 = self.buckets.drain(..skip).map(|b| b.size).sum();
-        self.total -= gone;
+        let gone = saturating_sum(self.buckets.drain(..skip).map(|b| b.size));
+        self.total = self.total.saturating_sub(gone);
     }
 }
 
@@ -161,7 +161,7 @@ impl LimitState for ExponentialHistogram {
             let straddles = |b: &Bucket| v.t.checked_sub(w).is_some_and(|cutoff| b.first <= cutoff);
             let mut rest = v.live;
             for b in self.buckets.range(v.skip..) {
-                let newer = rest - b.size;
+                let newer = rest.saturating_sub(b.size);
                 // When `first` leaves, the bucket counts half; when `last`
                 // leaves, nothing.
                 if !straddles(b) && b.first < b.last && fits(2 * u128::from(newer) + u128::from(b.size)) {

@@ -1,6 +1,6 @@
 //! `sliding_log`: the exact log of seed 002.
 
-use crate::decision::saturate;
+use crate::decision::{saturate, saturating_sum};
 use crate::{Decision, LimitState, Policy};
 use alloc::collections::VecDeque;
 
@@ -59,13 +59,13 @@ impl SlidingLog {
     fn expired(&self, t: u64, w: u64) -> (usize, u64) {
         let Some(cutoff) = t.checked_sub(w) else { return (0, 0) };
         let n = self.entries.partition_point(|&(time, _)| time <= cutoff);
-        (n, self.entries.range(..n).map(|&(_, c)| c).sum())
+        (n, saturating_sum(self.entries.range(..n).map(|&(_, c)| c)))
     }
 
     fn drain_expired(&mut self, t: u64, w: u64) {
         let (n, sum) = self.expired(t, w);
         self.entries.drain(..n);
-        self.total -= sum;
+        self.total = self.total.saturating_sub(sum);
     }
 
     fn push(&mut self, t: u64, cost: u64) {
@@ -86,8 +86,8 @@ impl LimitState for SlidingLog {
             self.drain_expired(t, w);
         }
         let (skip, gone) = self.expired(t, w);
-        let live = self.total - gone;
-        let allowed = cost <= limit && live.saturating_add(cost) <= limit;
+        let live = self.total.saturating_sub(gone);
+        let allowed = live.checked_add(cost).is_some_and(|sum| sum <= limit);
         if allowed && cost > 0 {
             self.push(t, cost);
         }
@@ -98,10 +98,10 @@ impl LimitState for SlidingLog {
             let mut left = live;
             let mut at = t;
             for &(time, c) in self.entries.range(skip..) {
-                if left + cost <= limit {
+                if left.checked_add(cost).is_some_and(|sum| sum <= limit) {
                     break;
                 }
-                left -= c;
+                left = left.saturating_sub(c);
                 at = saturate(u128::from(time) + u128::from(w));
             }
             at
@@ -119,7 +119,7 @@ impl LimitState for SlidingLog {
 
     fn estimate(&self, policy: &Policy, now: u64) -> f64 {
         let (_, gone) = self.expired(self.clamp(now), policy.window_ns());
-        (self.total - gone) as f64
+        self.total.saturating_sub(gone) as f64
     }
 }
 

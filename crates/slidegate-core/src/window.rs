@@ -213,9 +213,9 @@ impl<S: Slot> SlidingWindow<S> {
             };
             (e < b).then_some(e)
         };
-        let mut rest = v.total - v.oldest;
+        let mut rest = v.total.saturating_sub(v.oldest);
         let mut oldest = v.oldest;
-        if !self.in_ring(v) && fits_at(rest, oldest, 0).is_some() {
+        if !self.in_ring(v) && fits_at(rest, oldest, 0) == Some(0) {
             // Judged as at the start of `bucket`, it fits; it only has to wait
             // until its own bucket is back in the ring.
             return saturate(u128::from(v.bucket - (n - 1)) * u128::from(b));
@@ -251,7 +251,7 @@ fn weighting(policy: &Policy) -> Weighting {
 
 /// The estimate scaled by `b`: `rest·b + oldest·w`.
 fn scaled(v: &View, w: u64, b: u64) -> u128 {
-    u128::from(v.total - v.oldest) * u128::from(b) + u128::from(v.oldest) * u128::from(w)
+    u128::from(v.total.saturating_sub(v.oldest)) * u128::from(b) + u128::from(v.oldest) * u128::from(w)
 }
 
 impl<S: Slot> LimitState for SlidingWindow<S> {
@@ -266,7 +266,7 @@ impl<S: Slot> LimitState for SlidingWindow<S> {
         let cap = u128::from(limit) * u128::from(b);
         let cost_scaled = u128::from(cost) * u128::from(b);
         let in_ring = self.in_ring(&v);
-        let allowed = in_ring && cost <= limit && used + cost_scaled <= cap;
+        let allowed = in_ring && cost <= limit && used.saturating_add(cost_scaled) <= cap;
         let mut after = used;
         let mut v_after = v;
         if allowed && cost > 0 {
