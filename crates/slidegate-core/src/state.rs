@@ -104,3 +104,33 @@ impl LimitState for State {
         self.inner().estimate(policy, now)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::mem::size_of;
+    use core::time::Duration;
+
+    /// The bytes per key documented on each type.
+    #[test]
+    fn documented_sizes() {
+        assert_eq!(size_of::<SlidingWindow<u32>>(), 32);
+        assert_eq!(size_of::<FixedWindow>(), 16);
+        assert_eq!(size_of::<SlidingLog>(), 40);
+        assert_eq!(size_of::<Gcra>(), 8);
+        assert_eq!(size_of::<ExponentialHistogram>(), 48);
+        let policy = |buckets| {
+            Policy::new(
+                100,
+                Duration::from_secs(60),
+                Algorithm::SlidingWindow { buckets, weighting: crate::Weighting::Interpolated },
+            )
+            .unwrap()
+        };
+        assert_eq!(State::new(&policy(2)).bytes(), size_of::<State>() + 8);
+        assert_eq!(State::new(&policy(61)).bytes(), size_of::<State>() + 244);
+        let wide = Policy::new(u64::MAX, Duration::from_secs(1), Algorithm::TWO_BUCKETS).unwrap();
+        assert!(matches!(State::new(&wide), State::SlidingWindowWide(_)));
+        assert_eq!(State::new(&wide).bytes(), size_of::<State>() + 16);
+    }
+}
