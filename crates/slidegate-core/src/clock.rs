@@ -44,7 +44,9 @@ pub struct ManualClock {
 impl ManualClock {
     /// A clock showing `now_ns`.
     pub fn new(now_ns: u64) -> Self {
-        ManualClock { now: Arc::new(AtomicU64::new(now_ns)) }
+        ManualClock {
+            now: Arc::new(AtomicU64::new(now_ns)),
+        }
     }
 
     /// Sets the time; it may go backwards, to test that path.
@@ -79,7 +81,9 @@ pub struct MonotonicClock {
 impl MonotonicClock {
     /// A clock whose origin is now.
     pub fn new() -> Self {
-        MonotonicClock { origin: std::time::Instant::now() }
+        MonotonicClock {
+            origin: std::time::Instant::now(),
+        }
     }
 }
 

@@ -64,9 +64,17 @@ impl LimitState for FixedWindow {
         }
         let after = if allowed { count + cost } else { count };
         let remaining = if in_window { limit.saturating_sub(after) } else { 0 };
-        let reset_at = if after > 0 { start(u128::from(current) + 1, w) } else { 0 };
+        let reset_at = if after > 0 {
+            start(u128::from(current) + 1, w)
+        } else {
+            0
+        };
         let retry_at = (!allowed && cost <= limit).then(|| {
-            if !in_window && fits { start(u128::from(current), w) } else { start(u128::from(current) + 1, w) }
+            if !in_window && fits {
+                start(u128::from(current), w)
+            } else {
+                start(u128::from(current) + 1, w)
+            }
         });
         Decision::at(policy, now, allowed, remaining, reset_at, retry_at, count as f64)
     }

@@ -62,8 +62,13 @@ impl LimitState for Gcra {
         let backlog_after = u128::from(self.tat.max(now) - now);
         let remaining = saturate(cap.saturating_sub(backlog_after) / t_ns).min(policy.limit());
         // TAT + cost·T − burst·T ≤ t'  ⇔  the request conforms at t'.
-        let retry_at = (!allowed && cost <= burst.min(policy.limit()))
-            .then(|| saturate(u128::from(base).saturating_add(u128::from(cost) * t_ns).saturating_sub(cap)));
+        let retry_at = (!allowed && cost <= burst.min(policy.limit())).then(|| {
+            saturate(
+                u128::from(base)
+                    .saturating_add(u128::from(cost) * t_ns)
+                    .saturating_sub(cap),
+            )
+        });
         let estimate = backlog as f64 / t_ns as f64;
         Decision::at(policy, now, allowed, remaining, self.tat, retry_at, estimate)
     }
@@ -99,7 +104,11 @@ mod tests {
         assert!(!s.check(&p, 1009, 1).allowed);
         assert!(s.check(&p, 1010, 1).allowed);
         assert_eq!(s.check(&p, 1010, 2).retry_after, Some(Duration::from_nanos(20)));
-        assert_eq!(s.check(&p, 1010, 4).retry_after, None, "cost above the burst never passes");
+        assert_eq!(
+            s.check(&p, 1010, 4).retry_after,
+            None,
+            "cost above the burst never passes"
+        );
         s.check(&p, 0, 0);
         s.check(&p, 0, 1);
         assert_eq!(s.tat(), 1040, "peeks and refusals change nothing");

@@ -84,18 +84,31 @@ impl ExponentialHistogram {
             Some(cutoff) => {
                 let skip = self.buckets.partition_point(|b| b.last <= cutoff);
                 let gone = saturating_sum(self.buckets.range(..skip).map(|b| b.size));
-                let straddling = self.buckets.get(skip).filter(|b| b.first <= cutoff).map_or(0, |b| b.size);
+                let straddling = self
+                    .buckets
+                    .get(skip)
+                    .filter(|b| b.first <= cutoff)
+                    .map_or(0, |b| b.size);
                 (skip, gone, straddling)
             }
         };
         let live = self.total.saturating_sub(gone);
-        View { t, skip, live, est2: 2 * u128::from(live) - u128::from(straddling) }
+        View {
+            t,
+            skip,
+            live,
+            est2: 2 * u128::from(live) - u128::from(straddling),
+        }
     }
 
     fn push(&mut self, t: u64, cost: u64, epsilon_ppm: u64) {
         match self.buckets.back_mut() {
             Some(b) if b.first == t && b.last == t => b.size = b.size.saturating_add(cost),
-            _ => self.buckets.push_back(Bucket { first: t, last: t, size: cost }),
+            _ => self.buckets.push_back(Bucket {
+                first: t,
+                last: t,
+                size: cost,
+            }),
         }
         self.total = self.total.saturating_add(cost);
         if self.buckets.len() >= 2 * self.merged_len.max(8) {
@@ -115,7 +128,11 @@ impl ExponentialHistogram {
             let older = s[i - 1];
             let pair = u128::from(cur.size) + u128::from(older.size);
             if pair * 1_000_000 <= 2 * u128::from(epsilon_ppm) * newer {
-                cur = Bucket { first: older.first, last: cur.last, size: cur.size.saturating_add(older.size) };
+                cur = Bucket {
+                    first: older.first,
+                    last: cur.last,
+                    size: cur.size.saturating_add(older.size),
+                };
             } else {
                 write -= 1;
                 s[write] = cur;
@@ -198,8 +215,12 @@ mod tests {
 
     #[test]
     fn exact_until_buckets_merge_then_within_epsilon() {
-        let p = Policy::new(1_000_000, Duration::from_nanos(1_000), Algorithm::ExponentialHistogram { epsilon: 0.1 })
-            .unwrap();
+        let p = Policy::new(
+            1_000_000,
+            Duration::from_nanos(1_000),
+            Algorithm::ExponentialHistogram { epsilon: 0.1 },
+        )
+        .unwrap();
         let mut h = ExponentialHistogram::new();
         for t in 0..1_000 {
             h.record(&p, t, 1);
@@ -213,7 +234,12 @@ mod tests {
 
     #[test]
     fn limits_and_retries() {
-        let p = Policy::new(3, Duration::from_nanos(10), Algorithm::ExponentialHistogram { epsilon: 0.5 }).unwrap();
+        let p = Policy::new(
+            3,
+            Duration::from_nanos(10),
+            Algorithm::ExponentialHistogram { epsilon: 0.5 },
+        )
+        .unwrap();
         let mut h = ExponentialHistogram::new();
         assert!(h.check(&p, 0, 2).allowed);
         assert!(h.check(&p, 5, 1).allowed);

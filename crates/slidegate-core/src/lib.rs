@@ -63,9 +63,9 @@ mod policy;
 mod state;
 mod window;
 
-pub use clock::{Clock, ManualClock};
 #[cfg(feature = "std")]
 pub use clock::MonotonicClock;
+pub use clock::{Clock, ManualClock};
 pub use decision::Decision;
 pub use fixed::FixedWindow;
 pub use gcra::Gcra;
@@ -74,4 +74,4 @@ pub use limiter::Limiter;
 pub use log::SlidingLog;
 pub use policy::{Algorithm, ParseError, Policy, PolicyError, Weighting};
 pub use state::{LimitState, State};
-pub use window::{Slot, SlidingWindow};
+pub use window::{SlidingWindow, Slot};

@@ -16,7 +16,11 @@ pub struct Limiter<C> {
 impl<C: Clock> Limiter<C> {
     /// A fresh limiter for `policy` that reads `clock` once per check.
     pub fn new(policy: Policy, clock: C) -> Self {
-        Limiter { state: State::new(&policy), policy, clock }
+        Limiter {
+            state: State::new(&policy),
+            policy,
+            clock,
+        }
     }
 
     /// Decides whether `cost` units may pass now, and counts them if so. A

@@ -92,7 +92,11 @@ impl LimitState for SlidingLog {
             self.push(t, cost);
         }
         let after = if allowed { live + cost } else { live };
-        let reset_at = if after > 0 { self.entries.back().map_or(0, |&(t, _)| t.saturating_add(w)) } else { 0 };
+        let reset_at = if after > 0 {
+            self.entries.back().map_or(0, |&(t, _)| t.saturating_add(w))
+        } else {
+            0
+        };
         let retry_at = (!allowed && cost <= limit).then(|| {
             // Free the oldest entries until the request fits.
             let mut left = live;
@@ -106,7 +110,15 @@ impl LimitState for SlidingLog {
             }
             at
         });
-        Decision::at(policy, now, allowed, limit.saturating_sub(after), reset_at, retry_at, live as f64)
+        Decision::at(
+            policy,
+            now,
+            allowed,
+            limit.saturating_sub(after),
+            reset_at,
+            retry_at,
+            live as f64,
+        )
     }
 
     fn record(&mut self, policy: &Policy, now: u64, cost: u64) {
@@ -130,7 +142,10 @@ mod tests {
     use core::time::Duration;
 
     fn log(limit: u64, w: u64) -> (Policy, SlidingLog) {
-        (Policy::new(limit, Duration::from_nanos(w), Algorithm::SlidingLog).unwrap(), SlidingLog::new())
+        (
+            Policy::new(limit, Duration::from_nanos(w), Algorithm::SlidingLog).unwrap(),
+            SlidingLog::new(),
+        )
     }
 
     /// Seed 002's rules, budget 2 and W = 10.

@@ -44,7 +44,11 @@ impl FromStr for Weighting {
         match s {
             "interpolated" => Ok(Weighting::Interpolated),
             "conservative" => Ok(Weighting::Conservative),
-            _ => Err(ParseError { what: "weighting", value: s.to_string(), expected: "interpolated, conservative" }),
+            _ => Err(ParseError {
+                what: "weighting",
+                value: s.to_string(),
+                expected: "interpolated, conservative",
+            }),
         }
     }
 }
@@ -82,11 +86,19 @@ pub enum Algorithm {
 
 impl Algorithm {
     /// Every algorithm name, as used in the CLI, YAML and JSON.
-    pub const NAMES: [&'static str; 5] =
-        ["sliding_window", "fixed_window", "sliding_log", "gcra", "exponential_histogram"];
+    pub const NAMES: [&'static str; 5] = [
+        "sliding_window",
+        "fixed_window",
+        "sliding_log",
+        "gcra",
+        "exponential_histogram",
+    ];
 
     /// The interpolated two-bucket sliding window (Cloudflare's).
-    pub const TWO_BUCKETS: Algorithm = Algorithm::SlidingWindow { buckets: 2, weighting: Weighting::Interpolated };
+    pub const TWO_BUCKETS: Algorithm = Algorithm::SlidingWindow {
+        buckets: 2,
+        weighting: Weighting::Interpolated,
+    };
 
     /// The name used in the CLI, YAML and JSON.
     pub fn name(&self) -> &'static str {
@@ -168,13 +180,21 @@ impl Policy {
         let window_ns = u64::try_from(window.as_nanos())
             .map_err(|_| PolicyError::new("window", format!("{window:?}"), "must be at most u64::MAX nanoseconds"))?;
         if window_ns == 0 {
-            return Err(PolicyError::new("window", format!("{window:?}"), "must be longer than zero"));
+            return Err(PolicyError::new(
+                "window",
+                format!("{window:?}"),
+                "must be longer than zero",
+            ));
         }
         let mut epsilon_ppm = 0;
         let step_ns = match algorithm {
             Algorithm::SlidingWindow { buckets, .. } => {
                 if !(2..=Self::MAX_BUCKETS).contains(&buckets) {
-                    return Err(PolicyError::new("buckets", buckets.to_string(), "must be between 2 and 65536"));
+                    return Err(PolicyError::new(
+                        "buckets",
+                        buckets.to_string(),
+                        "must be between 2 and 65536",
+                    ));
                 }
                 window_ns.div_ceil(u64::from(buckets) - 1)
             }
@@ -187,14 +207,24 @@ impl Policy {
             }
             Algorithm::ExponentialHistogram { epsilon } => {
                 if !(1e-6..1.0).contains(&epsilon) {
-                    return Err(PolicyError::new("epsilon", epsilon.to_string(), "must be at least 0.000001 and below 1"));
+                    return Err(PolicyError::new(
+                        "epsilon",
+                        epsilon.to_string(),
+                        "must be at least 0.000001 and below 1",
+                    ));
                 }
                 // Rounded down, so the bound holds for the epsilon asked for.
                 epsilon_ppm = (epsilon * 1e6) as u64;
                 window_ns
             }
         };
-        Ok(Policy { limit, window_ns, algorithm, step_ns, epsilon_ppm })
+        Ok(Policy {
+            limit,
+            window_ns,
+            algorithm,
+            step_ns,
+            epsilon_ppm,
+        })
     }
 
     /// The most units admitted per window.
@@ -224,9 +254,7 @@ impl Policy {
     /// is `W`.
     pub fn effective_window_ns(&self) -> u64 {
         match self.algorithm {
-            Algorithm::SlidingWindow { buckets, .. } => {
-                self.step_ns.saturating_mul(u64::from(buckets) - 1)
-            }
+            Algorithm::SlidingWindow { buckets, .. } => self.step_ns.saturating_mul(u64::from(buckets) - 1),
             _ => self.window_ns,
         }
     }
@@ -263,7 +291,11 @@ pub struct PolicyError {
 
 impl PolicyError {
     fn new(field: &'static str, value: impl Into<String>, reason: &'static str) -> Self {
-        PolicyError { field, value: value.into(), reason }
+        PolicyError {
+            field,
+            value: value.into(),
+            reason,
+        }
     }
 }
 
@@ -289,7 +321,11 @@ pub struct ParseError {
 
 impl fmt::Display for ParseError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "unknown {} `{}`, expected one of: {}", self.what, self.value, self.expected)
+        write!(
+            f,
+            "unknown {} `{}`, expected one of: {}",
+            self.what, self.value, self.expected
+        )
     }
 }
 
@@ -307,14 +343,29 @@ mod tests {
     #[test]
     fn bad_values_name_field_and_value() {
         let w = Duration::from_secs(60);
-        assert_eq!(err(0, w, Algorithm::SlidingLog), "invalid limit `0`: must be at least 1");
-        assert_eq!(err(1, Duration::ZERO, Algorithm::SlidingLog), "invalid window `0ns`: must be longer than zero");
+        assert_eq!(
+            err(0, w, Algorithm::SlidingLog),
+            "invalid limit `0`: must be at least 1"
+        );
+        assert_eq!(
+            err(1, Duration::ZERO, Algorithm::SlidingLog),
+            "invalid window `0ns`: must be longer than zero"
+        );
         assert!(err(1, Duration::MAX, Algorithm::SlidingLog).starts_with("invalid window `"));
-        let one = Algorithm::SlidingWindow { buckets: 1, weighting: Weighting::Interpolated };
+        let one = Algorithm::SlidingWindow {
+            buckets: 1,
+            weighting: Weighting::Interpolated,
+        };
         assert_eq!(err(1, w, one), "invalid buckets `1`: must be between 2 and 65536");
-        let huge = Algorithm::SlidingWindow { buckets: 70_000, weighting: Weighting::Conservative };
+        let huge = Algorithm::SlidingWindow {
+            buckets: 70_000,
+            weighting: Weighting::Conservative,
+        };
         assert_eq!(err(1, w, huge), "invalid buckets `70000`: must be between 2 and 65536");
-        assert_eq!(err(1, w, Algorithm::Gcra { burst: 0 }), "invalid burst `0`: must be at least 1");
+        assert_eq!(
+            err(1, w, Algorithm::Gcra { burst: 0 }),
+            "invalid burst `0`: must be at least 1"
+        );
         for bad in [0.0, 1.0, -0.5, f64::NAN, f64::INFINITY] {
             let e = err(1, w, Algorithm::ExponentialHistogram { epsilon: bad });
             assert!(e.starts_with("invalid epsilon `"), "{e}");
@@ -324,13 +375,27 @@ mod tests {
     #[test]
     fn derived_values() {
         let w = Duration::from_secs(60);
-        let p = Policy::new(100, w, Algorithm::SlidingWindow { buckets: 61, weighting: Weighting::Interpolated })
-            .unwrap();
+        let p = Policy::new(
+            100,
+            w,
+            Algorithm::SlidingWindow {
+                buckets: 61,
+                weighting: Weighting::Interpolated,
+            },
+        )
+        .unwrap();
         assert_eq!(p.step_ns(), 1_000_000_000);
         assert_eq!(p.effective_window_ns(), 60_000_000_000);
         // 60 s over 7 buckets does not divide: the bucket is rounded up.
-        let p = Policy::new(100, w, Algorithm::SlidingWindow { buckets: 8, weighting: Weighting::Interpolated })
-            .unwrap();
+        let p = Policy::new(
+            100,
+            w,
+            Algorithm::SlidingWindow {
+                buckets: 8,
+                weighting: Weighting::Interpolated,
+            },
+        )
+        .unwrap();
         assert_eq!(p.step_ns(), 8_571_428_572);
         assert_eq!(p.effective_window_ns(), 60_000_000_004);
         let p = Policy::new(3, Duration::from_nanos(10), Algorithm::Gcra { burst: 1 }).unwrap();

@@ -1,8 +1,6 @@
 //! The common interface of the algorithms, and one enum over all of them.
 
-use crate::{
-    Algorithm, Decision, ExponentialHistogram, FixedWindow, Gcra, Policy, SlidingLog, SlidingWindow,
-};
+use crate::{Algorithm, Decision, ExponentialHistogram, FixedWindow, Gcra, Policy, SlidingLog, SlidingWindow};
 
 /// A per-key algorithm state: a pure state machine over caller-supplied time.
 ///
@@ -123,7 +121,10 @@ mod tests {
             Policy::new(
                 100,
                 Duration::from_secs(60),
-                Algorithm::SlidingWindow { buckets, weighting: crate::Weighting::Interpolated },
+                Algorithm::SlidingWindow {
+                    buckets,
+                    weighting: crate::Weighting::Interpolated,
+                },
             )
             .unwrap()
         };

@@ -105,7 +105,11 @@ impl<S: Slot> SlidingWindow<S> {
             Algorithm::SlidingWindow { buckets, .. } => buckets.max(2),
             _ => 2,
         };
-        SlidingWindow { slots: vec![S::default(); n as usize].into_boxed_slice(), newest: 0, total: 0 }
+        SlidingWindow {
+            slots: vec![S::default(); n as usize].into_boxed_slice(),
+            newest: 0,
+            total: 0,
+        }
     }
 
     /// Bytes on the heap: the slots.
@@ -158,7 +162,11 @@ impl<S: Slot> SlidingWindow<S> {
     /// The ring at `now`, computed without changing it.
     fn view(&self, b: u64, now: u64) -> View {
         let own = now / b;
-        let (bucket, elapsed) = if own >= self.newest { (own, now % b) } else { (self.newest, 0) };
+        let (bucket, elapsed) = if own >= self.newest {
+            (own, now % b)
+        } else {
+            (self.newest, 0)
+        };
         let n = self.n();
         let gap = bucket - self.newest;
         let total = if gap >= n {
@@ -170,7 +178,13 @@ impl<S: Slot> SlidingWindow<S> {
             })
         };
         let oldest = self.value(bucket.checked_sub(n - 1));
-        View { own, bucket, elapsed, total, oldest }
+        View {
+            own,
+            bucket,
+            elapsed,
+            total,
+            oldest,
+        }
     }
 
     fn in_ring(&self, v: &View) -> bool {
@@ -202,7 +216,11 @@ impl<S: Slot> SlidingWindow<S> {
             let e = match weighting {
                 _ if oldest == 0 => e_from,
                 Weighting::Conservative => {
-                    if u128::from(oldest) * u128::from(b) <= room { e_from } else { return None }
+                    if u128::from(oldest) * u128::from(b) <= room {
+                        e_from
+                    } else {
+                        return None;
+                    }
                 }
                 Weighting::Interpolated => {
                     // oldest·(b − e) ≤ room  ⇔  e ≥ b − ⌊room / oldest⌋
@@ -226,7 +244,11 @@ impl<S: Slot> SlidingWindow<S> {
                 return saturate((u128::from(v.bucket) + u128::from(k)) * u128::from(b) + u128::from(e));
             }
             // Next bucket: the second oldest becomes the oldest.
-            oldest = if k + 2 <= n { self.value(v.bucket.checked_sub(n - 2 - k)) } else { 0 };
+            oldest = if k + 2 <= n {
+                self.value(v.bucket.checked_sub(n - 2 - k))
+            } else {
+                0
+            };
             rest = rest.saturating_sub(oldest);
             e_from = 0;
         }
@@ -237,7 +259,10 @@ impl<S: Slot> SlidingWindow<S> {
 /// The weight of the oldest bucket, scaled by `b`.
 fn weight(policy: &Policy, elapsed: u64, b: u64) -> u64 {
     match policy.algorithm() {
-        Algorithm::SlidingWindow { weighting: Weighting::Conservative, .. } => b,
+        Algorithm::SlidingWindow {
+            weighting: Weighting::Conservative,
+            ..
+        } => b,
         _ => b - elapsed,
     }
 }
@@ -278,10 +303,22 @@ impl<S: Slot> LimitState for SlidingWindow<S> {
             after += cost_scaled;
             v_after.total = self.total;
         }
-        let remaining = if in_ring { saturate(cap.saturating_sub(after) / u128::from(b)) } else { 0 };
+        let remaining = if in_ring {
+            saturate(cap.saturating_sub(after) / u128::from(b))
+        } else {
+            0
+        };
         let retry_at = (!allowed && cost <= limit).then(|| self.retry_at(&v, weighting(policy), b, limit, cost));
         let estimate = used as f64 / b as f64;
-        Decision::at(policy, now, allowed, remaining, self.reset_at(&v_after, b), retry_at, estimate)
+        Decision::at(
+            policy,
+            now,
+            allowed,
+            remaining,
+            self.reset_at(&v_after, b),
+            retry_at,
+            estimate,
+        )
     }
 
     fn record(&mut self, policy: &Policy, now: u64, cost: u64) {
@@ -309,8 +346,12 @@ mod tests {
     use core::time::Duration;
 
     fn ring(buckets: u32, window_ns: u64, limit: u64, weighting: Weighting) -> (Policy, SlidingWindow<u32>) {
-        let p = Policy::new(limit, Duration::from_nanos(window_ns), Algorithm::SlidingWindow { buckets, weighting })
-            .unwrap();
+        let p = Policy::new(
+            limit,
+            Duration::from_nanos(window_ns),
+            Algorithm::SlidingWindow { buckets, weighting },
+        )
+        .unwrap();
         let s = SlidingWindow::new(&p);
         (p, s)
     }

@@ -1,1 +1,58 @@
-fn main(){}
+//! `slidegate`: the command line of the slidegate rate limiter.
+//!
+//! Subcommands:
+//!
+//! - `simulate`: runs the algorithms against traffic models and an exact
+//!   oracle, and reports wrong decisions, estimate error and the most any
+//!   client got admitted in one window (see the `slidegate-sim` crate).
+
+mod duration;
+mod simulate;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Sliding-window rate limiting.
+#[derive(Parser, Debug)]
+#[command(name = "slidegate", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Simulate the algorithms on traffic models against an exact oracle
+    ///
+    /// Every client has its own limit. Measurement view: every request is
+    /// counted, admitted or not; wrong_allow and wrong_deny count the requests
+    /// where the algorithm's estimate and the exact count of the window
+    /// disagree on `count + cost > limit`, and mean_err_% is the estimate's
+    /// mean relative error. Admission view: refused requests are not counted;
+    /// max_ratio is the most one client got admitted in any window, divided
+    /// by the limit (above 1.0, a client exceeded its limit). gcra keeps no
+    /// window count and has no measurement view.
+    Simulate(simulate::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let mut stdout = std::io::stdout().lock();
+    let result = match &cli.command {
+        Command::Simulate(args) => simulate::run(args, &mut stdout),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        // A closed pipe (`slidegate simulate | head`) is not a failure.
+        Err(e)
+            if e.downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) =>
+        {
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

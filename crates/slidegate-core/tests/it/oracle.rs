@@ -3,34 +3,42 @@
 /// Every event `(time, cost)` kept forever; counts are recomputed by brute
 /// force over the half-open window `(t − w, t]`.
 #[derive(Clone, Debug, Default)]
-pub struct ExactLog {
-    pub events: Vec<(u64, u64)>,
+pub(crate) struct ExactLog {
+    pub(crate) events: Vec<(u64, u64)>,
 }
 
 impl ExactLog {
-    pub fn push(&mut self, t: u64, cost: u64) {
+    pub(crate) fn push(&mut self, t: u64, cost: u64) {
         self.events.push((t, cost));
     }
 
     /// Sum of costs with time in `(t − w, t]`.
-    pub fn count(&self, t: u64, w: u64) -> u64 {
+    pub(crate) fn count(&self, t: u64, w: u64) -> u64 {
         let from = i128::from(t) - i128::from(w);
-        self.events.iter().filter(|&&(s, _)| i128::from(s) > from && s <= t).map(|&(_, c)| c).sum()
+        self.events
+            .iter()
+            .filter(|&&(s, _)| i128::from(s) > from && s <= t)
+            .map(|&(_, c)| c)
+            .sum()
     }
 
     /// Sum of costs with time in `[from, to)`.
-    pub fn between(&self, from: i128, to: i128) -> u64 {
-        self.events.iter().filter(|&&(s, _)| i128::from(s) >= from && i128::from(s) < to).map(|&(_, c)| c).sum()
+    pub(crate) fn between(&self, from: i128, to: i128) -> u64 {
+        self.events
+            .iter()
+            .filter(|&&(s, _)| i128::from(s) >= from && i128::from(s) < to)
+            .map(|&(_, c)| c)
+            .sum()
     }
 
     /// The largest sum in any window `(s, s + w]`: it is reached by a window
     /// ending at an event.
-    pub fn max_in_any_window(&self, w: u64) -> u64 {
+    pub(crate) fn max_in_any_window(&self, w: u64) -> u64 {
         self.events.iter().map(|&(t, _)| self.count(t, w)).max().unwrap_or(0)
     }
 
     /// The largest sum in any fixed window `[k·w, (k + 1)·w)`.
-    pub fn max_in_any_fixed_window(&self, w: u64) -> u64 {
+    pub(crate) fn max_in_any_fixed_window(&self, w: u64) -> u64 {
         self.events
             .iter()
             .map(|&(t, _)| {
@@ -44,16 +52,20 @@ impl ExactLog {
 
 /// Seed 000's `SlidingCounter`, verbatim but for `f64` → exact checks in
 /// the callers: the O(n) estimate straight from the slots.
-pub struct SeedCounter {
+pub(crate) struct SeedCounter {
     slots: Vec<u64>,
     bucket_ns: u64,
     newest: u64,
 }
 
 impl SeedCounter {
-    pub fn new(n_slots: usize, bucket_ns: u64) -> Self {
+    pub(crate) fn new(n_slots: usize, bucket_ns: u64) -> Self {
         assert!(n_slots >= 2 && bucket_ns > 0);
-        SeedCounter { slots: vec![0; n_slots], bucket_ns, newest: 0 }
+        SeedCounter {
+            slots: vec![0; n_slots],
+            bucket_ns,
+            newest: 0,
+        }
     }
 
     fn advance(&mut self, b: u64) {
@@ -66,7 +78,7 @@ impl SeedCounter {
         }
     }
 
-    pub fn add(&mut self, now_ns: u64, count: u64) {
+    pub(crate) fn add(&mut self, now_ns: u64, count: u64) {
         let b = now_ns / self.bucket_ns;
         self.advance(b);
         let n = self.slots.len() as u64;
@@ -75,11 +87,15 @@ impl SeedCounter {
         }
     }
 
-    pub fn estimate(&mut self, now_ns: u64) -> f64 {
+    pub(crate) fn estimate(&mut self, now_ns: u64) -> f64 {
         let b = (now_ns / self.bucket_ns).max(self.newest);
         self.advance(b);
         let n = self.slots.len() as u64;
-        let elapsed = if now_ns / self.bucket_ns >= b { now_ns % self.bucket_ns } else { 0 };
+        let elapsed = if now_ns / self.bucket_ns >= b {
+            now_ns % self.bucket_ns
+        } else {
+            0
+        };
         let oldest = self.slots[((b + 1) % n) as usize] as f64;
         let rest: u64 = self.slots.iter().sum::<u64>() - oldest as u64;
         let kept = (self.bucket_ns - elapsed) as f64 / self.bucket_ns as f64;
@@ -90,14 +106,14 @@ impl SeedCounter {
 /// The textbook GCRA (virtual scheduling): a cell at `t` conforms when
 /// `TAT ≤ t + τ`, and then `TAT = max(TAT, t) + T`. A request of `cost`
 /// cells passes when all of them, one after the other at `t`, conform.
-pub struct TextbookGcra {
-    pub tat: u128,
-    pub interval: u128,
-    pub tau: u128,
+pub(crate) struct TextbookGcra {
+    pub(crate) tat: u128,
+    pub(crate) interval: u128,
+    pub(crate) tau: u128,
 }
 
 impl TextbookGcra {
-    pub fn request(&mut self, t: u64, cost: u64) -> bool {
+    pub(crate) fn request(&mut self, t: u64, cost: u64) -> bool {
         let t = u128::from(t);
         let mut tat = self.tat;
         for _ in 0..cost {

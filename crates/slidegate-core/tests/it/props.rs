@@ -8,8 +8,14 @@ use std::time::Duration;
 const CASES: u32 = 2_000;
 
 fn config() -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(CASES);
-    ProptestConfig { cases, ..ProptestConfig::default() }
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(CASES);
+    ProptestConfig {
+        cases,
+        ..ProptestConfig::default()
+    }
 }
 
 /// Requests as `(gap since the previous one, cost)`; times never go back.
@@ -32,7 +38,12 @@ fn times(reqs: &[(u64, u64)], start: u64) -> Vec<(u64, u64)> {
 fn ring(limit: u64, buckets: u32, bucket_ns: u64, extra_ns: u64, weighting: Weighting) -> Policy {
     // A window that `n − 1` does not always divide: the bucket is rounded up.
     let window = (u64::from(buckets) - 1) * bucket_ns - extra_ns.min(bucket_ns - 1).min(u64::from(buckets) - 2);
-    Policy::new(limit, Duration::from_nanos(window), Algorithm::SlidingWindow { buckets, weighting }).unwrap()
+    Policy::new(
+        limit,
+        Duration::from_nanos(window),
+        Algorithm::SlidingWindow { buckets, weighting },
+    )
+    .unwrap()
 }
 
 fn any_policy() -> impl Strategy<Value = Policy> {
@@ -46,7 +57,9 @@ fn any_policy() -> impl Strategy<Value = Policy> {
     ];
     (1u64..12, 1u64..200, algorithm).prop_filter_map("valid", |(limit, window, algorithm)| {
         let algorithm = match algorithm {
-            Algorithm::Gcra { burst } => Algorithm::Gcra { burst: burst.min(limit) },
+            Algorithm::Gcra { burst } => Algorithm::Gcra {
+                burst: burst.min(limit),
+            },
             other => other,
         };
         Policy::new(limit, Duration::from_nanos(window), algorithm).ok()
@@ -59,11 +72,18 @@ fn assert_headers_true(policy: &Policy, state: &State, now: u64, cost: u64, d: &
     let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap();
     if d.remaining > 0 {
         let mut s = state.clone();
-        assert!(s.check(policy, now, d.remaining).allowed, "remaining {} must pass at {now}", d.remaining);
+        assert!(
+            s.check(policy, now, d.remaining).allowed,
+            "remaining {} must pass at {now}",
+            d.remaining
+        );
     }
     if let Some(more) = d.remaining.checked_add(1) {
         let mut s = state.clone();
-        assert!(!s.check(policy, now, more).allowed, "remaining + 1 = {more} must be refused at {now}");
+        assert!(
+            !s.check(policy, now, more).allowed,
+            "remaining + 1 = {more} must be refused at {now}"
+        );
     }
     if d.allowed {
         assert_eq!(d.retry_after, None);
@@ -73,16 +93,26 @@ fn assert_headers_true(policy: &Policy, state: &State, now: u64, cost: u64, d: &
         Some(wait) => {
             let at = now + ns(wait);
             let mut s = state.clone();
-            assert!(s.check(policy, at, cost).allowed, "cost {cost} must pass at now + retry_after = {at}");
+            assert!(
+                s.check(policy, at, cost).allowed,
+                "cost {cost} must pass at now + retry_after = {at}"
+            );
             let mut s = state.clone();
-            assert!(!s.check(policy, at - 1, cost).allowed, "cost {cost} must still be refused at {}", at - 1);
+            assert!(
+                !s.check(policy, at - 1, cost).allowed,
+                "cost {cost} must still be refused at {}",
+                at - 1
+            );
         }
         None => {
             let capacity = match policy.algorithm() {
                 Algorithm::Gcra { burst } => burst.min(policy.limit()),
                 _ => policy.limit(),
             };
-            assert!(cost > capacity, "only a cost above {capacity} may never pass, got {cost}");
+            assert!(
+                cost > capacity,
+                "only a cost above {capacity} may never pass, got {cost}"
+            );
         }
     }
 }
@@ -339,7 +369,11 @@ fn adversary_gets_twice_the_limit_only_from_interpolated() {
                     admitted.push(t, 1);
                 }
             }
-            assert_eq!(admitted.max_in_any_window(policy.effective_window_ns()), expect, "{buckets} {weighting}");
+            assert_eq!(
+                admitted.max_in_any_window(policy.effective_window_ns()),
+                expect,
+                "{buckets} {weighting}"
+            );
         }
     }
 }
