@@ -27,12 +27,20 @@ pub struct Decision {
     /// when it can never be admitted (a cost above what the policy can ever
     /// hold).
     pub retry_after: Option<Duration>,
-    /// The usage the decision was based on: the algorithm's count (or
-    /// estimate) of the window before this request.
-    pub estimate: f64,
+    /// The usage the decision was based on, exactly: `whole + num / den`.
+    /// Kept as integers so that a decision costs no floating point; see
+    /// [`Decision::estimate`].
+    estimate: (u64, u64, u64),
 }
 
 impl Decision {
+    /// The usage the decision was based on: the algorithm's count (or
+    /// estimate) of the window before this request.
+    pub fn estimate(&self) -> f64 {
+        let (whole, num, den) = self.estimate;
+        whole as f64 + if num == 0 { 0.0 } else { num as f64 / den as f64 }
+    }
+
     /// `retry_after` in whole seconds, rounded up, for `Retry-After`: a wait
     /// of 300 ms is 1, never 0. `None` when `retry_after` is `None`.
     pub fn retry_after_secs(&self) -> Option<u64> {
@@ -48,7 +56,9 @@ impl Decision {
 impl Decision {
     /// Builds a decision from absolute instants (ns): `reset_at` is when all
     /// counted usage has expired, `retry_at` when the refused request would
-    /// pass. Both saturate to zero when already past.
+    /// pass (both saturate to zero when already past); the estimate is
+    /// `whole + num / den`.
+    #[inline]
     pub(crate) fn at(
         policy: &Policy,
         now: u64,
@@ -56,7 +66,7 @@ impl Decision {
         remaining: u64,
         reset_at: u64,
         retry_at: Option<u64>,
-        estimate: f64,
+        estimate: (u64, u64, u64),
     ) -> Decision {
         let after = |t: u64| Duration::from_nanos(t.saturating_sub(now));
         Decision {

@@ -47,6 +47,7 @@ fn start(idx: u128, w: u64) -> u64 {
 }
 
 impl LimitState for FixedWindow {
+    #[inline]
     fn check(&mut self, policy: &Policy, now: u64, cost: u64) -> Decision {
         let w = policy.step_ns();
         let limit = policy.limit();
@@ -76,7 +77,7 @@ impl LimitState for FixedWindow {
                 start(u128::from(current) + 1, w)
             }
         });
-        Decision::at(policy, now, allowed, remaining, reset_at, retry_at, count as f64)
+        Decision::at(policy, now, allowed, remaining, reset_at, retry_at, (count, 0, 1))
     }
 
     fn record(&mut self, policy: &Policy, now: u64, cost: u64) {

@@ -49,28 +49,31 @@ fn burst(policy: &Policy) -> u64 {
 }
 
 impl LimitState for Gcra {
+    #[inline]
     fn check(&mut self, policy: &Policy, now: u64, cost: u64) -> Decision {
-        let t_ns = u128::from(policy.step_ns());
+        let step = policy.step();
+        let t_ns = u128::from(step.get());
         let burst = burst(policy);
+        let most = burst.min(policy.limit());
         let cap = u128::from(burst) * t_ns;
         let base = self.tat.max(now);
-        let backlog = u128::from(base - now);
-        let allowed = cost <= burst.min(policy.limit()) && backlog.saturating_add(u128::from(cost) * t_ns) <= cap;
+        let backlog = base - now;
+        // Below 2¹²⁸: backlog < 2⁶⁴ and cost·T ≤ (2⁶⁴ − 1)².
+        let allowed = cost <= most && u128::from(backlog) + u128::from(cost) * t_ns <= cap;
         if allowed && cost > 0 {
             self.tat = saturate(u128::from(base) + u128::from(cost) * t_ns);
         }
-        let backlog_after = u128::from(self.tat.max(now) - now);
-        let remaining = saturate(cap.saturating_sub(backlog_after) / t_ns).min(policy.limit());
+        // ⌊(burst·T − backlog) / T⌋ = burst − ⌈backlog / T⌉.
+        let (q, r) = step.div_rem(self.tat.max(now) - now);
+        let remaining = burst
+            .saturating_sub(q)
+            .saturating_sub(u64::from(r > 0))
+            .min(policy.limit());
         // TAT + cost·T − burst·T ≤ t'  ⇔  the request conforms at t'.
-        let retry_at = (!allowed && cost <= burst.min(policy.limit())).then(|| {
-            saturate(
-                u128::from(base)
-                    .saturating_add(u128::from(cost) * t_ns)
-                    .saturating_sub(cap),
-            )
-        });
-        let estimate = backlog as f64 / t_ns as f64;
-        Decision::at(policy, now, allowed, remaining, self.tat, retry_at, estimate)
+        let retry_at = (!allowed && cost <= most)
+            .then(|| saturate((u128::from(base) + u128::from(cost) * t_ns).saturating_sub(cap)));
+        let (q, r) = step.div_rem(backlog);
+        Decision::at(policy, now, allowed, remaining, self.tat, retry_at, (q, r, step.get()))
     }
 
     fn record(&mut self, policy: &Policy, now: u64, cost: u64) {

@@ -191,7 +191,15 @@ impl LimitState for ExponentialHistogram {
             }
             v.t
         });
-        Decision::at(policy, now, allowed, remaining, reset_at, retry_at, v.est2 as f64 / 2.0)
+        Decision::at(
+            policy,
+            now,
+            allowed,
+            remaining,
+            reset_at,
+            retry_at,
+            (saturate(v.est2 / 2), (v.est2 % 2) as u64, 2),
+        )
     }
 
     fn record(&mut self, policy: &Policy, now: u64, cost: u64) {
@@ -245,7 +253,7 @@ mod tests {
         assert!(h.check(&p, 5, 1).allowed);
         let d = h.check(&p, 6, 2);
         assert!(!d.allowed);
-        assert_eq!(d.estimate, 3.0);
+        assert_eq!(d.estimate(), 3.0);
         assert_eq!(d.retry_after, Some(Duration::from_nanos(4)));
         assert!(h.check(&p, 10, 2).allowed);
         assert_eq!(h.check(&p, 10, 4).retry_after, None);

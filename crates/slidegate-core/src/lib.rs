@@ -54,6 +54,7 @@ extern crate alloc;
 
 mod clock;
 mod decision;
+mod div;
 mod fixed;
 mod gcra;
 mod histogram;

@@ -117,7 +117,7 @@ impl LimitState for SlidingLog {
             limit.saturating_sub(after),
             reset_at,
             retry_at,
-            live as f64,
+            (live, 0, 1),
         )
     }
 

@@ -1,5 +1,6 @@
 //! What a limit is: how many, per how long, by which algorithm.
 
+use crate::div::Divisor;
 use alloc::format;
 use alloc::string::{String, ToString};
 use core::fmt;
@@ -155,8 +156,11 @@ pub struct Policy {
     window_ns: u64,
     algorithm: Algorithm,
     /// `sliding_window`: the bucket width `b`; `fixed_window`: the window;
-    /// `gcra`: the emission interval `T`; otherwise the window.
-    step_ns: u64,
+    /// `gcra`: the emission interval `T`; otherwise the window. With the
+    /// number of buckets (1 unless `sliding_window`), a divisor that divides
+    /// without a `div` instruction.
+    step: Divisor,
+    ring: Divisor,
     /// `exponential_histogram`: ε in millionths, rounded down.
     epsilon_ppm: u64,
 }
@@ -222,7 +226,11 @@ impl Policy {
             limit,
             window_ns,
             algorithm,
-            step_ns,
+            step: Divisor::new(step_ns),
+            ring: Divisor::new(match algorithm {
+                Algorithm::SlidingWindow { buckets, .. } => u64::from(buckets),
+                _ => 1,
+            }),
             epsilon_ppm,
         })
     }
@@ -254,7 +262,7 @@ impl Policy {
     /// is `W`.
     pub fn effective_window_ns(&self) -> u64 {
         match self.algorithm {
-            Algorithm::SlidingWindow { buckets, .. } => self.step_ns.saturating_mul(u64::from(buckets) - 1),
+            Algorithm::SlidingWindow { buckets, .. } => self.step.get().saturating_mul(u64::from(buckets) - 1),
             _ => self.window_ns,
         }
     }
@@ -262,7 +270,17 @@ impl Policy {
     /// `sliding_window`: the width of one bucket in ns; `fixed_window`: the
     /// window; `gcra`: the emission interval `⌈W / limit⌉` in ns.
     pub fn step_ns(&self) -> u64 {
-        self.step_ns
+        self.step.get()
+    }
+
+    /// Division by [`Policy::step_ns`].
+    pub(crate) fn step(&self) -> Divisor {
+        self.step
+    }
+
+    /// Division by the number of buckets of a `sliding_window`.
+    pub(crate) fn ring(&self) -> Divisor {
+        self.ring
     }
 
     /// `exponential_histogram`: ε in millionths, rounded down.

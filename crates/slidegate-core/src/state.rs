@@ -65,41 +65,35 @@ impl State {
                 State::FixedWindow(_) | State::Gcra(_) => 0,
             }
     }
+}
 
-    fn inner(&self) -> &dyn LimitState {
-        match self {
-            State::SlidingWindow(s) => s,
-            State::SlidingWindowWide(s) => s,
-            State::FixedWindow(s) => s,
-            State::SlidingLog(s) => s,
-            State::Gcra(s) => s,
-            State::ExponentialHistogram(s) => s,
+/// Calls `$call` on the state inside any variant (static dispatch, so the
+/// algorithm's code inlines into the caller).
+macro_rules! each {
+    ($state:expr, $s:ident => $call:expr) => {
+        match $state {
+            State::SlidingWindow($s) => $call,
+            State::SlidingWindowWide($s) => $call,
+            State::FixedWindow($s) => $call,
+            State::SlidingLog($s) => $call,
+            State::Gcra($s) => $call,
+            State::ExponentialHistogram($s) => $call,
         }
-    }
-
-    fn inner_mut(&mut self) -> &mut dyn LimitState {
-        match self {
-            State::SlidingWindow(s) => s,
-            State::SlidingWindowWide(s) => s,
-            State::FixedWindow(s) => s,
-            State::SlidingLog(s) => s,
-            State::Gcra(s) => s,
-            State::ExponentialHistogram(s) => s,
-        }
-    }
+    };
 }
 
 impl LimitState for State {
+    #[inline]
     fn check(&mut self, policy: &Policy, now: u64, cost: u64) -> Decision {
-        self.inner_mut().check(policy, now, cost)
+        each!(self, s => s.check(policy, now, cost))
     }
 
     fn record(&mut self, policy: &Policy, now: u64, cost: u64) {
-        self.inner_mut().record(policy, now, cost);
+        each!(self, s => s.record(policy, now, cost))
     }
 
     fn estimate(&self, policy: &Policy, now: u64) -> f64 {
-        self.inner().estimate(policy, now)
+        each!(self, s => s.estimate(policy, now))
     }
 }
 

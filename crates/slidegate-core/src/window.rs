@@ -2,6 +2,7 @@
 //! total.
 
 use crate::decision::saturate;
+use crate::div::{Divisor, div_wide};
 use crate::{Algorithm, Decision, LimitState, Policy, Weighting};
 use alloc::boxed::Box;
 use alloc::vec;
@@ -91,6 +92,12 @@ struct View {
     bucket: u64,
     /// Nanoseconds into `bucket` (0 for a late request).
     elapsed: u64,
+    /// `bucket − newest`: buckets that (virtually) entered the ring.
+    gap: u64,
+    /// Slot of `bucket`.
+    slot: usize,
+    /// Slot of `newest`.
+    newest_slot: usize,
     /// Sum of the ring.
     total: u64,
     /// Count of the oldest bucket, `bucket − (n − 1)`.
@@ -126,22 +133,36 @@ impl<S: Slot> SlidingWindow<S> {
         self.slots.len() as u64
     }
 
-    fn index(&self, bucket: u64) -> usize {
-        (bucket % self.n()) as usize
+    /// The slot of absolute bucket `j`.
+    #[inline]
+    fn slot_of(&self, ring: Divisor, j: u64) -> usize {
+        let n = self.n();
+        (if ring.get() == n { ring.rem(j) } else { j % n }) as usize
+    }
+
+    #[inline]
+    fn next(&self, i: usize) -> usize {
+        if i + 1 == self.slots.len() { 0 } else { i + 1 }
+    }
+
+    #[inline]
+    fn prev(&self, i: usize) -> usize {
+        if i == 0 { self.slots.len() - 1 } else { i - 1 }
     }
 
     /// The count of absolute bucket `j`, as if the ring had been advanced to
     /// `newest` or later: 0 for buckets newer than `newest` or gone.
-    fn value(&self, j: Option<u64>) -> u64 {
+    fn value(&self, ring: Divisor, j: Option<u64>) -> u64 {
         match j {
-            Some(j) if j <= self.newest && self.newest - j < self.n() => self.slots[self.index(j)].get(),
+            Some(j) if j <= self.newest && self.newest - j < self.n() => self.slots[self.slot_of(ring, j)].get(),
             _ => 0,
         }
     }
 
     /// Moves the ring forward to `bucket`, zeroing the slots that left it
     /// (at most `n`) and keeping the running total.
-    fn advance(&mut self, bucket: u64) {
+    #[inline]
+    fn advance(&mut self, ring: Divisor, bucket: u64) {
         if bucket <= self.newest {
             return;
         }
@@ -150,38 +171,54 @@ impl<S: Slot> SlidingWindow<S> {
             self.slots.fill(S::default());
             self.total = 0;
         } else {
-            for i in 1..=gap {
-                let k = self.index(self.newest % self.n() + i);
-                self.total = self.total.saturating_sub(self.slots[k].get());
-                self.slots[k] = S::default();
+            let mut i = self.slot_of(ring, self.newest);
+            for _ in 0..gap {
+                i = self.next(i);
+                self.total = self.total.saturating_sub(self.slots[i].get());
+                self.slots[i] = S::default();
             }
         }
         self.newest = bucket;
     }
 
-    /// The ring at `now`, computed without changing it.
-    fn view(&self, b: u64, now: u64) -> View {
-        let own = now / b;
+    /// The ring for a request in bucket `own`, `rem` ns into it, computed
+    /// without changing the ring.
+    #[inline]
+    fn view(&self, ring: Divisor, own: u64, rem: u64) -> View {
         let (bucket, elapsed) = if own >= self.newest {
-            (own, now % b)
+            (own, rem)
         } else {
             (self.newest, 0)
         };
         let n = self.n();
         let gap = bucket - self.newest;
-        let total = if gap >= n {
-            0
+        let newest_slot = self.slot_of(ring, self.newest);
+        let (slot, total) = if gap >= n {
+            (self.slot_of(ring, bucket), 0)
         } else {
-            // Buckets newest−n+1 ..= bucket−n leave the ring.
-            (1..=gap).fold(self.total, |t, i| {
-                t.saturating_sub(self.slots[self.index(self.newest % n + i)].get())
-            })
+            // Buckets newest − n + 1 ..= bucket − n leave the ring; their
+            // slots are those of newest + 1 ..= bucket.
+            let (mut i, mut total) = (newest_slot, self.total);
+            for _ in 0..gap {
+                i = self.next(i);
+                total = total.saturating_sub(self.slots[i].get());
+            }
+            (i, total)
         };
-        let oldest = self.value(bucket.checked_sub(n - 1));
+        // The oldest bucket sits in the slot after `bucket`'s; it is a real,
+        // kept bucket unless the ring is empty or `bucket < n − 1`.
+        let oldest = if gap < n && bucket >= n - 1 {
+            self.slots[self.next(slot)].get()
+        } else {
+            0
+        };
         View {
             own,
             bucket,
             elapsed,
+            gap,
+            slot,
+            newest_slot,
             total,
             oldest,
         }
@@ -192,22 +229,26 @@ impl<S: Slot> SlidingWindow<S> {
     }
 
     /// When all counted usage has expired: the newest non-empty bucket `j`
-    /// stops counting at `(j + n)·b`.
-    fn reset_at(&self, v: &View, b: u64) -> u64 {
-        if v.total == 0 {
+    /// stops counting at `(j + n)·b`. `total` is the ring's sum.
+    fn reset_at(&self, v: &View, total: u64, b: u64) -> u64 {
+        if total == 0 || v.gap >= self.n() {
             return 0;
         }
         let n = self.n();
-        let top = v.bucket.min(self.newest);
-        (0..n)
-            .map_while(|d| top.checked_sub(d))
-            .find(|&j| self.value(Some(j)) > 0)
-            .map_or(0, |j| saturate((u128::from(j) + u128::from(n)) * u128::from(b)))
+        // From `newest` down to the oldest bucket still in the ring.
+        let mut i = v.newest_slot;
+        for d in 0..(n - v.gap).min(self.newest.saturating_add(1)) {
+            if self.slots[i].get() > 0 {
+                return saturate((u128::from(self.newest - d) + u128::from(n)) * u128::from(b));
+            }
+            i = self.prev(i);
+        }
+        0
     }
 
     /// The earliest instant at which `cost` units fit, if nothing else
     /// arrives. Requires `cost ≤ limit`.
-    fn retry_at(&self, v: &View, weighting: Weighting, b: u64, limit: u64, cost: u64) -> u64 {
+    fn retry_at(&self, ring: Divisor, v: &View, weighting: Weighting, b: u64, limit: u64, cost: u64) -> u64 {
         let n = self.n();
         let fits_at = |rest: u64, oldest: u64, e_from: u64| -> Option<u64> {
             // rest·b + oldest·w(e) + cost·b ≤ limit·b, for the least e ≥ e_from.
@@ -224,7 +265,7 @@ impl<S: Slot> SlidingWindow<S> {
                 }
                 Weighting::Interpolated => {
                     // oldest·(b − e) ≤ room  ⇔  e ≥ b − ⌊room / oldest⌋
-                    let q = room / u128::from(oldest);
+                    let q = div_wide(room, oldest);
                     let least = if q >= u128::from(b) { 0 } else { b - q as u64 };
                     least.max(e_from)
                 }
@@ -245,7 +286,7 @@ impl<S: Slot> SlidingWindow<S> {
             }
             // Next bucket: the second oldest becomes the oldest.
             oldest = if k + 2 <= n {
-                self.value(v.bucket.checked_sub(n - 2 - k))
+                self.value(ring, v.bucket.checked_sub(n - 2 - k))
             } else {
                 0
             };
@@ -256,17 +297,6 @@ impl<S: Slot> SlidingWindow<S> {
     }
 }
 
-/// The weight of the oldest bucket, scaled by `b`.
-fn weight(policy: &Policy, elapsed: u64, b: u64) -> u64 {
-    match policy.algorithm() {
-        Algorithm::SlidingWindow {
-            weighting: Weighting::Conservative,
-            ..
-        } => b,
-        _ => b - elapsed,
-    }
-}
-
 fn weighting(policy: &Policy) -> Weighting {
     match policy.algorithm() {
         Algorithm::SlidingWindow { weighting, .. } => weighting,
@@ -274,59 +304,87 @@ fn weighting(policy: &Policy) -> Weighting {
     }
 }
 
-/// The estimate scaled by `b`: `rest·b + oldest·w`.
-fn scaled(v: &View, w: u64, b: u64) -> u128 {
-    u128::from(v.total.saturating_sub(v.oldest)) * u128::from(b) + u128::from(v.oldest) * u128::from(w)
+/// The oldest bucket's part of the estimate, scaled by `b`: `oldest·w`
+/// with `w = b − elapsed` (interpolated) or `b` (conservative).
+#[inline]
+fn oldest_part(weighting: Weighting, v: &View, b: u64) -> u128 {
+    let w = match weighting {
+        Weighting::Conservative => b,
+        Weighting::Interpolated => b - v.elapsed,
+    };
+    u128::from(v.oldest) * u128::from(w)
+}
+
+/// `rest + part / b` as a float, for reporting.
+#[inline]
+fn estimate_of(step: Divisor, rest: u64, part: u128) -> f64 {
+    let (q, r) = step.div_rem_wide(part);
+    let frac = if r == 0 { 0.0 } else { r as f64 / step.get() as f64 };
+    rest as f64 + q as f64 + frac
 }
 
 impl<S: Slot> LimitState for SlidingWindow<S> {
+    #[inline]
     fn check(&mut self, policy: &Policy, now: u64, cost: u64) -> Decision {
-        let b = policy.step_ns();
+        let (step, ring) = (policy.step(), policy.ring());
+        let b = step.get();
         let limit = policy.limit();
+        let weighting = weighting(policy);
+        let (own, rem) = step.div_rem(now);
         if cost > 0 {
-            self.advance(now / b);
+            self.advance(ring, own);
         }
-        let v = self.view(b, now);
-        let used = scaled(&v, weight(policy, v.elapsed, b), b);
-        let cap = u128::from(limit) * u128::from(b);
-        let cost_scaled = u128::from(cost) * u128::from(b);
+        let v = self.view(ring, own, rem);
+        let rest = v.total.saturating_sub(v.oldest);
+        let part = oldest_part(weighting, &v, b);
         let in_ring = self.in_ring(&v);
-        let allowed = in_ring && cost <= limit && used.saturating_add(cost_scaled) <= cap;
-        let mut after = used;
-        let mut v_after = v;
+        // Units left for the oldest bucket's part and this request:
+        // admitted when rest·b + part + cost·b ≤ limit·b.
+        let free = limit.checked_sub(rest);
+        let allowed = in_ring
+            && free
+                .and_then(|f| f.checked_sub(cost))
+                .is_some_and(|f| part <= u128::from(f) * u128::from(b));
+        let mut total = v.total;
         if allowed && cost > 0 {
-            let k = self.index(v.own);
+            let k = if v.own == v.bucket {
+                v.slot
+            } else {
+                self.slot_of(ring, v.own)
+            };
             let before = self.slots[k].get();
             self.slots[k] = self.slots[k].plus(cost);
-            let added = self.slots[k].get() - before;
-            self.total = self.total.saturating_add(added);
-            after += cost_scaled;
-            v_after.total = self.total;
+            self.total = self.total.saturating_add(self.slots[k].get() - before);
+            total = self.total;
         }
-        let remaining = if in_ring {
-            saturate(cap.saturating_sub(after) / u128::from(b))
-        } else {
-            0
+        // ⌊(limit·b − used_after) / b⌋ = free_after − ⌈part / b⌉.
+        let (q, r) = step.div_rem_wide(part);
+        let remaining = match free {
+            Some(f) if in_ring => {
+                let f = if allowed { f - cost } else { f };
+                f.saturating_sub(q).saturating_sub(u64::from(r > 0))
+            }
+            _ => 0,
         };
-        let retry_at = (!allowed && cost <= limit).then(|| self.retry_at(&v, weighting(policy), b, limit, cost));
-        let estimate = used as f64 / b as f64;
+        let retry_at = (!allowed && cost <= limit).then(|| self.retry_at(ring, &v, weighting, b, limit, cost));
+        let estimate = (rest.saturating_add(q), r, b);
         Decision::at(
             policy,
             now,
             allowed,
             remaining,
-            self.reset_at(&v_after, b),
+            self.reset_at(&v, total, b),
             retry_at,
             estimate,
         )
     }
 
     fn record(&mut self, policy: &Policy, now: u64, cost: u64) {
-        let b = policy.step_ns();
-        let own = now / b;
-        self.advance(own);
+        let ring = policy.ring();
+        let own = policy.step().div_rem(now).0;
+        self.advance(ring, own);
         if self.newest - own < self.n() {
-            let k = self.index(own);
+            let k = self.slot_of(ring, own);
             let before = self.slots[k].get();
             self.slots[k] = self.slots[k].plus(cost);
             self.total = self.total.saturating_add(self.slots[k].get() - before);
@@ -334,9 +392,13 @@ impl<S: Slot> LimitState for SlidingWindow<S> {
     }
 
     fn estimate(&self, policy: &Policy, now: u64) -> f64 {
-        let b = policy.step_ns();
-        let v = self.view(b, now);
-        scaled(&v, weight(policy, v.elapsed, b), b) as f64 / b as f64
+        let (own, rem) = policy.step().div_rem(now);
+        let v = self.view(policy.ring(), own, rem);
+        estimate_of(
+            policy.step(),
+            v.total.saturating_sub(v.oldest),
+            oldest_part(weighting(policy), &v, policy.step_ns()),
+        )
     }
 }
 
@@ -427,7 +489,7 @@ mod tests {
         assert_eq!(s.estimate(&p, minute + 45_000_000_000), 50.0);
         let d = s.check(&p, minute + 15_000_000_000, 1);
         assert!(d.allowed);
-        assert_eq!(d.estimate, 90.0);
+        assert_eq!(d.estimate(), 90.0);
         assert_eq!(d.remaining, 9);
     }
 
@@ -439,7 +501,7 @@ mod tests {
         }
         let d = s.check(&p, 1500, 1);
         assert!(!d.allowed);
-        assert_eq!(d.estimate, 10.0);
+        assert_eq!(d.estimate(), 10.0);
         // Everything leaves when bucket 0 leaves the ring, at 2000.
         assert_eq!(d.retry_after, Some(Duration::from_nanos(500)));
         assert_eq!(d.reset_after, Duration::from_nanos(500));
@@ -473,7 +535,7 @@ mod tests {
         // e ≥ 2 → 32.
         let d = s.check(&p, 12, 6);
         assert!(!d.allowed);
-        assert_eq!(d.estimate, 10.0);
+        assert_eq!(d.estimate(), 10.0);
         assert_eq!(d.retry_after, Some(Duration::from_nanos(20)));
         assert!(!s.check(&p, 31, 6).allowed);
         assert!(s.check(&p, 32, 6).allowed);

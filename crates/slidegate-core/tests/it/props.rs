@@ -131,7 +131,7 @@ proptest! {
             let used = admitted.count(t, window);
             let d = state.check(&policy, t, cost);
             prop_assert_eq!(d.allowed, cost <= limit && used + cost <= limit);
-            prop_assert_eq!(d.estimate, used as f64);
+            prop_assert_eq!(d.estimate(), used as f64);
             if d.allowed && cost > 0 {
                 admitted.push(t, cost);
             }
