@@ -1,8 +1,9 @@
 //! Division by a divisor fixed when a policy is built.
 
 /// Divides by `d` with two multiplications instead of a `div` instruction:
-/// `m = ⌊(2⁶⁴ − 1)/d⌋` gives a quotient at most 2 below the true one, which
-/// at most two subtractions correct. Exact for every `u64` and `d ≥ 1`.
+/// `m = ⌊2⁶⁴/d⌋` (`2⁶⁴ − 1` for `d = 1`) gives a quotient at most 1 below
+/// the true one, which one conditional subtraction corrects. Exact for every
+/// `u64` and `d ≥ 1`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Divisor {
     d: u64,
@@ -13,7 +14,12 @@ impl Divisor {
     /// A divisor of `d`, with 0 taken as 1.
     pub(crate) const fn new(d: u64) -> Self {
         let d = if d == 0 { 1 } else { d };
-        Divisor { d, m: u64::MAX / d }
+        let m = if d == 1 {
+            u64::MAX
+        } else {
+            ((1u128 << 64) / d as u128) as u64
+        };
+        Divisor { d, m }
     }
 
     /// The divisor.
@@ -25,14 +31,11 @@ impl Divisor {
     /// `(x / d, x % d)`.
     #[inline]
     pub(crate) fn div_rem(self, x: u64) -> (u64, u64) {
-        // q ≤ x·m/2⁶⁴ < x/d, so q·d ≤ x; and x/d − q < 1/d + 1 ≤ 2.
-        let mut q = ((u128::from(x) * u128::from(self.m)) >> 64) as u64;
-        let mut r = x - q * self.d;
-        while r >= self.d {
-            q += 1;
-            r -= self.d;
-        }
-        (q, r)
+        // m ≤ 2⁶⁴/d, so q ≤ x/d and q·d ≤ x; and 2⁶⁴/d − m < 1, so
+        // x/d − q < x/2⁶⁴ + 1 < 2: q is ⌊x/d⌋ or one less.
+        let q = ((u128::from(x) * u128::from(self.m)) >> 64) as u64;
+        let r = x - q * self.d;
+        if r >= self.d { (q + 1, r - self.d) } else { (q, r) }
     }
 
     /// `x % d`.

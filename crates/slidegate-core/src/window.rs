@@ -145,20 +145,6 @@ impl<S: Slot> SlidingWindow<S> {
         if i + 1 == self.slots.len() { 0 } else { i + 1 }
     }
 
-    #[inline]
-    fn prev(&self, i: usize) -> usize {
-        if i == 0 { self.slots.len() - 1 } else { i - 1 }
-    }
-
-    /// The count of absolute bucket `j`, as if the ring had been advanced to
-    /// `newest` or later: 0 for buckets newer than `newest` or gone.
-    fn value(&self, ring: Divisor, j: Option<u64>) -> u64 {
-        match j {
-            Some(j) if j <= self.newest && self.newest - j < self.n() => self.slots[self.slot_of(ring, j)].get(),
-            _ => 0,
-        }
-    }
-
     /// Moves the ring forward to `bucket`, zeroing the slots that left it
     /// (at most `n`) and keeping the running total.
     #[inline]
@@ -236,19 +222,45 @@ impl<S: Slot> SlidingWindow<S> {
         }
         let n = self.n();
         // From `newest` down to the oldest bucket still in the ring.
-        let mut i = v.newest_slot;
-        for d in 0..(n - v.gap).min(self.newest.saturating_add(1)) {
-            if self.slots[i].get() > 0 {
-                return saturate((u128::from(self.newest - d) + u128::from(n)) * u128::from(b));
-            }
-            i = self.prev(i);
+        let steps = (n - v.gap).min(self.newest.saturating_add(1));
+        match self.back_to_nonzero(v.newest_slot, steps as usize) {
+            Some(d) => saturate((u128::from(self.newest - d as u64) + u128::from(n)) * u128::from(b)),
+            None => 0,
         }
-        0
+    }
+
+    /// How many slots back from slot `i` (0 for `i` itself, wrapping) the
+    /// first non-zero slot is, looking at `steps` slots at most.
+    fn back_to_nonzero(&self, i: usize, steps: usize) -> Option<usize> {
+        let zero = S::default();
+        let start = (i + 1).saturating_sub(steps);
+        let near = &self.slots[start..=i];
+        if let Some(p) = near.iter().rposition(|&s| s != zero) {
+            return Some(i - (start + p));
+        }
+        // Wrapped: the slots at the end, when `near` reached slot 0.
+        let m = (steps - near.len()).min(self.slots.len() - near.len());
+        let far = &self.slots[self.slots.len() - m..];
+        far.iter()
+            .rposition(|&s| s != zero)
+            .map(|p| near.len() + (far.len() - 1 - p))
+    }
+
+    /// How many slots forward from slot `i` (0 for `i` itself, wrapping)
+    /// the first non-zero slot is, looking at `steps` slots at most.
+    fn ahead_to_nonzero(&self, i: usize, steps: usize) -> Option<usize> {
+        let zero = S::default();
+        let near = &self.slots[i..self.slots.len().min(i + steps)];
+        if let Some(p) = near.iter().position(|&s| s != zero) {
+            return Some(p);
+        }
+        let far = &self.slots[..(steps - near.len()).min(i)];
+        far.iter().position(|&s| s != zero).map(|p| near.len() + p)
     }
 
     /// The earliest instant at which `cost` units fit, if nothing else
     /// arrives. Requires `cost ≤ limit`.
-    fn retry_at(&self, ring: Divisor, v: &View, weighting: Weighting, b: u64, limit: u64, cost: u64) -> u64 {
+    fn retry_at(&self, v: &View, weighting: Weighting, b: u64, limit: u64, cost: u64) -> u64 {
         let n = self.n();
         let fits_at = |rest: u64, oldest: u64, e_from: u64| -> Option<u64> {
             // rest·b + oldest·w(e) + cost·b ≤ limit·b, for the least e ≥ e_from.
@@ -280,20 +292,48 @@ impl<S: Slot> SlidingWindow<S> {
             return saturate(u128::from(v.bucket - (n - 1)) * u128::from(b));
         }
         let mut e_from = v.elapsed;
-        for k in 0..n {
+        // At step k the ring has reached bucket + k; its oldest bucket is
+        // bucket − n + 1 + k, in slot (slot + 1 + k) mod n. Real buckets lie
+        // in lo ≤ k ≤ hi; the others (before 0, or after `newest` in a
+        // peek's virtual advance) hold nothing, whatever their slots say.
+        let lo = (n - 1).saturating_sub(v.bucket);
+        let hi = n - 1 - v.gap.min(n - 1);
+        let len = self.slots.len();
+        let slot_at = |k: u64| {
+            let x = v.slot + 1 + k as usize;
+            if x >= len { x - len } else { x }
+        };
+        let all_gone = saturate((u128::from(v.bucket) + u128::from(n)) * u128::from(b));
+        let mut k = 0;
+        loop {
             if let Some(e) = fits_at(rest, oldest, e_from) {
                 return saturate((u128::from(v.bucket) + u128::from(k)) * u128::from(b) + u128::from(e));
             }
-            // Next bucket: the second oldest becomes the oldest.
-            oldest = if k + 2 <= n {
-                self.value(ring, v.bucket.checked_sub(n - 2 - k))
+            let failed_empty = oldest == 0;
+            k += 1;
+            if failed_empty {
+                // Steps whose oldest bucket is empty fail the same way:
+                // jump to the next non-empty one.
+                let from = k.max(lo);
+                if from > hi {
+                    return all_gone;
+                }
+                match self.ahead_to_nonzero(slot_at(from), (hi - from + 1) as usize) {
+                    Some(d) => k = from + d as u64,
+                    None => return all_gone,
+                }
+            }
+            if k >= n {
+                return all_gone;
+            }
+            oldest = if (lo..=hi).contains(&k) {
+                self.slots[slot_at(k)].get()
             } else {
                 0
             };
             rest = rest.saturating_sub(oldest);
             e_from = 0;
         }
-        saturate((u128::from(v.bucket) + u128::from(n)) * u128::from(b))
     }
 }
 
@@ -323,14 +363,73 @@ fn estimate_of(step: Divisor, rest: u64, part: u128) -> f64 {
     rest as f64 + q as f64 + frac
 }
 
-impl<S: Slot> LimitState for SlidingWindow<S> {
+impl<S: Slot> SlidingWindow<S> {
+    /// The common case, with fewer branches: a request that counts (`cost >
+    /// 0`), in time order (`own ≥ newest`), for a policy whose `limit·b`
+    /// fits in `u64`. `None` (having at most advanced the ring) sends it to
+    /// [`Self::check_any`], which decides the same way in every case.
     #[inline]
-    fn check(&mut self, policy: &Policy, now: u64, cost: u64) -> Decision {
+    fn check_in_order(&mut self, policy: &Policy, now: u64, own: u64, rem: u64, cost: u64) -> Option<Decision> {
+        let (step, ring) = (policy.step(), policy.ring());
+        let b = step.get();
+        let limit = policy.limit();
+        // Guards every product below: (free − cost)·b ≤ limit·b.
+        limit.checked_mul(b)?;
+        self.advance(ring, own);
+        let n = self.n();
+        let slot = self.slot_of(ring, own);
+        let oldest = if own >= n - 1 {
+            self.slots[self.next(slot)].get()
+        } else {
+            0
+        };
+        let weighting = weighting(policy);
+        let w = match weighting {
+            Weighting::Conservative => b,
+            Weighting::Interpolated => b - rem,
+        };
+        let part = oldest.checked_mul(w)?;
+        let rest = self.total.checked_sub(oldest)?;
+        let free = limit.checked_sub(rest)?;
+        let allowed = cost <= free && part <= (free - cost) * b;
+        let v = View {
+            own,
+            bucket: own,
+            elapsed: rem,
+            gap: 0,
+            slot,
+            newest_slot: slot,
+            total: self.total,
+            oldest,
+        };
+        let (q, r) = step.div_rem(part);
+        let estimate = (rest + q, r, b);
+        if allowed {
+            let before = self.slots[slot].get();
+            self.slots[slot] = self.slots[slot].plus(cost);
+            self.total = self.total.saturating_add(self.slots[slot].get() - before);
+            let remaining = (free - cost).saturating_sub(q).saturating_sub(u64::from(r > 0));
+            let reset_at = if self.slots[slot].get() > 0 {
+                saturate((u128::from(own) + u128::from(n)) * u128::from(b))
+            } else {
+                self.reset_at(&v, self.total, b)
+            };
+            return Some(Decision::at(policy, now, true, remaining, reset_at, None, estimate));
+        }
+        let remaining = free.saturating_sub(q).saturating_sub(u64::from(r > 0));
+        let retry_at = (cost <= limit).then(|| self.retry_at(&v, weighting, b, limit, cost));
+        let reset_at = self.reset_at(&v, self.total, b);
+        Some(Decision::at(
+            policy, now, false, remaining, reset_at, retry_at, estimate,
+        ))
+    }
+
+    /// Any request: late, peeking, or beyond `u64` products.
+    fn check_any(&mut self, policy: &Policy, now: u64, own: u64, rem: u64, cost: u64) -> Decision {
         let (step, ring) = (policy.step(), policy.ring());
         let b = step.get();
         let limit = policy.limit();
         let weighting = weighting(policy);
-        let (own, rem) = step.div_rem(now);
         if cost > 0 {
             self.advance(ring, own);
         }
@@ -366,7 +465,7 @@ impl<S: Slot> LimitState for SlidingWindow<S> {
             }
             _ => 0,
         };
-        let retry_at = (!allowed && cost <= limit).then(|| self.retry_at(ring, &v, weighting, b, limit, cost));
+        let retry_at = (!allowed && cost <= limit).then(|| self.retry_at(&v, weighting, b, limit, cost));
         let estimate = (rest.saturating_add(q), r, b);
         Decision::at(
             policy,
@@ -377,6 +476,20 @@ impl<S: Slot> LimitState for SlidingWindow<S> {
             retry_at,
             estimate,
         )
+    }
+}
+
+impl<S: Slot> LimitState for SlidingWindow<S> {
+    #[inline]
+    fn check(&mut self, policy: &Policy, now: u64, cost: u64) -> Decision {
+        let (own, rem) = policy.step().div_rem(now);
+        if cost > 0
+            && own >= self.newest
+            && let Some(decision) = self.check_in_order(policy, now, own, rem, cost)
+        {
+            return decision;
+        }
+        self.check_any(policy, now, own, rem, cost)
     }
 
     fn record(&mut self, policy: &Policy, now: u64, cost: u64) {
