@@ -62,7 +62,7 @@ fn probe<S: LimitState>(name: &str, policy: &Policy, mut state: S) {
     let mut admitted = 0u32;
     for _ in 0..PROBE_CHECKS {
         clock.advance(STEP);
-        admitted += u32::from(state.check(policy, clock.now(), 1).allowed);
+        admitted += u32::from(state.check(policy, clock.now(), 1).allowed());
     }
     eprintln!("{name}: {admitted} of {PROBE_CHECKS} checks admitted");
 }

@@ -6,58 +6,98 @@ use core::time::Duration;
 /// What an algorithm decided for one request, with everything rate-limit
 /// headers need.
 ///
-/// Being refused is an outcome, not an error.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// Being refused is an outcome, not an error. A decision is a small snapshot
+/// of plain integers; the figures that need a division (`remaining`, the
+/// estimate, the durations) are worked out when asked for, so that deciding
+/// stays cheap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Decision {
+    pub(crate) allowed: bool,
+    pub(crate) limit: u64,
+    /// The time of the decision, ns.
+    pub(crate) now: u64,
+    /// When all counted usage has expired, ns.
+    pub(crate) reset_at: u64,
+    /// When the refused request would pass, ns.
+    pub(crate) retry_at: Option<u64>,
+    /// `remaining = free − ⌈debt / den⌉`.
+    pub(crate) free: u64,
+    pub(crate) debt: u64,
+    /// `estimate = used + frac / den`.
+    pub(crate) used: u64,
+    pub(crate) frac: u64,
+    /// Denominator of `debt` and `frac`, at least 1.
+    pub(crate) den: u64,
+}
+
+impl Decision {
     /// Whether the request was admitted (and, for a non-zero cost, counted).
-    pub allowed: bool,
+    #[inline]
+    pub fn allowed(&self) -> bool {
+        self.allowed
+    }
+
     /// The policy's limit.
-    pub limit: u64,
+    #[inline]
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
     /// The largest cost that a request at the same instant could have and
     /// still be admitted, after this decision. For the sliding log this is
     /// the budget minus the log's length after the request.
-    pub remaining: u64,
+    pub fn remaining(&self) -> u64 {
+        if self.debt == 0 {
+            self.free
+        } else {
+            self.free.saturating_sub(self.debt.div_ceil(self.den))
+        }
+    }
+
     /// Time until all usage counted so far has expired, so that the full
-    /// limit is available again if nothing else arrives. Zero when nothing is
-    /// counted.
-    pub reset_after: Duration,
+    /// limit is available again if nothing else arrives. Zero when nothing
+    /// is counted.
+    pub fn reset_after(&self) -> Duration {
+        Duration::from_nanos(self.reset_at.saturating_sub(self.now))
+    }
+
     /// On a refusal: the shortest wait after which the same request (same
     /// cost) would be admitted if nothing else arrived; waiting 1 ns less
     /// would still be refused. `None` when the request was admitted, and
     /// when it can never be admitted (a cost above what the policy can ever
     /// hold).
-    pub retry_after: Option<Duration>,
-    /// The usage the decision was based on, exactly: `whole + num / den`.
-    /// Kept as integers so that a decision costs no floating point; see
-    /// [`Decision::estimate`].
-    estimate: (u64, u64, u64),
-}
+    pub fn retry_after(&self) -> Option<Duration> {
+        if self.allowed {
+            return None;
+        }
+        self.retry_at.map(|t| Duration::from_nanos(t.saturating_sub(self.now)))
+    }
 
-impl Decision {
     /// The usage the decision was based on: the algorithm's count (or
     /// estimate) of the window before this request.
     pub fn estimate(&self) -> f64 {
-        let (whole, num, den) = self.estimate;
-        whole as f64 + if num == 0 { 0.0 } else { num as f64 / den as f64 }
+        self.used as f64
+            + if self.frac == 0 {
+                0.0
+            } else {
+                self.frac as f64 / self.den as f64
+            }
     }
 
     /// `retry_after` in whole seconds, rounded up, for `Retry-After`: a wait
     /// of 300 ms is 1, never 0. `None` when `retry_after` is `None`.
     pub fn retry_after_secs(&self) -> Option<u64> {
-        self.retry_after.map(ceil_secs)
+        self.retry_after().map(ceil_secs)
     }
 
     /// `reset_after` in whole seconds, rounded up.
     pub fn reset_after_secs(&self) -> u64 {
-        ceil_secs(self.reset_after)
+        ceil_secs(self.reset_after())
     }
-}
 
-impl Decision {
     /// Builds a decision from absolute instants (ns): `reset_at` is when all
     /// counted usage has expired, `retry_at` when the refused request would
-    /// pass (both saturate to zero when already past); the estimate is
-    /// `whole + num / den`.
+    /// pass; the estimate is `whole + num / den`.
     #[inline]
     pub(crate) fn at(
         policy: &Policy,
@@ -66,16 +106,19 @@ impl Decision {
         remaining: u64,
         reset_at: u64,
         retry_at: Option<u64>,
-        estimate: (u64, u64, u64),
+        (whole, num, den): (u64, u64, u64),
     ) -> Decision {
-        let after = |t: u64| Duration::from_nanos(t.saturating_sub(now));
         Decision {
             allowed,
             limit: policy.limit(),
-            remaining,
-            reset_after: after(reset_at),
-            retry_after: if allowed { None } else { retry_at.map(after) },
-            estimate,
+            now,
+            reset_at,
+            retry_at,
+            free: remaining,
+            debt: 0,
+            used: whole,
+            frac: num,
+            den: den.max(1),
         }
     }
 }

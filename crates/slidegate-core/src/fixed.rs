@@ -103,23 +103,23 @@ mod tests {
     fn resets_at_each_boundary() {
         let p = Policy::new(3, Duration::from_nanos(100), Algorithm::FixedWindow).unwrap();
         let mut s = FixedWindow::new();
-        assert!(s.check(&p, 99, 3).allowed);
+        assert!(s.check(&p, 99, 3).allowed());
         let d = s.check(&p, 99, 1);
-        assert!(!d.allowed);
-        assert_eq!(d.retry_after, Some(Duration::from_nanos(1)));
-        assert_eq!(d.reset_after, Duration::from_nanos(1));
+        assert!(!d.allowed());
+        assert_eq!(d.retry_after(), Some(Duration::from_nanos(1)));
+        assert_eq!(d.reset_after(), Duration::from_nanos(1));
         // Up to 2× across the boundary: 3 at 99 and 3 at 100.
         let d = s.check(&p, 100, 3);
-        assert!(d.allowed);
-        assert_eq!(d.remaining, 0);
-        assert_eq!(d.reset_after, Duration::from_nanos(100));
+        assert!(d.allowed());
+        assert_eq!(d.remaining(), 0);
+        assert_eq!(d.reset_after(), Duration::from_nanos(100));
         // A late request from window 0 is refused; it would pass only in
         // window 2.
         let d = s.check(&p, 50, 1);
-        assert!(!d.allowed);
-        assert_eq!(d.retry_after, Some(Duration::from_nanos(150)));
-        assert!(!s.check(&p, 4, 4).allowed);
-        assert_eq!(s.check(&p, 4, 4).retry_after, None);
-        assert!(s.check(&p, u64::MAX, 3).allowed);
+        assert!(!d.allowed());
+        assert_eq!(d.retry_after(), Some(Duration::from_nanos(150)));
+        assert!(!s.check(&p, 4, 4).allowed());
+        assert_eq!(s.check(&p, 4, 4).retry_after(), None);
+        assert!(s.check(&p, u64::MAX, 3).allowed());
     }
 }

@@ -97,18 +97,18 @@ mod tests {
         let p = Policy::new(10, Duration::from_nanos(100), Algorithm::Gcra { burst: 3 }).unwrap();
         let mut s = Gcra::new();
         let d = s.check(&p, 1000, 1);
-        assert!(d.allowed);
-        assert_eq!(d.remaining, 2);
-        assert!(s.check(&p, 1000, 2).allowed);
+        assert!(d.allowed());
+        assert_eq!(d.remaining(), 2);
+        assert!(s.check(&p, 1000, 2).allowed());
         let d = s.check(&p, 1000, 1);
-        assert!(!d.allowed);
-        assert_eq!(d.retry_after, Some(Duration::from_nanos(10)));
-        assert_eq!(d.reset_after, Duration::from_nanos(30));
-        assert!(!s.check(&p, 1009, 1).allowed);
-        assert!(s.check(&p, 1010, 1).allowed);
-        assert_eq!(s.check(&p, 1010, 2).retry_after, Some(Duration::from_nanos(20)));
+        assert!(!d.allowed());
+        assert_eq!(d.retry_after(), Some(Duration::from_nanos(10)));
+        assert_eq!(d.reset_after(), Duration::from_nanos(30));
+        assert!(!s.check(&p, 1009, 1).allowed());
+        assert!(s.check(&p, 1010, 1).allowed());
+        assert_eq!(s.check(&p, 1010, 2).retry_after(), Some(Duration::from_nanos(20)));
         assert_eq!(
-            s.check(&p, 1010, 4).retry_after,
+            s.check(&p, 1010, 4).retry_after(),
             None,
             "cost above the burst never passes"
         );

@@ -249,13 +249,13 @@ mod tests {
         )
         .unwrap();
         let mut h = ExponentialHistogram::new();
-        assert!(h.check(&p, 0, 2).allowed);
-        assert!(h.check(&p, 5, 1).allowed);
+        assert!(h.check(&p, 0, 2).allowed());
+        assert!(h.check(&p, 5, 1).allowed());
         let d = h.check(&p, 6, 2);
-        assert!(!d.allowed);
+        assert!(!d.allowed());
         assert_eq!(d.estimate(), 3.0);
-        assert_eq!(d.retry_after, Some(Duration::from_nanos(4)));
-        assert!(h.check(&p, 10, 2).allowed);
-        assert_eq!(h.check(&p, 10, 4).retry_after, None);
+        assert_eq!(d.retry_after(), Some(Duration::from_nanos(4)));
+        assert!(h.check(&p, 10, 2).allowed());
+        assert_eq!(h.check(&p, 10, 4).retry_after(), None);
     }
 }

@@ -27,13 +27,13 @@
 //! let policy = Policy::new(2, Duration::from_secs(60), Algorithm::SlidingLog).unwrap();
 //! let clock = ManualClock::new(0);
 //! let mut limiter = Limiter::new(policy, clock.clone());
-//! assert!(limiter.check(1).allowed);
-//! assert!(limiter.check(1).allowed);
+//! assert!(limiter.check(1).allowed());
+//! assert!(limiter.check(1).allowed());
 //! let refused = limiter.check(1);
-//! assert!(!refused.allowed);
-//! assert_eq!(refused.retry_after, Some(Duration::from_secs(60)));
+//! assert!(!refused.allowed());
+//! assert_eq!(refused.retry_after(), Some(Duration::from_secs(60)));
 //! clock.advance(Duration::from_secs(60));
-//! assert!(limiter.check(1).allowed);
+//! assert!(limiter.check(1).allowed());
 //! ```
 //!
 //! # Common rules

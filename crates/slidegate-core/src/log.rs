@@ -153,55 +153,55 @@ mod tests {
     fn seed_002_rules() {
         let (p, mut s) = log(2, 10);
         let d = s.check(&p, 1, 1);
-        assert!(d.allowed);
-        assert_eq!(d.remaining, 1, "Remaining = budget − log length after the request");
-        assert!(s.check(&p, 4, 1).allowed);
+        assert!(d.allowed());
+        assert_eq!(d.remaining(), 1, "Remaining = budget − log length after the request");
+        assert!(s.check(&p, 4, 1).allowed());
         let d = s.check(&p, 7, 1);
-        assert!(!d.allowed);
-        assert_eq!(d.remaining, 0);
+        assert!(!d.allowed());
+        assert_eq!(d.remaining(), 0);
         // Retry-After = oldest + W − now = 1 + 10 − 7.
-        assert_eq!(d.retry_after, Some(Duration::from_nanos(4)));
+        assert_eq!(d.retry_after(), Some(Duration::from_nanos(4)));
         assert_eq!(s.len(), 2, "refused requests are not logged");
-        assert!(!s.check(&p, 10, 1).allowed);
+        assert!(!s.check(&p, 10, 1).allowed());
         // The request at exactly oldest + W is admitted.
         let d = s.check(&p, 11, 1);
-        assert!(d.allowed);
-        assert_eq!(d.remaining, 0);
+        assert!(d.allowed());
+        assert_eq!(d.remaining(), 0);
         // Reset: the newest entry (11) leaves at 21.
-        assert_eq!(d.reset_after, Duration::from_nanos(10));
-        assert_eq!(s.check(&p, 13, 1).retry_after, Some(Duration::from_nanos(1)));
+        assert_eq!(d.reset_after(), Duration::from_nanos(10));
+        assert_eq!(s.check(&p, 13, 1).retry_after(), Some(Duration::from_nanos(1)));
     }
 
     #[test]
     fn retry_after_rounds_up_to_seconds() {
         let p = Policy::new(1, Duration::from_secs(60), Algorithm::SlidingLog).unwrap();
         let mut s = SlidingLog::new();
-        assert!(s.check(&p, 0, 1).allowed);
+        assert!(s.check(&p, 0, 1).allowed());
         let d = s.check(&p, 59_700_000_000, 1);
-        assert_eq!(d.retry_after, Some(Duration::from_millis(300)));
+        assert_eq!(d.retry_after(), Some(Duration::from_millis(300)));
         assert_eq!(d.retry_after_secs(), Some(1));
     }
 
     #[test]
     fn costs_free_several_entries() {
         let (p, mut s) = log(5, 10);
-        assert!(s.check(&p, 0, 2).allowed);
-        assert!(s.check(&p, 3, 2).allowed);
-        assert!(s.check(&p, 6, 1).allowed);
+        assert!(s.check(&p, 0, 2).allowed());
+        assert!(s.check(&p, 3, 2).allowed());
+        assert!(s.check(&p, 6, 1).allowed());
         let d = s.check(&p, 8, 4); // needs entries at 0 and 3 gone: 3 + 10
-        assert_eq!(d.retry_after, Some(Duration::from_nanos(5)));
-        assert!(!s.check(&p, 12, 4).allowed);
-        assert!(s.check(&p, 13, 4).allowed);
-        assert_eq!(s.check(&p, 13, 6).retry_after, None);
+        assert_eq!(d.retry_after(), Some(Duration::from_nanos(5)));
+        assert!(!s.check(&p, 12, 4).allowed());
+        assert!(s.check(&p, 13, 4).allowed());
+        assert_eq!(s.check(&p, 13, 6).retry_after(), None);
     }
 
     #[test]
     fn late_requests_are_judged_at_the_newest_time() {
         let (p, mut s) = log(1, 10);
-        assert!(s.check(&p, 100, 1).allowed);
+        assert!(s.check(&p, 100, 1).allowed());
         let d = s.check(&p, 50, 1);
-        assert!(!d.allowed);
-        assert_eq!(d.retry_after, Some(Duration::from_nanos(60)));
-        assert!(s.check(&p, 110, 1).allowed);
+        assert!(!d.allowed());
+        assert_eq!(d.retry_after(), Some(Duration::from_nanos(60)));
+        assert!(s.check(&p, 110, 1).allowed());
     }
 }

@@ -18,6 +18,8 @@ pub trait Slot: Copy + Default + Debug + Eq + Send + Sync + 'static {
     fn get(self) -> u64;
     /// `self + v`, saturating at the slot's maximum.
     fn plus(self, v: u64) -> Self;
+    /// Bitwise or: non-zero when either is.
+    fn or(self, other: Self) -> Self;
 }
 
 impl Slot for u32 {
@@ -27,6 +29,9 @@ impl Slot for u32 {
     fn plus(self, v: u64) -> Self {
         u32::try_from(u64::from(self).saturating_add(v)).unwrap_or(u32::MAX)
     }
+    fn or(self, other: Self) -> Self {
+        self | other
+    }
 }
 
 impl Slot for u64 {
@@ -35,6 +40,9 @@ impl Slot for u64 {
     }
     fn plus(self, v: u64) -> Self {
         self.saturating_add(v)
+    }
+    fn or(self, other: Self) -> Self {
+        self | other
     }
 }
 
@@ -72,8 +80,9 @@ impl Slot for u64 {
 /// # Memory
 ///
 /// `n` slots of 4 bytes (8 for limits above `u32::MAX`) on the heap, plus
-/// 32 bytes inline: the slot pointer and length, the newest bucket index and
-/// the running total. Two buckets: 40 bytes; 61 buckets: 276 bytes.
+/// 40 bytes inline: the slot pointer and length, the newest bucket index,
+/// the running total and the newest bucket counted in. Two buckets: 48
+/// bytes; 61 buckets: 284 bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SlidingWindow<S: Slot = u32> {
     slots: Box<[S]>,
@@ -81,6 +90,9 @@ pub struct SlidingWindow<S: Slot = u32> {
     newest: u64,
     /// Sum of all slots.
     total: u64,
+    /// The newest bucket ever counted in: the newest non-empty one while
+    /// `total > 0`, so that `reset_after` needs no scan.
+    last: u64,
 }
 
 /// The ring as seen at one instant, after a (virtual) advance.
@@ -96,8 +108,6 @@ struct View {
     gap: u64,
     /// Slot of `bucket`.
     slot: usize,
-    /// Slot of `newest`.
-    newest_slot: usize,
     /// Sum of the ring.
     total: u64,
     /// Count of the oldest bucket, `bucket − (n − 1)`.
@@ -116,6 +126,7 @@ impl<S: Slot> SlidingWindow<S> {
             slots: vec![S::default(); n as usize].into_boxed_slice(),
             newest: 0,
             total: 0,
+            last: 0,
         }
     }
 
@@ -149,22 +160,29 @@ impl<S: Slot> SlidingWindow<S> {
     /// (at most `n`) and keeping the running total.
     #[inline]
     fn advance(&mut self, ring: Divisor, bucket: u64) {
-        if bucket <= self.newest {
-            return;
+        if bucket > self.newest {
+            self.advance_to(ring, bucket);
         }
+    }
+
+    /// [`Self::advance`] to `bucket ≥ newest`, returning its slot.
+    #[inline]
+    fn advance_to(&mut self, ring: Divisor, bucket: u64) -> usize {
         let gap = bucket - self.newest;
         if gap >= self.n() {
             self.slots.fill(S::default());
             self.total = 0;
-        } else {
-            let mut i = self.slot_of(ring, self.newest);
-            for _ in 0..gap {
-                i = self.next(i);
-                self.total = self.total.saturating_sub(self.slots[i].get());
-                self.slots[i] = S::default();
-            }
+            self.newest = bucket;
+            return self.slot_of(ring, bucket);
+        }
+        let mut i = self.slot_of(ring, self.newest);
+        for _ in 0..gap {
+            i = self.next(i);
+            self.total = self.total.saturating_sub(self.slots[i].get());
+            self.slots[i] = S::default();
         }
         self.newest = bucket;
+        i
     }
 
     /// The ring for a request in bucket `own`, `rem` ns into it, computed
@@ -204,7 +222,6 @@ impl<S: Slot> SlidingWindow<S> {
             elapsed,
             gap,
             slot,
-            newest_slot,
             total,
             oldest,
         }
@@ -217,45 +234,23 @@ impl<S: Slot> SlidingWindow<S> {
     /// When all counted usage has expired: the newest non-empty bucket `j`
     /// stops counting at `(j + n)·b`. `total` is the ring's sum.
     fn reset_at(&self, v: &View, total: u64, b: u64) -> u64 {
+        // `last` is the newest non-empty bucket; if it had left the ring,
+        // so would every other one, and `total` would be 0.
         if total == 0 || v.gap >= self.n() {
             return 0;
         }
-        let n = self.n();
-        // From `newest` down to the oldest bucket still in the ring.
-        let steps = (n - v.gap).min(self.newest.saturating_add(1));
-        match self.back_to_nonzero(v.newest_slot, steps as usize) {
-            Some(d) => saturate((u128::from(self.newest - d as u64) + u128::from(n)) * u128::from(b)),
-            None => 0,
-        }
-    }
-
-    /// How many slots back from slot `i` (0 for `i` itself, wrapping) the
-    /// first non-zero slot is, looking at `steps` slots at most.
-    fn back_to_nonzero(&self, i: usize, steps: usize) -> Option<usize> {
-        let zero = S::default();
-        let start = (i + 1).saturating_sub(steps);
-        let near = &self.slots[start..=i];
-        if let Some(p) = near.iter().rposition(|&s| s != zero) {
-            return Some(i - (start + p));
-        }
-        // Wrapped: the slots at the end, when `near` reached slot 0.
-        let m = (steps - near.len()).min(self.slots.len() - near.len());
-        let far = &self.slots[self.slots.len() - m..];
-        far.iter()
-            .rposition(|&s| s != zero)
-            .map(|p| near.len() + (far.len() - 1 - p))
+        saturate((u128::from(self.last) + u128::from(self.n())) * u128::from(b))
     }
 
     /// How many slots forward from slot `i` (0 for `i` itself, wrapping)
     /// the first non-zero slot is, looking at `steps` slots at most.
     fn ahead_to_nonzero(&self, i: usize, steps: usize) -> Option<usize> {
-        let zero = S::default();
         let near = &self.slots[i..self.slots.len().min(i + steps)];
-        if let Some(p) = near.iter().position(|&s| s != zero) {
+        if let Some(p) = first_nonzero(near) {
             return Some(p);
         }
         let far = &self.slots[..(steps - near.len()).min(i)];
-        far.iter().position(|&s| s != zero).map(|p| near.len() + p)
+        first_nonzero(far).map(|p| near.len() + p)
     }
 
     /// The earliest instant at which `cost` units fit, if nothing else
@@ -337,6 +332,23 @@ impl<S: Slot> SlidingWindow<S> {
     }
 }
 
+/// Slots are scanned in chunks whose OR the compiler vectorises.
+const CHUNK: usize = 16;
+
+/// The index of the first non-zero slot.
+fn first_nonzero<S: Slot>(slots: &[S]) -> Option<usize> {
+    let (chunks, tail) = slots.as_chunks::<CHUNK>();
+    for (c, chunk) in chunks.iter().enumerate() {
+        // A fixed-size OR with no early exit: unrolled and vectorised.
+        if chunk.iter().fold(S::default(), |any, &s| any.or(s)) != S::default() {
+            return chunk.iter().position(|s| s.get() != 0).map(|p| c * CHUNK + p);
+        }
+    }
+    tail.iter()
+        .position(|s| s.get() != 0)
+        .map(|p| slots.len() - tail.len() + p)
+}
+
 fn weighting(policy: &Policy) -> Weighting {
     match policy.algorithm() {
         Algorithm::SlidingWindow { weighting, .. } => weighting,
@@ -365,66 +377,86 @@ fn estimate_of(step: Divisor, rest: u64, part: u128) -> f64 {
 
 impl<S: Slot> SlidingWindow<S> {
     /// The common case, with fewer branches: a request that counts (`cost >
-    /// 0`), in time order (`own ≥ newest`), for a policy whose `limit·b`
-    /// fits in `u64`. `None` (having at most advanced the ring) sends it to
-    /// [`Self::check_any`], which decides the same way in every case.
+    /// 0`) in time order (`own ≥ newest`). Decides exactly as
+    /// [`Self::check_any`] does, which the property tests check.
     #[inline]
-    fn check_in_order(&mut self, policy: &Policy, now: u64, own: u64, rem: u64, cost: u64) -> Option<Decision> {
+    fn check_in_order(&mut self, policy: &Policy, now: u64, own: u64, rem: u64, cost: u64) -> Decision {
         let (step, ring) = (policy.step(), policy.ring());
         let b = step.get();
         let limit = policy.limit();
-        // Guards every product below: (free − cost)·b ≤ limit·b.
-        limit.checked_mul(b)?;
-        self.advance(ring, own);
+        let weighting = weighting(policy);
+        let slot = self.advance_to(ring, own);
         let n = self.n();
-        let slot = self.slot_of(ring, own);
         let oldest = if own >= n - 1 {
             self.slots[self.next(slot)].get()
         } else {
             0
         };
-        let weighting = weighting(policy);
         let w = match weighting {
             Weighting::Conservative => b,
             Weighting::Interpolated => b - rem,
         };
-        let part = oldest.checked_mul(w)?;
-        let rest = self.total.checked_sub(oldest)?;
-        let free = limit.checked_sub(rest)?;
-        let allowed = cost <= free && part <= (free - cost) * b;
+        let part = u128::from(oldest) * u128::from(w);
+        let rest = self.total.saturating_sub(oldest);
+        let free = limit.saturating_sub(rest);
+        let allowed = cost <= free && part <= u128::from(free - cost) * u128::from(b);
+        // remaining = free − ⌈part / b⌉ and estimate = rest + part / b are
+        // worked out when asked for; a part beyond u64 is reduced now.
+        let (used, frac, free) = match u64::try_from(part) {
+            Ok(part) => (rest, part, free),
+            Err(_) => {
+                let (q, r) = step.div_rem_wide(part);
+                (rest.saturating_add(q), r, free.saturating_sub(q))
+            }
+        };
+        if allowed {
+            // Counted in bucket `own`, now non-empty: everything has expired
+            // once it leaves the ring, at (own + n)·b.
+            let before = self.slots[slot].get();
+            self.slots[slot] = self.slots[slot].plus(cost);
+            self.total = self.total.saturating_add(self.slots[slot].get() - before);
+            self.last = own;
+            let reset_at = saturate((u128::from(own) + u128::from(n)) * u128::from(b));
+            let free = free - cost;
+            return Decision {
+                allowed,
+                limit,
+                now,
+                reset_at,
+                retry_at: None,
+                free,
+                debt: frac,
+                used,
+                frac,
+                den: b,
+            };
+        }
         let v = View {
             own,
             bucket: own,
             elapsed: rem,
             gap: 0,
             slot,
-            newest_slot: slot,
             total: self.total,
             oldest,
         };
-        let (q, r) = step.div_rem(part);
-        let estimate = (rest + q, r, b);
-        if allowed {
-            let before = self.slots[slot].get();
-            self.slots[slot] = self.slots[slot].plus(cost);
-            self.total = self.total.saturating_add(self.slots[slot].get() - before);
-            let remaining = (free - cost).saturating_sub(q).saturating_sub(u64::from(r > 0));
-            let reset_at = if self.slots[slot].get() > 0 {
-                saturate((u128::from(own) + u128::from(n)) * u128::from(b))
-            } else {
-                self.reset_at(&v, self.total, b)
-            };
-            return Some(Decision::at(policy, now, true, remaining, reset_at, None, estimate));
-        }
-        let remaining = free.saturating_sub(q).saturating_sub(u64::from(r > 0));
         let retry_at = (cost <= limit).then(|| self.retry_at(&v, weighting, b, limit, cost));
         let reset_at = self.reset_at(&v, self.total, b);
-        Some(Decision::at(
-            policy, now, false, remaining, reset_at, retry_at, estimate,
-        ))
+        Decision {
+            allowed,
+            limit,
+            now,
+            reset_at,
+            retry_at,
+            free,
+            debt: frac,
+            used,
+            frac,
+            den: b,
+        }
     }
 
-    /// Any request: late, peeking, or beyond `u64` products.
+    /// Any request: late or peeking.
     fn check_any(&mut self, policy: &Policy, now: u64, own: u64, rem: u64, cost: u64) -> Decision {
         let (step, ring) = (policy.step(), policy.ring());
         let b = step.get();
@@ -454,6 +486,7 @@ impl<S: Slot> SlidingWindow<S> {
             let before = self.slots[k].get();
             self.slots[k] = self.slots[k].plus(cost);
             self.total = self.total.saturating_add(self.slots[k].get() - before);
+            self.last = self.last.max(v.own);
             total = self.total;
         }
         // ⌊(limit·b − used_after) / b⌋ = free_after − ⌈part / b⌉.
@@ -483,11 +516,8 @@ impl<S: Slot> LimitState for SlidingWindow<S> {
     #[inline]
     fn check(&mut self, policy: &Policy, now: u64, cost: u64) -> Decision {
         let (own, rem) = policy.step().div_rem(now);
-        if cost > 0
-            && own >= self.newest
-            && let Some(decision) = self.check_in_order(policy, now, own, rem, cost)
-        {
-            return decision;
+        if cost > 0 && own >= self.newest {
+            return self.check_in_order(policy, now, own, rem, cost);
         }
         self.check_any(policy, now, own, rem, cost)
     }
@@ -501,6 +531,9 @@ impl<S: Slot> LimitState for SlidingWindow<S> {
             let before = self.slots[k].get();
             self.slots[k] = self.slots[k].plus(cost);
             self.total = self.total.saturating_add(self.slots[k].get() - before);
+            if cost > 0 {
+                self.last = self.last.max(own);
+            }
         }
     }
 
@@ -550,14 +583,14 @@ mod tests {
         // Two buckets = previous + current. Limit 10 per 1000 ns.
         let (p, mut l) = ring(2, 1000, 10, Weighting::Interpolated);
         for _ in 0..10 {
-            assert!(l.check(&p, 999, 1).allowed);
+            assert!(l.check(&p, 999, 1).allowed());
         }
-        assert!(!l.check(&p, 1000, 1).allowed); // a fixed window would reset here and admit 10 more
-        assert!(l.check(&p, 1500, 1).allowed); // previous bucket now weighs 0.5 -> estimate 5
+        assert!(!l.check(&p, 1000, 1).allowed()); // a fixed window would reset here and admit 10 more
+        assert!(l.check(&p, 1500, 1).allowed()); // previous bucket now weighs 0.5 -> estimate 5
         for _ in 0..4 {
-            assert!(l.check(&p, 1500, 1).allowed);
+            assert!(l.check(&p, 1500, 1).allowed());
         }
-        assert!(!l.check(&p, 1500, 1).allowed);
+        assert!(!l.check(&p, 1500, 1).allowed());
     }
 
     #[test]
@@ -578,7 +611,7 @@ mod tests {
     fn seed_003_scenario() {
         let (p, mut s) = ring(2, 10, 100, Weighting::Interpolated);
         for t in [0, 1, 2, 10] {
-            assert!(s.check(&p, t, 1).allowed);
+            assert!(s.check(&p, t, 1).allowed());
         }
         assert_eq!(s.estimate(&p, 10), 4.0);
         assert_eq!(s.estimate(&p, 15), 2.5);
@@ -601,25 +634,25 @@ mod tests {
         assert_eq!(s.estimate(&p, minute + 15_000_000_000), 90.0);
         assert_eq!(s.estimate(&p, minute + 45_000_000_000), 50.0);
         let d = s.check(&p, minute + 15_000_000_000, 1);
-        assert!(d.allowed);
+        assert!(d.allowed());
         assert_eq!(d.estimate(), 90.0);
-        assert_eq!(d.remaining, 9);
+        assert_eq!(d.remaining(), 9);
     }
 
     #[test]
     fn conservative_counts_oldest_whole() {
         let (p, mut s) = ring(2, 1000, 10, Weighting::Conservative);
         for _ in 0..10 {
-            assert!(s.check(&p, 999, 1).allowed);
+            assert!(s.check(&p, 999, 1).allowed());
         }
         let d = s.check(&p, 1500, 1);
-        assert!(!d.allowed);
+        assert!(!d.allowed());
         assert_eq!(d.estimate(), 10.0);
         // Everything leaves when bucket 0 leaves the ring, at 2000.
-        assert_eq!(d.retry_after, Some(Duration::from_nanos(500)));
-        assert_eq!(d.reset_after, Duration::from_nanos(500));
-        assert!(!s.check(&p, 1999, 1).allowed);
-        assert!(s.check(&p, 2000, 1).allowed);
+        assert_eq!(d.retry_after(), Some(Duration::from_nanos(500)));
+        assert_eq!(d.reset_after(), Duration::from_nanos(500));
+        assert!(!s.check(&p, 1999, 1).allowed());
+        assert!(s.check(&p, 2000, 1).allowed());
     }
 
     #[test]
@@ -627,31 +660,31 @@ mod tests {
         // 10 at t = 999; at t = 1000 the oldest weighs 1.0 → estimate 10.
         // One unit fits when 10·(1000 − e)/1000 ≤ 9, i.e. e ≥ 100.
         let (p, mut s) = ring(2, 1000, 10, Weighting::Interpolated);
-        assert!(s.check(&p, 999, 10).allowed);
+        assert!(s.check(&p, 999, 10).allowed());
         let d = s.check(&p, 1000, 1);
-        assert_eq!(d.retry_after, Some(Duration::from_nanos(100)));
-        assert!(!s.check(&p, 1099, 1).allowed);
-        assert!(s.check(&p, 1100, 1).allowed);
+        assert_eq!(d.retry_after(), Some(Duration::from_nanos(100)));
+        assert!(!s.check(&p, 1099, 1).allowed());
+        assert!(s.check(&p, 1100, 1).allowed());
         // Reset: bucket 1 (count 1) leaves at 3000.
-        assert_eq!(s.check(&p, 1100, 0).reset_after, Duration::from_nanos(1900));
+        assert_eq!(s.check(&p, 1100, 0).reset_after(), Duration::from_nanos(1900));
     }
 
     #[test]
     fn retry_after_skips_whole_buckets() {
         // 3 buckets of 10 ns, window 20. 5 in bucket 0, 5 in bucket 1, limit 10.
         let (p, mut s) = ring(3, 20, 10, Weighting::Interpolated);
-        assert!(s.check(&p, 0, 5).allowed);
-        assert!(s.check(&p, 10, 5).allowed);
+        assert!(s.check(&p, 0, 5).allowed());
+        assert!(s.check(&p, 10, 5).allowed());
         // At 12 the ring is buckets −1, 0, 1: the estimate is 10. Cost 6
         // needs the estimate ≤ 4: bucket 0 (5) is the oldest in bucket 2 and
         // gone in bucket 3, where bucket 1 (5) decays: 5·(10 − e)/10 ≤ 4 ⇔
         // e ≥ 2 → 32.
         let d = s.check(&p, 12, 6);
-        assert!(!d.allowed);
+        assert!(!d.allowed());
         assert_eq!(d.estimate(), 10.0);
-        assert_eq!(d.retry_after, Some(Duration::from_nanos(20)));
-        assert!(!s.check(&p, 31, 6).allowed);
-        assert!(s.check(&p, 32, 6).allowed);
+        assert_eq!(d.retry_after(), Some(Duration::from_nanos(20)));
+        assert!(!s.check(&p, 31, 6).allowed());
+        assert!(s.check(&p, 32, 6).allowed());
     }
 
     #[test]
@@ -659,29 +692,29 @@ mod tests {
         let (p, mut s) = ring(8, 70, 5, Weighting::Interpolated);
         let before = s.clone();
         let d = s.check(&p, 1_000, 0);
-        assert!(d.allowed);
-        assert_eq!(d.remaining, 5);
-        assert_eq!(d.reset_after, Duration::ZERO);
+        assert!(d.allowed());
+        assert_eq!(d.remaining(), 5);
+        assert_eq!(d.reset_after(), Duration::ZERO);
         assert_eq!(s, before, "a zero cost never changes the state");
         let d = s.check(&p, 1_000, 6);
-        assert!(!d.allowed);
-        assert_eq!(d.retry_after, None);
+        assert!(!d.allowed());
+        assert_eq!(d.retry_after(), None);
         let d = s.check(&p, u64::MAX, u64::MAX);
-        assert!(!d.allowed);
-        assert!(s.check(&p, u64::MAX, 5).allowed);
-        assert!(!s.check(&p, u64::MAX, 1).allowed);
+        assert!(!d.allowed());
+        assert!(s.check(&p, u64::MAX, 5).allowed());
+        assert!(!s.check(&p, u64::MAX, 1).allowed());
     }
 
     #[test]
     fn late_events_out_of_the_ring_are_refused() {
         let (p, mut s) = ring(2, 10, 5, Weighting::Interpolated);
-        assert!(s.check(&p, 35, 1).allowed); // bucket 3
+        assert!(s.check(&p, 35, 1).allowed()); // bucket 3
         let d = s.check(&p, 15, 1); // bucket 1: out of the ring [2, 3]
-        assert!(!d.allowed);
-        assert_eq!(d.remaining, 0);
+        assert!(!d.allowed());
+        assert_eq!(d.remaining(), 0);
         // It would fit as soon as its own time is back in the ring, at 20.
-        assert_eq!(d.retry_after, Some(Duration::from_nanos(5)));
-        assert!(s.check(&p, 20, 1).allowed); // bucket 2: late, in the ring
+        assert_eq!(d.retry_after(), Some(Duration::from_nanos(5)));
+        assert!(s.check(&p, 20, 1).allowed()); // bucket 2: late, in the ring
         assert_eq!(s.newest(), 3, "newest never moves backwards");
     }
 
@@ -689,9 +722,9 @@ mod tests {
     fn wide_slots_hold_large_limits() {
         let p = Policy::new(u64::MAX, Duration::from_secs(1), Algorithm::TWO_BUCKETS).unwrap();
         let mut s = SlidingWindow::<u64>::new(&p);
-        assert!(s.check(&p, 0, u64::MAX - 1).allowed);
-        assert!(s.check(&p, 0, 1).allowed);
-        assert!(!s.check(&p, 0, 1).allowed);
+        assert!(s.check(&p, 0, u64::MAX - 1).allowed());
+        assert!(s.check(&p, 0, 1).allowed());
+        assert!(!s.check(&p, 0, 1).allowed());
         assert_eq!(s.estimate(&p, 0), u64::MAX as f64);
     }
 }

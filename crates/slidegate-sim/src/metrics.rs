@@ -94,7 +94,7 @@ pub fn evaluate(policy: &Policy, requests: &[Request]) -> Metrics {
             c.measured.record(policy, r.time_ns, r.cost);
             c.truth.record(r.time_ns, r.cost);
         }
-        if c.admitting.check(policy, r.time_ns, r.cost).allowed {
+        if c.admitting.check(policy, r.time_ns, r.cost).allowed() {
             admitted += 1;
             c.admitted.push((r.time_ns, r.cost));
         }

@@ -70,36 +70,36 @@ fn any_policy() -> impl Strategy<Value = Policy> {
 /// tells the exact truth about `remaining` and `retry_after`.
 fn assert_headers_true(policy: &Policy, state: &State, now: u64, cost: u64, d: &Decision) {
     let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap();
-    if d.remaining > 0 {
+    if d.remaining() > 0 {
         let mut s = state.clone();
         assert!(
-            s.check(policy, now, d.remaining).allowed,
+            s.check(policy, now, d.remaining()).allowed(),
             "remaining {} must pass at {now}",
-            d.remaining
+            d.remaining()
         );
     }
-    if let Some(more) = d.remaining.checked_add(1) {
+    if let Some(more) = d.remaining().checked_add(1) {
         let mut s = state.clone();
         assert!(
-            !s.check(policy, now, more).allowed,
+            !s.check(policy, now, more).allowed(),
             "remaining + 1 = {more} must be refused at {now}"
         );
     }
-    if d.allowed {
-        assert_eq!(d.retry_after, None);
+    if d.allowed() {
+        assert_eq!(d.retry_after(), None);
         return;
     }
-    match d.retry_after {
+    match d.retry_after() {
         Some(wait) => {
             let at = now + ns(wait);
             let mut s = state.clone();
             assert!(
-                s.check(policy, at, cost).allowed,
+                s.check(policy, at, cost).allowed(),
                 "cost {cost} must pass at now + retry_after = {at}"
             );
             let mut s = state.clone();
             assert!(
-                !s.check(policy, at - 1, cost).allowed,
+                !s.check(policy, at - 1, cost).allowed(),
                 "cost {cost} must still be refused at {}",
                 at - 1
             );
@@ -130,14 +130,14 @@ proptest! {
         for (t, cost) in times(&reqs, 0) {
             let used = admitted.count(t, window);
             let d = state.check(&policy, t, cost);
-            prop_assert_eq!(d.allowed, cost <= limit && used + cost <= limit);
+            prop_assert_eq!(d.allowed(), cost <= limit && used + cost <= limit);
             prop_assert_eq!(d.estimate(), used as f64);
-            if d.allowed && cost > 0 {
+            if d.allowed() && cost > 0 {
                 admitted.push(t, cost);
             }
-            prop_assert_eq!(d.remaining, limit - admitted.count(t, window));
+            prop_assert_eq!(d.remaining(), limit - admitted.count(t, window));
             let newest = admitted.events.iter().map(|&(s, _)| s).filter(|&s| s + window > t).max();
-            prop_assert_eq!(d.reset_after, Duration::from_nanos(newest.map_or(0, |s| s + window - t)));
+            prop_assert_eq!(d.reset_after(), Duration::from_nanos(newest.map_or(0, |s| s + window - t)));
             assert_headers_true(&policy, &state, t, cost, &d);
         }
         prop_assert!(admitted.max_in_any_window(window) <= limit);
@@ -155,7 +155,7 @@ proptest! {
         let mut admitted = ExactLog::default();
         for (t, cost) in times(&reqs, 0) {
             let d = state.check(&policy, t, cost);
-            if d.allowed && cost > 0 {
+            if d.allowed() && cost > 0 {
                 admitted.push(t, cost);
             }
             assert_headers_true(&policy, &state, t, cost, &d);
@@ -212,9 +212,9 @@ proptest! {
             let est = seed.estimate(t);
             let d = state.check(&policy, t, 1);
             if (est + 1.0 - limit as f64).abs() > 1e-9 {
-                prop_assert_eq!(d.allowed, est + 1.0 <= limit as f64, "at {} the seed's estimate is {}", t, est);
+                prop_assert_eq!(d.allowed(), est + 1.0 <= limit as f64, "at {} the seed's estimate is {}", t, est);
             }
-            if d.allowed {
+            if d.allowed() {
                 seed.add(t, 1);
             }
         }
@@ -230,8 +230,8 @@ proptest! {
             let k = i128::from(t / window) * i128::from(window);
             let used = admitted.between(k, k + i128::from(window));
             let d = state.check(&policy, t, cost);
-            prop_assert_eq!(d.allowed, cost <= limit && used + cost <= limit);
-            if d.allowed && cost > 0 {
+            prop_assert_eq!(d.allowed(), cost <= limit && used + cost <= limit);
+            if d.allowed() && cost > 0 {
                 admitted.push(t, cost);
             }
             assert_headers_true(&policy, &state, t, cost, &d);
@@ -256,7 +256,7 @@ proptest! {
             let d = state.check(&policy, t, cost);
             // A cost above the limit is refused whatever the burst.
             let textbook_allows = cost <= limit && textbook.request(t, cost);
-            prop_assert_eq!(d.allowed, textbook_allows, "at {} cost {}", t, cost);
+            prop_assert_eq!(d.allowed(), textbook_allows, "at {} cost {}", t, cost);
             assert_headers_true(&policy, &state, t, cost, &d);
         }
     }
@@ -311,7 +311,7 @@ proptest! {
             if cost == 0 {
                 prop_assert_eq!(&state, &before);
             }
-            prop_assert!(!d.allowed || cost <= policy.limit());
+            prop_assert!(!d.allowed() || cost <= policy.limit());
             assert_headers_true(&policy, &state, t, cost, &d);
         }
     }
@@ -338,8 +338,8 @@ proptest! {
         let mut state = State::new(&policy);
         for (t, cost) in steps {
             let d = state.check(&policy, t, cost);
-            prop_assert_eq!(d.limit, limit);
-            prop_assert!(!d.allowed || cost <= limit);
+            prop_assert_eq!(d.limit(), limit);
+            prop_assert!(!d.allowed() || cost <= limit);
             let _ = state.estimate(&policy, t);
             state.record(&policy, t, cost);
         }
@@ -360,12 +360,12 @@ fn adversary_gets_twice_the_limit_only_from_interpolated() {
             let mut admitted = ExactLog::default();
             let burst_at = b - 1;
             for _ in 0..100 {
-                assert!(state.check(&policy, burst_at, 1).allowed);
+                assert!(state.check(&policy, burst_at, 1).allowed());
                 admitted.push(burst_at, 1);
             }
             let from = (u64::from(buckets) - 1) * b;
             for t in (from..from + b).step_by(100) {
-                if state.check(&policy, t, 1).allowed {
+                if state.check(&policy, t, 1).allowed() {
                     admitted.push(t, 1);
                 }
             }
