@@ -81,8 +81,16 @@ impl Slot for u64 {
 ///
 /// `n` slots of 4 bytes (8 for limits above `u32::MAX`) on the heap, plus
 /// 40 bytes inline: the slot pointer and length, the newest bucket index,
-/// the running total and the newest bucket counted in. Two buckets: 48
-/// bytes; 61 buckets: 284 bytes.
+/// the running total, the newest bucket's slot and how far behind it the
+/// newest non-empty bucket is. Two buckets: 48 bytes; 61 buckets: 284
+/// bytes.
+///
+/// # Cost
+///
+/// A request in the newest bucket costs one multiplication to find its
+/// bucket and no division; crossing into a new bucket costs one
+/// division-by-multiplication and zeroes the slots that left (at most `n`,
+/// amortised O(1)).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SlidingWindow<S: Slot = u32> {
     slots: Box<[S]>,
@@ -90,9 +98,12 @@ pub struct SlidingWindow<S: Slot = u32> {
     newest: u64,
     /// Sum of all slots.
     total: u64,
-    /// The newest bucket ever counted in: the newest non-empty one while
-    /// `total > 0`, so that `reset_after` needs no scan.
-    last: u64,
+    /// The slot of `newest`: `newest mod n`.
+    newest_slot: u32,
+    /// `newest` minus the newest bucket counted in, saturating: while
+    /// `total > 0` the newest non-empty bucket is `newest − lag`, so that
+    /// `reset_after` needs no scan.
+    lag: u32,
 }
 
 /// The ring as seen at one instant, after a (virtual) advance.
@@ -119,14 +130,15 @@ impl<S: Slot> SlidingWindow<S> {
     /// is of another algorithm).
     pub fn new(policy: &Policy) -> Self {
         let n = match policy.algorithm() {
-            Algorithm::SlidingWindow { buckets, .. } => buckets.max(2),
+            Algorithm::SlidingWindow { buckets, .. } => buckets.clamp(2, Policy::MAX_BUCKETS),
             _ => 2,
         };
         SlidingWindow {
             slots: vec![S::default(); n as usize].into_boxed_slice(),
             newest: 0,
             total: 0,
-            last: 0,
+            newest_slot: 0,
+            lag: 0,
         }
     }
 
@@ -144,51 +156,64 @@ impl<S: Slot> SlidingWindow<S> {
         self.slots.len() as u64
     }
 
-    /// The slot of absolute bucket `j`.
-    #[inline]
-    fn slot_of(&self, ring: Divisor, j: u64) -> usize {
-        let n = self.n();
-        (if ring.get() == n { ring.rem(j) } else { j % n }) as usize
-    }
-
     #[inline]
     fn next(&self, i: usize) -> usize {
         if i + 1 == self.slots.len() { 0 } else { i + 1 }
     }
 
-    /// Moves the ring forward to `bucket`, zeroing the slots that left it
-    /// (at most `n`) and keeping the running total.
+    /// The slot of bucket `newest − d`, for `d < n`.
     #[inline]
-    fn advance(&mut self, ring: Divisor, bucket: u64) {
-        if bucket > self.newest {
-            self.advance_to(ring, bucket);
-        }
+    fn slot_back(&self, d: u64) -> usize {
+        let (i, d) = (self.newest_slot as usize, d as usize);
+        if i >= d { i - d } else { i + self.slots.len() - d }
     }
 
-    /// [`Self::advance`] to `bucket ≥ newest`, returning its slot.
+    /// Moves the ring forward to `bucket ≥ newest`, zeroing the slots that
+    /// left it (at most `n`) and keeping the running total; returns the slot
+    /// of `bucket`.
     #[inline]
     fn advance_to(&mut self, ring: Divisor, bucket: u64) -> usize {
         let gap = bucket - self.newest;
-        if gap >= self.n() {
+        if gap == 0 {
+            return self.newest_slot as usize;
+        }
+        let n = self.n();
+        let i = if gap >= n {
             self.slots.fill(S::default());
             self.total = 0;
-            self.newest = bucket;
-            return self.slot_of(ring, bucket);
-        }
-        let mut i = self.slot_of(ring, self.newest);
-        for _ in 0..gap {
-            i = self.next(i);
-            self.total = self.total.saturating_sub(self.slots[i].get());
-            self.slots[i] = S::default();
-        }
+            (if ring.get() == n { ring.rem(bucket) } else { bucket % n }) as usize
+        } else {
+            let mut i = self.newest_slot as usize;
+            for _ in 0..gap {
+                i = self.next(i);
+                self.total = self.total.saturating_sub(self.slots[i].get());
+                self.slots[i] = S::default();
+            }
+            i
+        };
         self.newest = bucket;
+        self.newest_slot = i as u32;
+        self.lag = u32::try_from(u64::from(self.lag).saturating_add(gap)).unwrap_or(u32::MAX);
         i
+    }
+
+    /// Counts `cost` in bucket `own` (in the ring), in slot `k`.
+    #[inline]
+    fn add(&mut self, own: u64, k: usize, cost: u64) {
+        let before = self.slots[k].get();
+        self.slots[k] = self.slots[k].plus(cost);
+        self.total = self.total.saturating_add(self.slots[k].get() - before);
+        // The newest non-empty bucket is the later of the old one and `own`.
+        let lag = (self.newest - own) as u32;
+        if self.total == self.slots[k].get() || lag < self.lag {
+            self.lag = lag;
+        }
     }
 
     /// The ring for a request in bucket `own`, `rem` ns into it, computed
     /// without changing the ring.
     #[inline]
-    fn view(&self, ring: Divisor, own: u64, rem: u64) -> View {
+    fn view(&self, own: u64, rem: u64, ring: Divisor) -> View {
         let (bucket, elapsed) = if own >= self.newest {
             (own, rem)
         } else {
@@ -196,13 +221,15 @@ impl<S: Slot> SlidingWindow<S> {
         };
         let n = self.n();
         let gap = bucket - self.newest;
-        let newest_slot = self.slot_of(ring, self.newest);
         let (slot, total) = if gap >= n {
-            (self.slot_of(ring, bucket), 0)
+            (
+                (if ring.get() == n { ring.rem(bucket) } else { bucket % n }) as usize,
+                0,
+            )
         } else {
             // Buckets newest − n + 1 ..= bucket − n leave the ring; their
             // slots are those of newest + 1 ..= bucket.
-            let (mut i, mut total) = (newest_slot, self.total);
+            let (mut i, mut total) = (self.newest_slot as usize, self.total);
             for _ in 0..gap {
                 i = self.next(i);
                 total = total.saturating_sub(self.slots[i].get());
@@ -231,15 +258,18 @@ impl<S: Slot> SlidingWindow<S> {
         v.bucket - v.own < self.n()
     }
 
-    /// When all counted usage has expired: the newest non-empty bucket `j`
-    /// stops counting at `(j + n)·b`. `total` is the ring's sum.
+    /// When all counted usage has expired: the newest non-empty bucket
+    /// `newest − lag` stops counting `n` buckets later. `total` is the sum
+    /// of the ring as `v` sees it.
+    #[inline]
     fn reset_at(&self, v: &View, total: u64, b: u64) -> u64 {
-        // `last` is the newest non-empty bucket; if it had left the ring,
-        // so would every other one, and `total` would be 0.
+        // If the newest non-empty bucket had left the ring, so would every
+        // other one, and `total` would be 0.
         if total == 0 || v.gap >= self.n() {
             return 0;
         }
-        saturate((u128::from(self.last) + u128::from(self.n())) * u128::from(b))
+        let last = self.newest - u64::from(self.lag);
+        saturate((u128::from(last) + u128::from(self.n())) * u128::from(b))
     }
 
     /// How many slots forward from slot `i` (0 for `i` itself, wrapping)
@@ -298,7 +328,7 @@ impl<S: Slot> SlidingWindow<S> {
             let x = v.slot + 1 + k as usize;
             if x >= len { x - len } else { x }
         };
-        let all_gone = saturate((u128::from(v.bucket) + u128::from(n)) * u128::from(b));
+        let all_gone = || saturate((u128::from(v.bucket) + u128::from(n)) * u128::from(b));
         let mut k = 0;
         loop {
             if let Some(e) = fits_at(rest, oldest, e_from) {
@@ -311,15 +341,15 @@ impl<S: Slot> SlidingWindow<S> {
                 // jump to the next non-empty one.
                 let from = k.max(lo);
                 if from > hi {
-                    return all_gone;
+                    return all_gone();
                 }
                 match self.ahead_to_nonzero(slot_at(from), (hi - from + 1) as usize) {
                     Some(d) => k = from + d as u64,
-                    None => return all_gone,
+                    None => return all_gone(),
                 }
             }
             if k >= n {
-                return all_gone;
+                return all_gone();
             }
             oldest = if (lo..=hi).contains(&k) {
                 self.slots[slot_at(k)].get()
@@ -381,11 +411,10 @@ impl<S: Slot> SlidingWindow<S> {
     /// [`Self::check_any`] does, which the property tests check.
     #[inline]
     fn check_in_order(&mut self, policy: &Policy, now: u64, own: u64, rem: u64, cost: u64) -> Decision {
-        let (step, ring) = (policy.step(), policy.ring());
-        let b = step.get();
+        let b = policy.step_ns();
         let limit = policy.limit();
         let weighting = weighting(policy);
-        let slot = self.advance_to(ring, own);
+        let slot = self.advance_to(policy.ring(), own);
         let n = self.n();
         let oldest = if own >= n - 1 {
             self.slots[self.next(slot)].get()
@@ -405,17 +434,14 @@ impl<S: Slot> SlidingWindow<S> {
         let (used, frac, free) = match u64::try_from(part) {
             Ok(part) => (rest, part, free),
             Err(_) => {
-                let (q, r) = step.div_rem_wide(part);
+                let (q, r) = policy.step().div_rem_wide(part);
                 (rest.saturating_add(q), r, free.saturating_sub(q))
             }
         };
         if allowed {
-            // Counted in bucket `own`, now non-empty: everything has expired
-            // once it leaves the ring, at (own + n)·b.
-            let before = self.slots[slot].get();
-            self.slots[slot] = self.slots[slot].plus(cost);
-            self.total = self.total.saturating_add(self.slots[slot].get() - before);
-            self.last = own;
+            // Counted in bucket `own`, the newest non-empty one now:
+            // everything has expired once it leaves the ring, at (own + n)·b.
+            self.add(own, slot, cost);
             let reset_at = saturate((u128::from(own) + u128::from(n)) * u128::from(b));
             let free = free - cost;
             return Decision {
@@ -462,10 +488,10 @@ impl<S: Slot> SlidingWindow<S> {
         let b = step.get();
         let limit = policy.limit();
         let weighting = weighting(policy);
-        if cost > 0 {
-            self.advance(ring, own);
+        if cost > 0 && own > self.newest {
+            self.advance_to(ring, own);
         }
-        let v = self.view(ring, own, rem);
+        let v = self.view(own, rem, ring);
         let rest = v.total.saturating_sub(v.oldest);
         let part = oldest_part(weighting, &v, b);
         let in_ring = self.in_ring(&v);
@@ -478,15 +504,7 @@ impl<S: Slot> SlidingWindow<S> {
                 .is_some_and(|f| part <= u128::from(f) * u128::from(b));
         let mut total = v.total;
         if allowed && cost > 0 {
-            let k = if v.own == v.bucket {
-                v.slot
-            } else {
-                self.slot_of(ring, v.own)
-            };
-            let before = self.slots[k].get();
-            self.slots[k] = self.slots[k].plus(cost);
-            self.total = self.total.saturating_add(self.slots[k].get() - before);
-            self.last = self.last.max(v.own);
+            self.add(v.own, self.slot_back(v.bucket - v.own), cost);
             total = self.total;
         }
         // ⌊(limit·b − used_after) / b⌋ = free_after − ⌈part / b⌉.
@@ -515,6 +533,12 @@ impl<S: Slot> SlidingWindow<S> {
 impl<S: Slot> LimitState for SlidingWindow<S> {
     #[inline]
     fn check(&mut self, policy: &Policy, now: u64, cost: u64) -> Decision {
+        let b = policy.step_ns();
+        // In the newest bucket already? One multiplication, no division.
+        let start = self.newest.checked_mul(b).unwrap_or(u64::MAX);
+        if cost > 0 && now >= start && now - start < b {
+            return self.check_in_order(policy, now, self.newest, now - start, cost);
+        }
         let (own, rem) = policy.step().div_rem(now);
         if cost > 0 && own >= self.newest {
             return self.check_in_order(policy, now, own, rem, cost);
@@ -523,27 +547,23 @@ impl<S: Slot> LimitState for SlidingWindow<S> {
     }
 
     fn record(&mut self, policy: &Policy, now: u64, cost: u64) {
-        let ring = policy.ring();
         let own = policy.step().div_rem(now).0;
-        self.advance(ring, own);
-        if self.newest - own < self.n() {
-            let k = self.slot_of(ring, own);
-            let before = self.slots[k].get();
-            self.slots[k] = self.slots[k].plus(cost);
-            self.total = self.total.saturating_add(self.slots[k].get() - before);
-            if cost > 0 {
-                self.last = self.last.max(own);
-            }
+        if own > self.newest {
+            self.advance_to(policy.ring(), own);
+        }
+        if self.newest - own < self.n() && cost > 0 {
+            self.add(own, self.slot_back(self.newest - own), cost);
         }
     }
 
     fn estimate(&self, policy: &Policy, now: u64) -> f64 {
         let (own, rem) = policy.step().div_rem(now);
-        let v = self.view(policy.ring(), own, rem);
+        let v = self.view(own, rem, policy.ring());
+        let b = policy.step_ns();
         estimate_of(
             policy.step(),
             v.total.saturating_sub(v.oldest),
-            oldest_part(weighting(policy), &v, policy.step_ns()),
+            oldest_part(weighting(policy), &v, b),
         )
     }
 }

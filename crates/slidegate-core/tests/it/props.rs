@@ -67,7 +67,7 @@ fn any_policy() -> impl Strategy<Value = Policy> {
 }
 
 /// Checks that `d`, the decision for `cost` at `now` that left `state`,
-/// tells the exact truth about `remaining` and `retry_after`.
+/// tells the exact truth about `remaining`, `reset_after` and `retry_after`.
 fn assert_headers_true(policy: &Policy, state: &State, now: u64, cost: u64, d: &Decision) {
     let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap();
     if d.remaining() > 0 {
@@ -83,6 +83,22 @@ fn assert_headers_true(policy: &Policy, state: &State, now: u64, cost: u64, d: &
         assert!(
             !s.check(policy, now, more).allowed(),
             "remaining + 1 = {more} must be refused at {now}"
+        );
+    }
+    // All counted usage has expired at now + reset_after, and not 1 ns
+    // earlier.
+    let reset = ns(d.reset_after());
+    assert_eq!(
+        state.estimate(policy, now + reset),
+        0.0,
+        "usage left at now + reset_after = {}",
+        now + reset
+    );
+    if reset > 0 {
+        assert!(
+            state.estimate(policy, now + reset - 1) > 0.0,
+            "no usage left at {}",
+            now + reset - 1
         );
     }
     if d.allowed() {
