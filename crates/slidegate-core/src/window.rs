@@ -370,7 +370,7 @@ fn first_nonzero<S: Slot>(slots: &[S]) -> Option<usize> {
     let (chunks, tail) = slots.as_chunks::<CHUNK>();
     for (c, chunk) in chunks.iter().enumerate() {
         // A fixed-size OR with no early exit: unrolled and vectorised.
-        if chunk.iter().fold(S::default(), |any, &s| any.or(s)) != S::default() {
+        if chunk.iter().fold(0u64, |any, &s| any | s.get()) != 0 {
             return chunk.iter().position(|s| s.get() != 0).map(|p| c * CHUNK + p);
         }
     }
@@ -534,10 +534,17 @@ impl<S: Slot> LimitState for SlidingWindow<S> {
     #[inline]
     fn check(&mut self, policy: &Policy, now: u64, cost: u64) -> Decision {
         let b = policy.step_ns();
-        // In the newest bucket already? One multiplication, no division.
+        // In the newest bucket, or the next one? One multiplication, no
+        // division.
         let start = self.newest.checked_mul(b).unwrap_or(u64::MAX);
-        if cost > 0 && now >= start && now - start < b {
-            return self.check_in_order(policy, now, self.newest, now - start, cost);
+        if cost > 0 && now >= start {
+            let rem = now - start;
+            if rem < b {
+                return self.check_in_order(policy, now, self.newest, rem, cost);
+            }
+            if rem - b < b {
+                return self.check_in_order(policy, now, self.newest + 1, rem - b, cost);
+            }
         }
         let (own, rem) = policy.step().div_rem(now);
         if cost > 0 && own >= self.newest {
