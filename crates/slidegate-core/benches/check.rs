@@ -24,6 +24,7 @@
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, criterion_group, criterion_main};
 use governor::clock::{Clock as _, FakeRelativeClock};
+use governor::middleware::StateInformationMiddleware;
 use governor::{Quota, RateLimiter};
 use slidegate_core::{
     Algorithm, Clock, ExponentialHistogram, FixedWindow, Gcra, LimitState, ManualClock, Policy, SlidingLog,
@@ -161,6 +162,21 @@ fn check_hot_key(c: &mut Criterion) {
         b.iter(|| {
             clock.advance(STEP);
             black_box(limiter.check())
+        });
+    });
+
+    // The same baseline asked for what our `Decision` carries: the remaining
+    // burst on admission (governor's `StateInformationMiddleware`) and the
+    // wait on refusal.
+    let clock = FakeRelativeClock::default();
+    let limiter = RateLimiter::direct_with_clock(quota, clock.clone()).with_middleware::<StateInformationMiddleware>();
+    group.bench_function(id("governor_direct_with_state"), |b| {
+        b.iter(|| {
+            clock.advance(STEP);
+            black_box(match limiter.check() {
+                Ok(snapshot) => Ok(snapshot.remaining_burst_capacity()),
+                Err(not_until) => Err(not_until.wait_time_from(clock.now())),
+            })
         });
     });
 

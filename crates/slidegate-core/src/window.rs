@@ -98,12 +98,16 @@ pub struct SlidingWindow<S: Slot = u32> {
     newest: u64,
     /// Sum of all slots.
     total: u64,
-    /// The slot of `newest`: `newest mod n`.
-    newest_slot: u32,
+    /// The slot of `newest`: `newest mod n` (`n ≤ 2¹⁶`).
+    newest_slot: u16,
     /// `newest` minus the newest bucket counted in, saturating: while
     /// `total > 0` the newest non-empty bucket is `newest − lag`, so that
     /// `reset_after` needs no scan.
-    lag: u32,
+    lag: u16,
+    /// A hint for `retry_after`: every bucket older than `newest − head` is
+    /// empty (saturating, so `u16::MAX` says nothing), so refusals do not
+    /// rescan the same empty buckets.
+    head: u16,
 }
 
 /// The ring as seen at one instant, after a (virtual) advance.
@@ -139,6 +143,7 @@ impl<S: Slot> SlidingWindow<S> {
             total: 0,
             newest_slot: 0,
             lag: 0,
+            head: u16::MAX,
         }
     }
 
@@ -164,7 +169,7 @@ impl<S: Slot> SlidingWindow<S> {
     /// The slot of bucket `newest − d`, for `d < n`.
     #[inline]
     fn slot_back(&self, d: u64) -> usize {
-        let (i, d) = (self.newest_slot as usize, d as usize);
+        let (i, d) = (usize::from(self.newest_slot), d as usize);
         if i >= d { i - d } else { i + self.slots.len() - d }
     }
 
@@ -175,7 +180,7 @@ impl<S: Slot> SlidingWindow<S> {
     fn advance_to(&mut self, ring: Divisor, bucket: u64) -> usize {
         let gap = bucket - self.newest;
         if gap == 0 {
-            return self.newest_slot as usize;
+            return usize::from(self.newest_slot);
         }
         let n = self.n();
         let i = if gap >= n {
@@ -183,7 +188,7 @@ impl<S: Slot> SlidingWindow<S> {
             self.total = 0;
             (if ring.get() == n { ring.rem(bucket) } else { bucket % n }) as usize
         } else {
-            let mut i = self.newest_slot as usize;
+            let mut i = usize::from(self.newest_slot);
             for _ in 0..gap {
                 i = self.next(i);
                 self.total = self.total.saturating_sub(self.slots[i].get());
@@ -192,21 +197,26 @@ impl<S: Slot> SlidingWindow<S> {
             i
         };
         self.newest = bucket;
-        self.newest_slot = i as u32;
-        self.lag = u32::try_from(u64::from(self.lag).saturating_add(gap)).unwrap_or(u32::MAX);
+        self.newest_slot = i as u16;
+        self.lag = sat16(u64::from(self.lag).saturating_add(gap));
+        self.head = sat16(u64::from(self.head).saturating_add(gap));
         i
     }
 
     /// Counts `cost` in bucket `own` (in the ring), in slot `k`.
     #[inline]
     fn add(&mut self, own: u64, k: usize, cost: u64) {
+        let was_empty = self.total == 0;
         let before = self.slots[k].get();
         self.slots[k] = self.slots[k].plus(cost);
         self.total = self.total.saturating_add(self.slots[k].get() - before);
-        // The newest non-empty bucket is the later of the old one and `own`.
-        let lag = (self.newest - own) as u32;
-        if self.total == self.slots[k].get() || lag < self.lag {
-            self.lag = lag;
+        // `own` is in the ring: less than n ≤ 2¹⁶ behind `newest`.
+        let d = sat16(self.newest - own);
+        if was_empty {
+            (self.lag, self.head) = (d, d);
+        } else {
+            self.lag = self.lag.min(d);
+            self.head = self.head.max(d);
         }
     }
 
@@ -229,7 +239,7 @@ impl<S: Slot> SlidingWindow<S> {
         } else {
             // Buckets newest − n + 1 ..= bucket − n leave the ring; their
             // slots are those of newest + 1 ..= bucket.
-            let (mut i, mut total) = (self.newest_slot as usize, self.total);
+            let (mut i, mut total) = (usize::from(self.newest_slot), self.total);
             for _ in 0..gap {
                 i = self.next(i);
                 total = total.saturating_sub(self.slots[i].get());
@@ -284,8 +294,9 @@ impl<S: Slot> SlidingWindow<S> {
     }
 
     /// The earliest instant at which `cost` units fit, if nothing else
-    /// arrives. Requires `cost ≤ limit`.
-    fn retry_at(&self, v: &View, weighting: Weighting, b: u64, limit: u64, cost: u64) -> u64 {
+    /// arrives, and a tighter `head` when the scan found one. Requires
+    /// `cost ≤ limit`.
+    fn retry_at(&self, v: &View, weighting: Weighting, b: u64, limit: u64, cost: u64) -> (u64, Option<u16>) {
         let n = self.n();
         let fits_at = |rest: u64, oldest: u64, e_from: u64| -> Option<u64> {
             // rest·b + oldest·w(e) + cost·b ≤ limit·b, for the least e ≥ e_from.
@@ -314,7 +325,7 @@ impl<S: Slot> SlidingWindow<S> {
         if !self.in_ring(v) && fits_at(rest, oldest, 0) == Some(0) {
             // Judged as at the start of `bucket`, it fits; it only has to wait
             // until its own bucket is back in the ring.
-            return saturate(u128::from(v.bucket - (n - 1)) * u128::from(b));
+            return (saturate(u128::from(v.bucket - (n - 1)) * u128::from(b)), None);
         }
         let mut e_from = v.elapsed;
         // At step k the ring has reached bucket + k; its oldest bucket is
@@ -328,23 +339,37 @@ impl<S: Slot> SlidingWindow<S> {
             let x = v.slot + 1 + k as usize;
             if x >= len { x - len } else { x }
         };
-        let all_gone = || saturate((u128::from(v.bucket) + u128::from(n)) * u128::from(b));
+        let all_gone = || (saturate((u128::from(v.bucket) + u128::from(n)) * u128::from(b)), None);
+        // The step whose oldest bucket is `newest − head`: the ones before
+        // it have empty oldest buckets.
+        let k_head = (n - 1).saturating_sub(v.gap).saturating_sub(u64::from(self.head));
+        let mut hint = None;
         let mut k = 0;
         loop {
             if let Some(e) = fits_at(rest, oldest, e_from) {
-                return saturate((u128::from(v.bucket) + u128::from(k)) * u128::from(b) + u128::from(e));
+                return (
+                    saturate((u128::from(v.bucket) + u128::from(k)) * u128::from(b) + u128::from(e)),
+                    hint,
+                );
             }
             let failed_empty = oldest == 0;
             k += 1;
             if failed_empty {
                 // Steps whose oldest bucket is empty fail the same way:
                 // jump to the next non-empty one.
-                let from = k.max(lo);
+                let from = k.max(lo).max(k_head);
                 if from > hi {
                     return all_gone();
                 }
                 match self.ahead_to_nonzero(slot_at(from), (hi - from + 1) as usize) {
-                    Some(d) => k = from + d as u64,
+                    Some(d) => {
+                        // From the very oldest bucket on, everything before
+                        // this one is empty: a tighter head.
+                        if k == 1 {
+                            hint = Some(sat16(n - 1 - v.gap - (from + d as u64)));
+                        }
+                        k = from + d as u64;
+                    }
                     None => return all_gone(),
                 }
             }
@@ -360,6 +385,11 @@ impl<S: Slot> SlidingWindow<S> {
             e_from = 0;
         }
     }
+}
+
+/// `x` as a `u16`, saturating.
+fn sat16(x: u64) -> u16 {
+    u16::try_from(x).unwrap_or(u16::MAX)
 }
 
 /// Slots are scanned in chunks whose OR the compiler vectorises.
@@ -466,7 +496,11 @@ impl<S: Slot> SlidingWindow<S> {
             total: self.total,
             oldest,
         };
-        let retry_at = (cost <= limit).then(|| self.retry_at(&v, weighting, b, limit, cost));
+        let retry_at = (cost <= limit).then(|| {
+            let (at, head) = self.retry_at(&v, weighting, b, limit, cost);
+            self.head = head.unwrap_or(self.head);
+            at
+        });
         let reset_at = self.reset_at(&v, self.total, b);
         Decision {
             allowed,
@@ -516,7 +550,7 @@ impl<S: Slot> SlidingWindow<S> {
             }
             _ => 0,
         };
-        let retry_at = (!allowed && cost <= limit).then(|| self.retry_at(&v, weighting, b, limit, cost));
+        let retry_at = (!allowed && cost <= limit).then(|| self.retry_at(&v, weighting, b, limit, cost).0);
         let estimate = (rest.saturating_add(q), r, b);
         Decision::at(
             policy,
@@ -536,7 +570,7 @@ impl<S: Slot> LimitState for SlidingWindow<S> {
         let b = policy.step_ns();
         // In the newest bucket, or the next one? One multiplication, no
         // division.
-        let start = self.newest.checked_mul(b).unwrap_or(u64::MAX);
+        let start = self.newest.saturating_mul(b);
         if cost > 0 && now >= start {
             let rem = now - start;
             if rem < b {
