@@ -111,6 +111,19 @@ fn check_hot_key(c: &mut Criterion) {
             SlidingWindow::<u32>::new,
         );
     }
+    // The same checks without headers: `admit` answers only yes or no, as
+    // governor's `check` does.
+    for n in BUCKETS {
+        let policy = policy(sliding_window(n, Weighting::Interpolated));
+        let mut state = black_box(SlidingWindow::<u32>::new(&policy));
+        let clock = ManualClock::new(0);
+        group.bench_function(id(&format!("sliding_window_interpolated_admit/{n}")), |b| {
+            b.iter(|| {
+                clock.advance(STEP);
+                black_box(state.admit(&policy, clock.now(), black_box(1)))
+            });
+        });
+    }
     bench_state(
         &mut group,
         "sliding_window_conservative/8",

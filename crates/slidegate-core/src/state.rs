@@ -12,6 +12,15 @@ pub trait LimitState {
     /// and `cost > 0`, counts them. A `cost` of 0 never changes the state.
     fn check(&mut self, policy: &Policy, now: u64, cost: u64) -> Decision;
 
+    /// [`LimitState::check`] without the headers: the same decision and the
+    /// same new state, answering only whether the request was admitted. For
+    /// callers that send no rate-limit headers; `sliding_window` makes it
+    /// cheaper than a full check.
+    #[inline]
+    fn admit(&mut self, policy: &Policy, now: u64, cost: u64) -> bool {
+        self.check(policy, now, cost).allowed()
+    }
+
     /// Counts `cost` units at `now` whatever the limit says: the
     /// measurement view of a simulation, where every request is counted.
     fn record(&mut self, policy: &Policy, now: u64, cost: u64);
@@ -86,6 +95,11 @@ impl LimitState for State {
     #[inline]
     fn check(&mut self, policy: &Policy, now: u64, cost: u64) -> Decision {
         each!(self, s => s.check(policy, now, cost))
+    }
+
+    #[inline]
+    fn admit(&mut self, policy: &Policy, now: u64, cost: u64) -> bool {
+        each!(self, s => s.admit(policy, now, cost))
     }
 
     fn record(&mut self, policy: &Policy, now: u64, cost: u64) {

@@ -587,6 +587,38 @@ impl<S: Slot> LimitState for SlidingWindow<S> {
         self.check_any(policy, now, own, rem, cost)
     }
 
+    /// The same decision and new state as `check`; a request in the newest
+    /// bucket that fits is counted without building a [`Decision`].
+    #[inline]
+    fn admit(&mut self, policy: &Policy, now: u64, cost: u64) -> bool {
+        let b = policy.step_ns();
+        let start = self.newest.saturating_mul(b);
+        if cost > 0 && now >= start && now - start < b && self.total > 0 {
+            let slot = usize::from(self.newest_slot);
+            let n = self.n();
+            let oldest = if self.newest >= n - 1 {
+                self.slots[self.next(slot)].get()
+            } else {
+                0
+            };
+            let w = match weighting(policy) {
+                Weighting::Conservative => b,
+                Weighting::Interpolated => b - (now - start),
+            };
+            let free = policy.limit().saturating_sub(self.total.saturating_sub(oldest));
+            if cost <= free && u128::from(oldest) * u128::from(w) <= u128::from(free - cost) * u128::from(b) {
+                // As `check_in_order` counts it: into the newest bucket,
+                // which is then the newest non-empty one.
+                let before = self.slots[slot].get();
+                self.slots[slot] = self.slots[slot].plus(cost);
+                self.total = self.total.saturating_add(self.slots[slot].get() - before);
+                self.lag = 0;
+                return true;
+            }
+        }
+        self.check(policy, now, cost).allowed()
+    }
+
     fn record(&mut self, policy: &Policy, now: u64, cost: u64) {
         let own = policy.step().div_rem(now).0;
         if own > self.newest {

@@ -332,6 +332,25 @@ proptest! {
         }
     }
 
+    /// `admit` decides and counts exactly as `check` does, for every
+    /// algorithm and any order of time.
+    #[test]
+    fn admit_is_check_without_headers(
+        policy in any_policy(),
+        steps in prop::collection::vec((0u64..300, 0u64..14), 1..80),
+        monotone in any::<bool>(),
+    ) {
+        let mut checked = State::new(&policy);
+        let mut admitted = State::new(&policy);
+        let mut t = 0;
+        for (x, cost) in steps {
+            t = if monotone { t + x / 8 } else { x };
+            let d = checked.check(&policy, t, cost);
+            prop_assert_eq!(admitted.admit(&policy, t, cost), d.allowed());
+            prop_assert_eq!(&admitted, &checked);
+        }
+    }
+
     /// No input panics: any limit, window, time and cost, up to `u64::MAX`.
     #[test]
     fn no_input_panics(
