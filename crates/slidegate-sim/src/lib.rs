@@ -160,6 +160,17 @@ impl Row {
     }
 }
 
+impl Scenario {
+    /// The scenario's request stream for `policy` (see [`generate`]).
+    ///
+    /// # Errors
+    ///
+    /// The errors of [`generate`].
+    pub fn requests(&self, policy: &Policy) -> Result<Vec<Request>, SimError> {
+        generate(self.traffic, policy, self.duration_ns, self.clients, self.seed)
+    }
+}
+
 /// Generates the scenario's traffic for `policy` and evaluates the policy on
 /// it.
 ///
@@ -167,13 +178,7 @@ impl Row {
 ///
 /// The errors of [`generate`].
 pub fn run(policy: &Policy, scenario: &Scenario) -> Result<Row, SimError> {
-    let requests = generate(
-        scenario.traffic,
-        policy,
-        scenario.duration_ns,
-        scenario.clients,
-        scenario.seed,
-    )?;
+    let requests = scenario.requests(policy)?;
     Ok(Row::new(policy, scenario.traffic.name(), evaluate(policy, &requests)))
 }
 
@@ -201,13 +206,7 @@ pub fn run_many(policies: &[Policy], scenarios: &[Scenario], threads: usize) -> 
             let i = match streams.iter().position(|(k, _)| *k == key) {
                 Some(i) => i,
                 None => {
-                    let requests = generate(
-                        scenario.traffic,
-                        policy,
-                        scenario.duration_ns,
-                        scenario.clients,
-                        scenario.seed,
-                    )?;
+                    let requests = scenario.requests(policy)?;
                     streams.push((key, requests));
                     streams.len() - 1
                 }
