@@ -83,7 +83,7 @@ impl Slot for u64 {
 /// bucket and no division; crossing into a new bucket costs one
 /// division-by-multiplication and zeroes the slots that left (at most `n`,
 /// amortised O(1)).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct SlidingWindow<S: Slot = u32> {
     slots: Box<[S]>,
     /// Absolute index of the newest bucket (`t / b`).
@@ -101,6 +101,31 @@ pub struct SlidingWindow<S: Slot = u32> {
     /// rescan the same empty buckets.
     head: u16,
 }
+
+/// Equal rings decide alike forever: every field counts but the `head`
+/// hint, which only saves `retry_after` some scanning.
+impl<S: Slot> PartialEq for SlidingWindow<S> {
+    fn eq(&self, other: &Self) -> bool {
+        let Self {
+            slots,
+            newest,
+            total,
+            newest_slot,
+            lag,
+            head: _,
+        } = self;
+        (slots, newest, total, newest_slot, lag)
+            == (
+                &other.slots,
+                &other.newest,
+                &other.total,
+                &other.newest_slot,
+                &other.lag,
+            )
+    }
+}
+
+impl<S: Slot> Eq for SlidingWindow<S> {}
 
 /// The ring as seen at one instant, after a (virtual) advance.
 #[derive(Clone, Copy, Debug)]
@@ -427,18 +452,44 @@ fn estimate_of(step: Divisor, rest: u64, part: u128) -> f64 {
     rest as f64 + q as f64 + frac
 }
 
+/// The arithmetic of an in-order decision.
+struct Judgement {
+    allowed: bool,
+    /// The oldest bucket's count.
+    oldest: u64,
+    /// Its part of the estimate, scaled by `b`.
+    part: u128,
+    /// The rest of the ring.
+    rest: u64,
+    /// `limit − rest`, saturating.
+    free: u64,
+}
+
 impl<S: Slot> SlidingWindow<S> {
-    /// The common case, with fewer branches: a request that counts (`cost >
-    /// 0`) in time order (`own ≥ newest`). Decides exactly as
-    /// [`Self::check_any`] does, which the property tests check.
+    /// Where `now` falls: its bucket and how far into it, without a division
+    /// when that is the newest bucket or the next one.
     #[inline]
-    fn check_in_order(&mut self, policy: &Policy, now: u64, own: u64, rem: u64, cost: u64) -> Decision {
+    fn locate(&self, policy: &Policy, now: u64) -> (u64, u64) {
         let b = policy.step_ns();
-        let limit = policy.limit();
-        let weighting = weighting(policy);
-        let slot = self.advance_to(policy.ring(), own);
-        let n = self.n();
-        let oldest = if own >= n - 1 {
+        let start = self.newest.saturating_mul(b);
+        if now >= start {
+            let rem = now - start;
+            if rem < b {
+                return (self.newest, rem);
+            }
+            if rem - b < b {
+                return (self.newest + 1, rem - b);
+            }
+        }
+        policy.step().div_rem(now)
+    }
+
+    /// Whether `cost` fits at `rem` ns into bucket `own` (the newest, in
+    /// slot `slot`): `rest·b + oldest·w + cost·b ≤ limit·b`.
+    #[inline]
+    fn judge(&self, policy: &Policy, weighting: Weighting, own: u64, rem: u64, slot: usize, cost: u64) -> Judgement {
+        let b = policy.step_ns();
+        let oldest = if own >= self.n() - 1 {
             self.slots[self.next(slot)].get()
         } else {
             0
@@ -449,8 +500,34 @@ impl<S: Slot> SlidingWindow<S> {
         };
         let part = u128::from(oldest) * u128::from(w);
         let rest = self.total.saturating_sub(oldest);
-        let free = limit.saturating_sub(rest);
+        let free = policy.limit().saturating_sub(rest);
         let allowed = cost <= free && part <= u128::from(free - cost) * u128::from(b);
+        Judgement {
+            allowed,
+            oldest,
+            part,
+            rest,
+            free,
+        }
+    }
+
+    /// The common case, with fewer branches: a request that counts (`cost >
+    /// 0`) in time order (`own ≥ newest`). Decides exactly as
+    /// [`Self::check_any`] does, which the property tests check.
+    #[inline]
+    fn check_in_order(&mut self, policy: &Policy, now: u64, own: u64, rem: u64, cost: u64) -> Decision {
+        let b = policy.step_ns();
+        let limit = policy.limit();
+        let weighting = weighting(policy);
+        let slot = self.advance_to(policy.ring(), own);
+        let n = self.n();
+        let Judgement {
+            allowed,
+            oldest,
+            part,
+            rest,
+            free,
+        } = self.judge(policy, weighting, own, rem, slot, cost);
         // remaining = free − ⌈part / b⌉ and estimate = rest + part / b are
         // worked out when asked for; a part beyond u64 is reduced now.
         let (used, frac, free) = match u64::try_from(part) {
@@ -559,56 +636,28 @@ impl<S: Slot> SlidingWindow<S> {
 impl<S: Slot> LimitState for SlidingWindow<S> {
     #[inline]
     fn check(&mut self, policy: &Policy, now: u64, cost: u64) -> Decision {
-        let b = policy.step_ns();
-        // In the newest bucket, or the next one? One multiplication, no
-        // division.
-        let start = self.newest.saturating_mul(b);
-        if cost > 0 && now >= start {
-            let rem = now - start;
-            if rem < b {
-                return self.check_in_order(policy, now, self.newest, rem, cost);
-            }
-            if rem - b < b {
-                return self.check_in_order(policy, now, self.newest + 1, rem - b, cost);
-            }
-        }
-        let (own, rem) = policy.step().div_rem(now);
+        let (own, rem) = self.locate(policy, now);
         if cost > 0 && own >= self.newest {
             return self.check_in_order(policy, now, own, rem, cost);
         }
         self.check_any(policy, now, own, rem, cost)
     }
 
-    /// The same decision and new state as `check`; a request in the newest
-    /// bucket that fits is counted without building a [`Decision`].
+    /// The same decision and new state as `check` (but for the `head` hint,
+    /// which only speeds up `retry_after`), without building a [`Decision`]
+    /// for a request in time order.
     #[inline]
     fn admit(&mut self, policy: &Policy, now: u64, cost: u64) -> bool {
-        let b = policy.step_ns();
-        let start = self.newest.saturating_mul(b);
-        if cost > 0 && now >= start && now - start < b && self.total > 0 {
-            let slot = usize::from(self.newest_slot);
-            let n = self.n();
-            let oldest = if self.newest >= n - 1 {
-                self.slots[self.next(slot)].get()
-            } else {
-                0
-            };
-            let w = match weighting(policy) {
-                Weighting::Conservative => b,
-                Weighting::Interpolated => b - (now - start),
-            };
-            let free = policy.limit().saturating_sub(self.total.saturating_sub(oldest));
-            if cost <= free && u128::from(oldest) * u128::from(w) <= u128::from(free - cost) * u128::from(b) {
-                // As `check_in_order` counts it: into the newest bucket,
-                // which is then the newest non-empty one.
-                let before = self.slots[slot].get();
-                self.slots[slot] = self.slots[slot].plus(cost);
-                self.total = self.total.saturating_add(self.slots[slot].get() - before);
-                self.lag = 0;
-                return true;
+        let (own, rem) = self.locate(policy, now);
+        if cost > 0 && own >= self.newest {
+            let slot = self.advance_to(policy.ring(), own);
+            let allowed = self.judge(policy, weighting(policy), own, rem, slot, cost).allowed;
+            if allowed {
+                self.add(own, slot, cost);
             }
+            return allowed;
         }
-        self.check(policy, now, cost).allowed()
+        self.check_any(policy, now, own, rem, cost).allowed()
     }
 
     fn record(&mut self, policy: &Policy, now: u64, cost: u64) {
