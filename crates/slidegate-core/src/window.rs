@@ -436,12 +436,12 @@ fn weighting(policy: &Policy) -> Weighting {
 /// The oldest bucket's part of the estimate, scaled by `b`: `oldest·w`
 /// with `w = b − elapsed` (interpolated) or `b` (conservative).
 #[inline]
-fn oldest_part(weighting: Weighting, v: &View, b: u64) -> u128 {
+fn oldest_part(weighting: Weighting, oldest: u64, elapsed: u64, b: u64) -> u128 {
     let w = match weighting {
         Weighting::Conservative => b,
-        Weighting::Interpolated => b - v.elapsed,
+        Weighting::Interpolated => b - elapsed,
     };
-    u128::from(v.oldest) * u128::from(w)
+    u128::from(oldest) * u128::from(w)
 }
 
 /// `rest + part / b` as a float, for reporting.
@@ -494,11 +494,7 @@ impl<S: Slot> SlidingWindow<S> {
         } else {
             0
         };
-        let w = match weighting {
-            Weighting::Conservative => b,
-            Weighting::Interpolated => b - rem,
-        };
-        let part = u128::from(oldest) * u128::from(w);
+        let part = oldest_part(weighting, oldest, rem, b);
         let rest = self.total.saturating_sub(oldest);
         let free = policy.limit().saturating_sub(rest);
         let allowed = cost <= free && part <= u128::from(free - cost) * u128::from(b);
@@ -596,7 +592,7 @@ impl<S: Slot> SlidingWindow<S> {
         }
         let v = self.view(own, rem, ring);
         let rest = v.total.saturating_sub(v.oldest);
-        let part = oldest_part(weighting, &v, b);
+        let part = oldest_part(weighting, v.oldest, v.elapsed, b);
         let in_ring = self.in_ring(&v);
         // Units left for the oldest bucket's part and this request:
         // admitted when rest·b + part + cost·b ≤ limit·b.
@@ -677,7 +673,7 @@ impl<S: Slot> LimitState for SlidingWindow<S> {
         estimate_of(
             policy.step(),
             v.total.saturating_sub(v.oldest),
-            oldest_part(weighting(policy), &v, b),
+            oldest_part(weighting(policy), v.oldest, v.elapsed, b),
         )
     }
 }
