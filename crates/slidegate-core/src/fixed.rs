@@ -88,6 +88,14 @@ impl LimitState for FixedWindow {
         }
     }
 
+    fn expires_at(&self, policy: &Policy) -> u64 {
+        if self.count == 0 {
+            0
+        } else {
+            start(u128::from(self.window) + 1, policy.step_ns())
+        }
+    }
+
     fn estimate(&self, policy: &Policy, now: u64) -> f64 {
         self.count_in(now / policy.step_ns()) as f64
     }

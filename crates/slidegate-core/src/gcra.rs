@@ -81,6 +81,11 @@ impl LimitState for Gcra {
         self.tat = saturate(u128::from(self.tat.max(now)).saturating_add(u128::from(cost) * t_ns));
     }
 
+    fn expires_at(&self, _policy: &Policy) -> u64 {
+        // From `TAT` on, `max(TAT, now) = now`: as a fresh state.
+        self.tat
+    }
+
     fn estimate(&self, policy: &Policy, now: u64) -> f64 {
         self.tat.saturating_sub(now) as f64 / policy.step_ns() as f64
     }

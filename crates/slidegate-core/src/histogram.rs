@@ -210,6 +210,13 @@ impl LimitState for ExponentialHistogram {
         }
     }
 
+    fn expires_at(&self, policy: &Policy) -> u64 {
+        // A bucket counts while its `last` is inside the window.
+        self.buckets
+            .back()
+            .map_or(0, |b| b.last.saturating_add(policy.window_ns()))
+    }
+
     fn estimate(&self, policy: &Policy, now: u64) -> f64 {
         self.view(now, policy.window_ns()).est2 as f64 / 2.0
     }

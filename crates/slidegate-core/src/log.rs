@@ -129,6 +129,13 @@ impl LimitState for SlidingLog {
         }
     }
 
+    fn expires_at(&self, policy: &Policy) -> u64 {
+        // An entry at `t` counts while `t > now − W`: until `t + W`.
+        self.entries
+            .back()
+            .map_or(0, |&(t, _)| t.saturating_add(policy.window_ns()))
+    }
+
     fn estimate(&self, policy: &Policy, now: u64) -> f64 {
         let (_, gone) = self.expired(self.clamp(now), policy.window_ns());
         self.total.saturating_sub(gone) as f64

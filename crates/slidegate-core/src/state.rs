@@ -28,6 +28,21 @@ pub trait LimitState {
     /// The algorithm's count (or estimate) of the window ending at `now`,
     /// without changing the state.
     fn estimate(&self, policy: &Policy, now: u64) -> f64;
+
+    /// The instant from which this state holds nothing that counts: for
+    /// every `now ≥ expires_at` it decides every request at `now` or later
+    /// as a fresh state would (0 when it holds nothing already). A keyed
+    /// store may drop a state once its clock has passed this instant, and
+    /// the state's key loses nothing; only requests late by more than the
+    /// window, which the state would refuse, pass instead.
+    fn expires_at(&self, policy: &Policy) -> u64;
+
+    /// Whether the state holds nothing that counts at `now`:
+    /// `expires_at(policy) ≤ now`.
+    #[inline]
+    fn is_idle(&self, policy: &Policy, now: u64) -> bool {
+        self.expires_at(policy) <= now
+    }
 }
 
 /// The state of any algorithm, chosen from a [`Policy`].
@@ -108,6 +123,10 @@ impl LimitState for State {
 
     fn estimate(&self, policy: &Policy, now: u64) -> f64 {
         each!(self, s => s.estimate(policy, now))
+    }
+
+    fn expires_at(&self, policy: &Policy) -> u64 {
+        each!(self, s => s.expires_at(policy))
     }
 }
 

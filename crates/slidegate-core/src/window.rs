@@ -7,6 +7,7 @@ use crate::{Algorithm, Decision, LimitState, Policy, Weighting};
 use alloc::boxed::Box;
 use alloc::vec;
 use core::fmt::Debug;
+use core::marker::PhantomData;
 
 /// A counter slot of the ring: `u32` when the limit fits, `u64` otherwise.
 ///
@@ -77,6 +78,10 @@ impl Slot for u64 {
 /// newest non-empty bucket is. Two buckets: 48 bytes; 61 buckets: 284
 /// bytes.
 ///
+/// The slots live in `R`: a boxed slice by default, or storage a keyed store
+/// owns (an array, `&mut [u32]`), rebuilt around it with
+/// [`SlidingWindow::from_parts`].
+///
 /// # Cost
 ///
 /// A request in the newest bucket costs one multiplication to find its
@@ -84,8 +89,8 @@ impl Slot for u64 {
 /// division-by-multiplication and zeroes the slots that left (at most `n`,
 /// amortised O(1)).
 #[derive(Clone, Debug)]
-pub struct SlidingWindow<S: Slot = u32> {
-    slots: Box<[S]>,
+pub struct SlidingWindow<S: Slot = u32, R = Box<[S]>> {
+    slots: R,
     /// Absolute index of the newest bucket (`t / b`).
     newest: u64,
     /// Sum of all slots.
@@ -100,11 +105,12 @@ pub struct SlidingWindow<S: Slot = u32> {
     /// empty (saturating, so `u16::MAX` says nothing), so refusals do not
     /// rescan the same empty buckets.
     head: u16,
+    slot: PhantomData<S>,
 }
 
 /// Equal rings decide alike forever: every field counts but the `head`
 /// hint, which only saves `retry_after` some scanning.
-impl<S: Slot> PartialEq for SlidingWindow<S> {
+impl<S: Slot, R: AsRef<[S]>> PartialEq for SlidingWindow<S, R> {
     fn eq(&self, other: &Self) -> bool {
         let Self {
             slots,
@@ -113,10 +119,11 @@ impl<S: Slot> PartialEq for SlidingWindow<S> {
             newest_slot,
             lag,
             head: _,
+            slot: _,
         } = self;
-        (slots, newest, total, newest_slot, lag)
+        (slots.as_ref(), newest, total, newest_slot, lag)
             == (
-                &other.slots,
+                &other.slots.as_ref(),
                 &other.newest,
                 &other.total,
                 &other.newest_slot,
@@ -125,7 +132,7 @@ impl<S: Slot> PartialEq for SlidingWindow<S> {
     }
 }
 
-impl<S: Slot> Eq for SlidingWindow<S> {}
+impl<S: Slot, R: AsRef<[S]>> Eq for SlidingWindow<S, R> {}
 
 /// The ring as seen at one instant, after a (virtual) advance.
 #[derive(Clone, Copy, Debug)]
@@ -161,12 +168,54 @@ impl<S: Slot> SlidingWindow<S> {
             newest_slot: 0,
             lag: 0,
             head: u16::MAX,
+            slot: PhantomData,
         }
     }
 
     /// Bytes on the heap: the slots.
     pub fn heap_bytes(&self) -> usize {
-        core::mem::size_of_val(&*self.slots)
+        core::mem::size_of_val(self.slots.as_ref())
+    }
+}
+
+impl<S: Slot, R: AsRef<[S]> + AsMut<[S]>> SlidingWindow<S, R> {
+    /// A ring over caller-owned `slots`, whose newest bucket is `newest`:
+    /// the inverse of [`SlidingWindow::into_parts`]. The running total and
+    /// the hints are recomputed from the slots (O(n)), so a keyed store can
+    /// keep just the newest bucket index and the slots, and rebuild the ring
+    /// for each decision. `None` unless `2 ≤ slots.len() ≤`
+    /// [`Policy::MAX_BUCKETS`].
+    pub fn from_parts(newest: u64, slots: R) -> Option<Self> {
+        let len = slots.as_ref().len();
+        if !(2..=Policy::MAX_BUCKETS as usize).contains(&len) {
+            return None;
+        }
+        let mut ring = SlidingWindow {
+            slots,
+            newest,
+            total: 0,
+            newest_slot: (newest % len as u64) as u16,
+            lag: 0,
+            head: 0,
+            slot: PhantomData,
+        };
+        for d in 0..len {
+            let count = ring.slots.as_ref()[ring.slot_back(d as u64)].get();
+            if count > 0 {
+                if ring.total == 0 {
+                    ring.lag = d as u16;
+                }
+                ring.total = ring.total.saturating_add(count);
+                ring.head = d as u16;
+            }
+        }
+        Some(ring)
+    }
+
+    /// The newest bucket index and the slots: what
+    /// [`SlidingWindow::from_parts`] needs to rebuild this ring.
+    pub fn into_parts(self) -> (u64, R) {
+        (self.newest, self.slots)
     }
 
     /// The absolute index of the newest bucket seen.
@@ -175,19 +224,23 @@ impl<S: Slot> SlidingWindow<S> {
     }
 
     fn n(&self) -> u64 {
-        self.slots.len() as u64
+        self.slots.as_ref().len() as u64
     }
 
     #[inline]
     fn next(&self, i: usize) -> usize {
-        if i + 1 == self.slots.len() { 0 } else { i + 1 }
+        if i + 1 == self.slots.as_ref().len() { 0 } else { i + 1 }
     }
 
     /// The slot of bucket `newest − d`, for `d < n`.
     #[inline]
     fn slot_back(&self, d: u64) -> usize {
         let (i, d) = (usize::from(self.newest_slot), d as usize);
-        if i >= d { i - d } else { i + self.slots.len() - d }
+        if i >= d {
+            i - d
+        } else {
+            i + self.slots.as_ref().len() - d
+        }
     }
 
     /// Moves the ring forward to `bucket ≥ newest`, zeroing the slots that
@@ -201,15 +254,15 @@ impl<S: Slot> SlidingWindow<S> {
         }
         let n = self.n();
         let i = if gap >= n {
-            self.slots.fill(S::default());
+            self.slots.as_mut().fill(S::default());
             self.total = 0;
             (if ring.get() == n { ring.rem(bucket) } else { bucket % n }) as usize
         } else {
             let mut i = usize::from(self.newest_slot);
             for _ in 0..gap {
                 i = self.next(i);
-                self.total = self.total.saturating_sub(self.slots[i].get());
-                self.slots[i] = S::default();
+                self.total = self.total.saturating_sub(self.slots.as_ref()[i].get());
+                self.slots.as_mut()[i] = S::default();
             }
             i
         };
@@ -224,9 +277,9 @@ impl<S: Slot> SlidingWindow<S> {
     #[inline]
     fn add(&mut self, own: u64, k: usize, cost: u64) {
         let was_empty = self.total == 0;
-        let before = self.slots[k].get();
-        self.slots[k] = self.slots[k].plus(cost);
-        self.total = self.total.saturating_add(self.slots[k].get() - before);
+        let before = self.slots.as_ref()[k].get();
+        self.slots.as_mut()[k] = self.slots.as_ref()[k].plus(cost);
+        self.total = self.total.saturating_add(self.slots.as_ref()[k].get() - before);
         // `own` is in the ring: less than n ≤ 2¹⁶ behind `newest`.
         let d = sat16(self.newest - own);
         if was_empty {
@@ -259,14 +312,14 @@ impl<S: Slot> SlidingWindow<S> {
             let (mut i, mut total) = (usize::from(self.newest_slot), self.total);
             for _ in 0..gap {
                 i = self.next(i);
-                total = total.saturating_sub(self.slots[i].get());
+                total = total.saturating_sub(self.slots.as_ref()[i].get());
             }
             (i, total)
         };
         // The oldest bucket sits in the slot after `bucket`'s; it is a real,
         // kept bucket unless the ring is empty or `bucket < n − 1`.
         let oldest = if gap < n && bucket >= n - 1 {
-            self.slots[self.next(slot)].get()
+            self.slots.as_ref()[self.next(slot)].get()
         } else {
             0
         };
@@ -302,11 +355,11 @@ impl<S: Slot> SlidingWindow<S> {
     /// How many slots forward from slot `i` (0 for `i` itself, wrapping)
     /// the first non-zero slot is, looking at `steps` slots at most.
     fn ahead_to_nonzero(&self, i: usize, steps: usize) -> Option<usize> {
-        let near = &self.slots[i..self.slots.len().min(i + steps)];
+        let near = &self.slots.as_ref()[i..self.slots.as_ref().len().min(i + steps)];
         if let Some(p) = first_nonzero(near) {
             return Some(p);
         }
-        let far = &self.slots[..(steps - near.len()).min(i)];
+        let far = &self.slots.as_ref()[..(steps - near.len()).min(i)];
         first_nonzero(far).map(|p| near.len() + p)
     }
 
@@ -351,7 +404,7 @@ impl<S: Slot> SlidingWindow<S> {
         // peek's virtual advance) hold nothing, whatever their slots say.
         let lo = (n - 1).saturating_sub(v.bucket);
         let hi = n - 1 - v.gap.min(n - 1);
-        let len = self.slots.len();
+        let len = self.slots.as_ref().len();
         let slot_at = |k: u64| {
             let x = v.slot + 1 + k as usize;
             if x >= len { x - len } else { x }
@@ -394,7 +447,7 @@ impl<S: Slot> SlidingWindow<S> {
                 return all_gone();
             }
             oldest = if (lo..=hi).contains(&k) {
-                self.slots[slot_at(k)].get()
+                self.slots.as_ref()[slot_at(k)].get()
             } else {
                 0
             };
@@ -465,7 +518,7 @@ struct Judgement {
     free: u64,
 }
 
-impl<S: Slot> SlidingWindow<S> {
+impl<S: Slot, R: AsRef<[S]> + AsMut<[S]>> SlidingWindow<S, R> {
     /// Where `now` falls: its bucket and how far into it, without a division
     /// when that is the newest bucket or the next one.
     #[inline]
@@ -490,7 +543,7 @@ impl<S: Slot> SlidingWindow<S> {
     fn judge(&self, policy: &Policy, weighting: Weighting, own: u64, rem: u64, slot: usize, cost: u64) -> Judgement {
         let b = policy.step_ns();
         let oldest = if own >= self.n() - 1 {
-            self.slots[self.next(slot)].get()
+            self.slots.as_ref()[self.next(slot)].get()
         } else {
             0
         };
@@ -629,7 +682,7 @@ impl<S: Slot> SlidingWindow<S> {
     }
 }
 
-impl<S: Slot> LimitState for SlidingWindow<S> {
+impl<S: Slot, R: AsRef<[S]> + AsMut<[S]>> LimitState for SlidingWindow<S, R> {
     #[inline]
     fn check(&mut self, policy: &Policy, now: u64, cost: u64) -> Decision {
         let (own, rem) = self.locate(policy, now);
@@ -664,6 +717,16 @@ impl<S: Slot> LimitState for SlidingWindow<S> {
         if self.newest - own < self.n() && cost > 0 {
             self.add(own, self.slot_back(self.newest - own), cost);
         }
+    }
+
+    fn expires_at(&self, policy: &Policy) -> u64 {
+        if self.total == 0 {
+            return 0;
+        }
+        // The newest non-empty bucket, `newest − lag`, leaves the ring `n`
+        // buckets later; every older one has left by then.
+        let last = self.newest - u64::from(self.lag);
+        saturate((u128::from(last) + u128::from(self.n())) * u128::from(policy.step_ns()))
     }
 
     fn estimate(&self, policy: &Policy, now: u64) -> f64 {

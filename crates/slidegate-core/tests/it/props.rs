@@ -2,7 +2,7 @@
 
 use crate::oracle::{ExactLog, SeedCounter, TextbookGcra};
 use proptest::prelude::*;
-use slidegate_core::{Algorithm, Decision, LimitState, Policy, State, Weighting};
+use slidegate_core::{Algorithm, Decision, LimitState, Policy, SlidingWindow, State, Weighting};
 use std::time::Duration;
 
 const CASES: u32 = 2_000;
@@ -348,6 +348,50 @@ proptest! {
             let d = checked.check(&policy, t, cost);
             prop_assert_eq!(admitted.admit(&policy, t, cost), d.allowed());
             prop_assert_eq!(&admitted, &checked);
+        }
+    }
+
+    /// Once a state's `expires_at` has passed it decides like a fresh state
+    /// (for requests in time order from then on): a store may drop it.
+    #[test]
+    fn expired_states_decide_like_fresh_ones(
+        policy in any_policy(), before in requests(30, 6), after in requests(30, 6), wait in 0u64..50,
+    ) {
+        let mut state = State::new(&policy);
+        let mut t = 0;
+        for (at, cost) in times(&before, 0) {
+            state.check(&policy, at, cost);
+            t = at;
+        }
+        let expiry = state.expires_at(&policy);
+        prop_assert_eq!(state.is_idle(&policy, expiry), true);
+        let mut fresh = State::new(&policy);
+        for (at, cost) in times(&after, expiry.max(t) + wait) {
+            let (old, new) = (state.check(&policy, at, cost), fresh.check(&policy, at, cost));
+            prop_assert_eq!(old.allowed(), new.allowed(), "at {} cost {}", at, cost);
+            prop_assert_eq!(old.remaining(), new.remaining());
+            prop_assert_eq!(old.retry_after(), new.retry_after());
+        }
+    }
+
+    /// A ring rebuilt from its parts (the newest bucket and the slots, as a
+    /// keyed store keeps it) decides exactly as the ring it came from.
+    #[test]
+    fn ring_rebuilt_from_parts_decides_alike(
+        buckets in 2u32..10, limit in 1u64..12, bucket_ns in 1u64..20, weighting in prop_oneof![Just(Weighting::Interpolated), Just(Weighting::Conservative)],
+        reqs in requests(15, 5), monotone in any::<bool>(),
+    ) {
+        let policy = ring(limit, buckets, bucket_ns, 0, weighting);
+        let mut whole = SlidingWindow::<u32>::new(&policy);
+        let (mut newest, mut slots) = (0u64, vec![0u32; buckets as usize]);
+        let mut t = 0;
+        for (x, cost) in reqs {
+            t = if monotone { t + x } else { x };
+            let mut rebuilt = SlidingWindow::<u32, &mut [u32]>::from_parts(newest, &mut slots[..]).unwrap();
+            let (a, b) = (whole.check(&policy, t, cost), rebuilt.check(&policy, t, cost));
+            prop_assert_eq!(a, b);
+            prop_assert_eq!(whole.expires_at(&policy), rebuilt.expires_at(&policy));
+            newest = rebuilt.newest();
         }
     }
 
