@@ -123,7 +123,7 @@ impl<S: Slot, R: AsRef<[S]>> PartialEq for SlidingWindow<S, R> {
         } = self;
         (slots.as_ref(), newest, total, newest_slot, lag)
             == (
-                &other.slots.as_ref(),
+                other.slots.as_ref(),
                 &other.newest,
                 &other.total,
                 &other.newest_slot,
