@@ -9,19 +9,33 @@ use alloc::vec;
 use core::fmt::Debug;
 use core::marker::PhantomData;
 
-/// A counter slot of the ring: `u32` when the limit fits, `u64` otherwise.
+/// A counter slot of the ring: `u32` when the limit fits, `u64` otherwise
+/// (and `u16`, for keyed stores that keep small limits compact).
 ///
 /// Slots saturate instead of wrapping. An admitted request never makes a
-/// slot exceed the limit, so with `u32` slots for limits up to `u32::MAX`
-/// saturation only happens through [`LimitState::record`].
+/// slot exceed the limit, so with slots whose [`Slot::MAX`] is at least the
+/// limit saturation only happens through [`LimitState::record`].
 pub trait Slot: Copy + Default + Debug + Eq + Send + Sync + 'static {
+    /// The largest count a slot holds.
+    const MAX: u64;
     /// The value as a `u64`.
     fn get(self) -> u64;
     /// `self + v`, saturating at the slot's maximum.
     fn plus(self, v: u64) -> Self;
 }
 
+impl Slot for u16 {
+    const MAX: u64 = u16::MAX as u64;
+    fn get(self) -> u64 {
+        u64::from(self)
+    }
+    fn plus(self, v: u64) -> Self {
+        u16::try_from(u64::from(self).saturating_add(v)).unwrap_or(u16::MAX)
+    }
+}
+
 impl Slot for u32 {
+    const MAX: u64 = u32::MAX as u64;
     fn get(self) -> u64 {
         u64::from(self)
     }
@@ -31,6 +45,7 @@ impl Slot for u32 {
 }
 
 impl Slot for u64 {
+    const MAX: u64 = u64::MAX;
     fn get(self) -> u64 {
         self
     }
@@ -210,6 +225,11 @@ impl<S: Slot, R: AsRef<[S]> + AsMut<[S]>> SlidingWindow<S, R> {
             }
         }
         Some(ring)
+    }
+
+    /// The number of buckets `n`.
+    pub fn buckets(&self) -> usize {
+        self.slots.as_ref().len()
     }
 
     /// The newest bucket index and the slots: what

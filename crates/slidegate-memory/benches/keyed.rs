@@ -1,0 +1,2 @@
+//! Placeholder replaced by the keyed benchmark.
+fn main() {}

@@ -1,0 +1,161 @@
+//! A keyed limiter: one policy, one clock, the most compact state.
+
+use crate::key::Key;
+use crate::state::{Ring2, Ring8};
+use crate::store::{Budget, Stats, Store, StoreError};
+use slidegate_core::{Algorithm, Clock, Decision, FixedWindow, Gcra, Policy, State};
+use std::borrow::Borrow;
+use std::hash::Hash;
+
+/// The store of a [`KeyedLimiter`], with the smallest state that serves
+/// its policy.
+enum Table<K> {
+    Ring2Small(Store<K, Ring2<u16>>),
+    Ring2(Store<K, Ring2<u32>>),
+    Ring8Small(Store<K, Ring8<u16>>),
+    Ring8(Store<K, Ring8<u32>>),
+    Fixed(Store<K, FixedWindow>),
+    Gcra(Store<K, Gcra>),
+    Any(Store<K, State>),
+}
+
+/// Calls `$call` on the store inside any variant.
+macro_rules! each {
+    ($table:expr, $store:ident => $call:expr) => {
+        match $table {
+            Table::Ring2Small($store) => $call,
+            Table::Ring2($store) => $call,
+            Table::Ring8Small($store) => $call,
+            Table::Ring8($store) => $call,
+            Table::Fixed($store) => $call,
+            Table::Gcra($store) => $call,
+            Table::Any($store) => $call,
+        }
+    };
+}
+
+/// Limits every key to one [`Policy`], reading time from a [`Clock`].
+///
+/// It keeps each key in the smallest state that serves the policy:
+/// `sliding_window` with 2 buckets in 12 bytes (limits up to 65 535) or
+/// 16, with 3 to 8 buckets in 28 or 44 bytes, `fixed_window` in 16 and
+/// `gcra` in 8, all inline beside the key; other policies in the core's
+/// [`State`], on the heap.
+///
+/// ```
+/// use slidegate_core::{Algorithm, ManualClock, Policy, Weighting};
+/// use slidegate_memory::{Budget, KeyedLimiter};
+/// use std::time::Duration;
+///
+/// let algorithm = Algorithm::SlidingWindow { buckets: 2, weighting: Weighting::Interpolated };
+/// let policy = Policy::new(2, Duration::from_secs(1), algorithm).unwrap();
+/// let clock = ManualClock::new(0);
+/// let limiter: KeyedLimiter<String, _> = KeyedLimiter::new(policy, clock.clone(), Budget::keys(1_000_000));
+/// assert!(limiter.check("alice", 1).unwrap().allowed());
+/// assert!(limiter.check("alice", 1).unwrap().allowed());
+/// assert!(!limiter.check("alice", 1).unwrap().allowed());
+/// assert!(limiter.check("bob", 1).unwrap().allowed());
+/// ```
+pub struct KeyedLimiter<K, C> {
+    policy: Policy,
+    clock: C,
+    table: Table<K>,
+}
+
+impl<K: Key, C: std::fmt::Debug> std::fmt::Debug for KeyedLimiter<K, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let stats = each!(&self.table, s => s.stats());
+        f.debug_struct("KeyedLimiter")
+            .field("policy", &self.policy)
+            .field("clock", &self.clock)
+            .field("stats", &stats)
+            .finish()
+    }
+}
+
+impl<K: Key, C: Clock> KeyedLimiter<K, C> {
+    /// A limiter of `policy` per key, within `budget`.
+    pub fn new(policy: Policy, clock: C, budget: Budget) -> Self {
+        let small = policy.limit() <= u64::from(u16::MAX);
+        let wide = policy.limit() > u64::from(u32::MAX);
+        let table = match policy.algorithm() {
+            Algorithm::SlidingWindow { buckets: 2, .. } if small => Table::Ring2Small(Store::new(budget)),
+            Algorithm::SlidingWindow { buckets: 2, .. } if !wide => Table::Ring2(Store::new(budget)),
+            Algorithm::SlidingWindow { buckets: 3..=8, .. } if small => Table::Ring8Small(Store::new(budget)),
+            Algorithm::SlidingWindow { buckets: 3..=8, .. } if !wide => Table::Ring8(Store::new(budget)),
+            Algorithm::FixedWindow => Table::Fixed(Store::new(budget)),
+            Algorithm::Gcra { .. } => Table::Gcra(Store::new(budget)),
+            _ => Table::Any(Store::new(budget)),
+        };
+        KeyedLimiter { policy, clock, table }
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// Decides `cost` units for `key` now.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::KeyTooLarge`] for a key larger than a shard's share of
+    /// the byte budget.
+    pub fn check<Q>(&self, key: &Q, cost: u64) -> Result<Decision, StoreError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let now = self.clock.now();
+        each!(&self.table, s => s.check(&self.policy, key, now, cost))
+    }
+
+    /// [`KeyedLimiter::check`] without the headers.
+    ///
+    /// # Errors
+    ///
+    /// As [`KeyedLimiter::check`].
+    pub fn admit<Q>(&self, key: &Q, cost: u64) -> Result<bool, StoreError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let now = self.clock.now();
+        each!(&self.table, s => s.admit(&self.policy, key, now, cost))
+    }
+
+    /// Decides many requests at one reading of the clock, overlapping their
+    /// memory misses; see [`Store::check_many`].
+    pub fn check_many<Q>(&self, requests: &[(&Q, u64)], out: &mut Vec<Result<Decision, StoreError>>)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let now = self.clock.now();
+        each!(&self.table, s => s.check_many(&self.policy, now, requests, out))
+    }
+
+    /// [`KeyedLimiter::check_many`] answering only admitted or not.
+    pub fn admit_many<Q>(&self, requests: &[(&Q, u64)], out: &mut Vec<Result<bool, StoreError>>)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let now = self.clock.now();
+        each!(&self.table, s => s.admit_many(&self.policy, now, requests, out))
+    }
+
+    /// Forgets `key`; see [`Store::reset`].
+    pub fn reset<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        each!(&self.table, s => s.reset(key))
+    }
+
+    /// Keys held, evictions and bytes in use.
+    pub fn stats(&self) -> Stats {
+        each!(&self.table, s => s.stats())
+    }
+}

@@ -1,0 +1,321 @@
+//! What a store keeps per key: a [`KeyState`], compact where it can be.
+
+use slidegate_core::{Algorithm, Decision, FixedWindow, Gcra, LimitState, Policy, SlidingWindow, Slot, State};
+
+/// A per-key state as a [`Store`](crate::Store) keeps it.
+///
+/// The store builds a fresh state for a new key, checks it on every call
+/// and drops it once [`KeyState::expires`] has passed. The compact states
+/// ([`Ring2`], [`Ring8`], [`FixedWindow`], [`Gcra`]) know nothing of their
+/// policy: a store of them must be used with one policy, the one every
+/// call passes. [`Timed`] records its own expiry, so a store of
+/// `Timed<State>` takes any policy per call.
+pub trait KeyState: Send + 'static {
+    /// Whether states of this type hold heap memory at all.
+    const HEAP: bool = false;
+
+    /// Whether this type of state can serve `policy` (its algorithm, number
+    /// of buckets and slot width).
+    fn suits(policy: &Policy) -> bool;
+
+    /// A fresh (empty) state for `policy`, which [`KeyState::suits`] it.
+    fn fresh(policy: &Policy) -> Self;
+
+    /// Whether this state was made for a policy of the same shape as
+    /// `policy`. A state that does not fit is replaced by a fresh one.
+    fn fits(&self, policy: &Policy) -> bool;
+
+    /// The decision for `cost` at `now`, counting it if admitted.
+    fn check(&mut self, policy: &Policy, now: u64, cost: u64) -> Decision;
+
+    /// [`KeyState::check`] without the headers.
+    fn admit(&mut self, policy: &Policy, now: u64, cost: u64) -> bool;
+
+    /// The instant from which the state holds nothing that counts
+    /// ([`LimitState::expires_at`]), under `policy` (ignored by states that
+    /// record their own expiry).
+    fn expires(&self, policy: &Policy) -> u64;
+
+    /// Bytes the state holds on the heap.
+    fn heap_bytes(&self) -> usize {
+        0
+    }
+}
+
+/// The number of buckets of a `sliding_window` policy, if it is one.
+fn ring_buckets(policy: &Policy) -> Option<usize> {
+    match policy.algorithm() {
+        Algorithm::SlidingWindow { buckets, .. } => Some(buckets as usize),
+        _ => None,
+    }
+}
+
+/// A `u64` kept as two `u32` halves, so that a state of 4-byte alignment
+/// packs tightly beside a key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Split([u32; 2]);
+
+impl Split {
+    fn get(self) -> u64 {
+        u64::from(self.0[0]) | (u64::from(self.0[1]) << 32)
+    }
+
+    fn new(v: u64) -> Self {
+        Split([v as u32, (v >> 32) as u32])
+    }
+}
+
+/// Runs `f` on a [`SlidingWindow`] rebuilt around `slots`, then keeps its
+/// newest bucket. `None` only for a ring of fewer than 2 slots, which the
+/// ring states never build.
+fn with_ring<S: Slot, T>(
+    newest: &mut Split,
+    slots: &mut [S],
+    f: impl FnOnce(&mut SlidingWindow<S, &mut [S]>) -> T,
+) -> Option<T> {
+    let mut ring = SlidingWindow::from_parts(newest.get(), slots)?;
+    let out = f(&mut ring);
+    *newest = Split::new(ring.newest());
+    Some(out)
+}
+
+/// The expiry of a ring held as parts.
+fn ring_expiry<S: Slot>(policy: &Policy, newest: Split, slots: &[S]) -> u64 {
+    let mut copy = [S::default(); 8];
+    let n = slots.len().min(8);
+    copy[..n].copy_from_slice(&slots[..n]);
+    SlidingWindow::from_parts(newest.get(), &mut copy[..n]).map_or(0, |ring| ring.expires_at(policy))
+}
+
+/// The ring states' [`KeyState`] methods, over their slots.
+macro_rules! ring_methods {
+    () => {
+        fn check(&mut self, policy: &Policy, now: u64, cost: u64) -> Decision {
+            let len = self.len();
+            with_ring(&mut self.newest, &mut self.slots[..len], |r| {
+                r.check(policy, now, cost)
+            })
+            .unwrap_or_else(|| SlidingWindow::<S>::new(policy).check(policy, now, cost))
+        }
+
+        fn admit(&mut self, policy: &Policy, now: u64, cost: u64) -> bool {
+            let len = self.len();
+            with_ring(&mut self.newest, &mut self.slots[..len], |r| {
+                r.admit(policy, now, cost)
+            })
+            .unwrap_or(false)
+        }
+
+        fn expires(&self, policy: &Policy) -> u64 {
+            ring_expiry(policy, self.newest, &self.slots[..self.len()])
+        }
+    };
+}
+
+/// A `sliding_window` of 2 buckets (the two-bucket estimate) held inline:
+/// the newest bucket index and two slots, 12 bytes with `u16` slots (limits
+/// up to 65 535) and 16 with `u32` slots.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Ring2<S> {
+    newest: Split,
+    slots: [S; 2],
+}
+
+impl<S: Slot> Ring2<S> {
+    fn len(&self) -> usize {
+        2
+    }
+}
+
+impl<S: Slot> KeyState for Ring2<S> {
+    fn suits(policy: &Policy) -> bool {
+        ring_buckets(policy) == Some(2) && policy.limit() <= S::MAX
+    }
+
+    fn fresh(_policy: &Policy) -> Self {
+        Self::default()
+    }
+
+    fn fits(&self, policy: &Policy) -> bool {
+        Self::suits(policy)
+    }
+
+    ring_methods!();
+}
+
+/// A `sliding_window` of 3 to 8 buckets held inline: the newest bucket
+/// index, eight slots and the number in use; 28 bytes with `u16` slots and
+/// 44 with `u32` slots, so that a key of up to 8 bytes and its state share
+/// one 64-byte cache line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ring8<S> {
+    newest: Split,
+    slots: [S; 8],
+    /// Slots in use: 2 to 8.
+    len: u8,
+}
+
+impl<S: Slot> Ring8<S> {
+    fn len(&self) -> usize {
+        usize::from(self.len)
+    }
+}
+
+impl<S: Slot> KeyState for Ring8<S> {
+    fn suits(policy: &Policy) -> bool {
+        ring_buckets(policy).is_some_and(|n| (2..=8).contains(&n)) && policy.limit() <= S::MAX
+    }
+
+    fn fresh(policy: &Policy) -> Self {
+        Ring8 {
+            newest: Split::default(),
+            slots: [S::default(); 8],
+            len: ring_buckets(policy).unwrap_or(2).clamp(2, 8) as u8,
+        }
+    }
+
+    fn fits(&self, policy: &Policy) -> bool {
+        Self::suits(policy) && ring_buckets(policy) == Some(usize::from(self.len))
+    }
+
+    ring_methods!();
+}
+
+/// The [`KeyState`] methods of a core state.
+macro_rules! core_methods {
+    () => {
+        fn check(&mut self, policy: &Policy, now: u64, cost: u64) -> Decision {
+            LimitState::check(self, policy, now, cost)
+        }
+
+        fn admit(&mut self, policy: &Policy, now: u64, cost: u64) -> bool {
+            LimitState::admit(self, policy, now, cost)
+        }
+
+        fn expires(&self, policy: &Policy) -> u64 {
+            self.expires_at(policy)
+        }
+    };
+}
+
+impl KeyState for FixedWindow {
+    fn suits(policy: &Policy) -> bool {
+        matches!(policy.algorithm(), Algorithm::FixedWindow)
+    }
+
+    fn fresh(_policy: &Policy) -> Self {
+        FixedWindow::new()
+    }
+
+    fn fits(&self, policy: &Policy) -> bool {
+        Self::suits(policy)
+    }
+
+    core_methods!();
+}
+
+impl KeyState for Gcra {
+    fn suits(policy: &Policy) -> bool {
+        matches!(policy.algorithm(), Algorithm::Gcra { .. })
+    }
+
+    fn fresh(_policy: &Policy) -> Self {
+        Gcra::new()
+    }
+
+    fn fits(&self, policy: &Policy) -> bool {
+        Self::suits(policy)
+    }
+
+    core_methods!();
+}
+
+/// Any algorithm: the core's [`State`], whose ring and logs live on the
+/// heap.
+impl KeyState for State {
+    const HEAP: bool = true;
+
+    fn suits(_policy: &Policy) -> bool {
+        true
+    }
+
+    fn fresh(policy: &Policy) -> Self {
+        State::new(policy)
+    }
+
+    fn fits(&self, policy: &Policy) -> bool {
+        match (self, policy.algorithm()) {
+            (State::SlidingWindow(s), Algorithm::SlidingWindow { buckets, .. }) => {
+                s.buckets() == buckets as usize && policy.limit() <= u64::from(u32::MAX)
+            }
+            (State::SlidingWindowWide(s), Algorithm::SlidingWindow { buckets, .. }) => {
+                s.buckets() == buckets as usize && policy.limit() > u64::from(u32::MAX)
+            }
+            (State::FixedWindow(_), Algorithm::FixedWindow)
+            | (State::SlidingLog(_), Algorithm::SlidingLog)
+            | (State::Gcra(_), Algorithm::Gcra { .. })
+            | (State::ExponentialHistogram(_), Algorithm::ExponentialHistogram { .. }) => true,
+            _ => false,
+        }
+    }
+
+    core_methods!();
+
+    fn heap_bytes(&self) -> usize {
+        self.bytes() - core::mem::size_of::<State>()
+    }
+}
+
+/// A state that records when it expires, under the policy of its last
+/// check, so that a store of them takes a different policy on every call
+/// and still drops each key only once its own counts have expired.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Timed<St> {
+    expires: Split,
+    state: St,
+}
+
+impl<St: KeyState> Timed<St> {
+    fn update(&mut self, policy: &Policy) {
+        self.expires = Split::new(self.state.expires(policy));
+    }
+}
+
+impl<St: KeyState> KeyState for Timed<St> {
+    const HEAP: bool = St::HEAP;
+
+    fn suits(policy: &Policy) -> bool {
+        St::suits(policy)
+    }
+
+    fn fresh(policy: &Policy) -> Self {
+        Timed {
+            expires: Split::default(),
+            state: St::fresh(policy),
+        }
+    }
+
+    fn fits(&self, policy: &Policy) -> bool {
+        self.state.fits(policy)
+    }
+
+    fn check(&mut self, policy: &Policy, now: u64, cost: u64) -> Decision {
+        let d = self.state.check(policy, now, cost);
+        self.update(policy);
+        d
+    }
+
+    fn admit(&mut self, policy: &Policy, now: u64, cost: u64) -> bool {
+        let allowed = self.state.admit(policy, now, cost);
+        self.update(policy);
+        allowed
+    }
+
+    fn expires(&self, _policy: &Policy) -> u64 {
+        self.expires.get()
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.state.heap_bytes()
+    }
+}

@@ -1,0 +1,346 @@
+//! One shard's table: open addressing with linear probing over a fixed
+//! array, deletion by backward shift (no tombstones), and a sweep cursor.
+
+use crate::key::Key;
+use crate::state::KeyState;
+use slidegate_core::Policy;
+use std::borrow::Borrow;
+use std::num::NonZeroU16;
+
+/// The most slots a shard has: a slot's home is the low 15 bits of its
+/// key's hash, kept in the entry's tag, so entries move without rehashing.
+pub(crate) const MAX_SLOTS: usize = 1 << 15;
+
+/// Slots looked at for an idle key, per insertion, and before evicting.
+const SWEEP_STEP: usize = 2;
+const SWEEP_WHEN_FULL: usize = 32;
+/// Slots from a new key's home among which the victim of an eviction is
+/// chosen.
+const EVICTION_SAMPLE: usize = 8;
+
+/// One key and its state. `tag` is `0x8000 | (hash & 0x7fff)`: never zero
+/// (so `Option<Entry>` needs no extra byte), and it holds the home slot.
+#[derive(Debug)]
+pub(crate) struct Entry<K, St> {
+    tag: NonZeroU16,
+    pub(crate) key: K,
+    pub(crate) state: St,
+}
+
+/// The tag of a hash.
+pub(crate) fn tag(hash: u64) -> NonZeroU16 {
+    NonZeroU16::MIN.saturating_add(0x7fff) | ((hash & 0x7fff) as u16)
+}
+
+/// What one shard holds, and its share of the budget.
+#[derive(Debug)]
+pub(crate) struct Table<K, St> {
+    slots: Box<[Option<Entry<K, St>>]>,
+    mask: usize,
+    len: usize,
+    /// Most keys held at once: at most 7/8 of the slots.
+    max_len: usize,
+    /// Heap bytes of the keys and states held.
+    heap: usize,
+    max_heap: usize,
+    cursor: usize,
+    pub(crate) evictions: u64,
+    pub(crate) reclaimed: u64,
+}
+
+/// Where a key is, or the empty slot where it would go.
+pub(crate) enum Probe {
+    Found(usize),
+    Vacant,
+}
+
+impl<K: Key, St: KeyState> Table<K, St> {
+    /// A table of `slots` slots (a power of two, at most [`MAX_SLOTS`])
+    /// holding at most `max_len` keys and `max_heap` heap bytes.
+    pub(crate) fn new(slots: usize, max_len: usize, max_heap: usize) -> Self {
+        Table {
+            slots: std::iter::repeat_with(|| None).take(slots).collect(),
+            mask: slots - 1,
+            len: 0,
+            max_len: max_len.min(slots - slots / 8).max(1),
+            heap: 0,
+            max_heap,
+            cursor: 0,
+            evictions: 0,
+            reclaimed: 0,
+        }
+    }
+
+    /// The address of the first slot, for prefetching.
+    pub(crate) fn base(&self) -> usize {
+        self.slots.as_ptr() as usize
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn heap(&self) -> usize {
+        self.heap
+    }
+
+    pub(crate) fn max_heap(&self) -> usize {
+        self.max_heap
+    }
+
+    pub(crate) fn max_len(&self) -> usize {
+        self.max_len
+    }
+
+    pub(crate) fn slot_count(&self) -> usize {
+        self.slots.len()
+    }
+
+    fn home(&self, tag: NonZeroU16) -> usize {
+        usize::from(tag.get()) & self.mask
+    }
+
+    fn next(&self, i: usize) -> usize {
+        (i + 1) & self.mask
+    }
+
+    /// Finds `key`. The table always has an empty slot, so the probe ends.
+    pub(crate) fn find<Q>(&self, tag: NonZeroU16, key: &Q) -> Probe
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let mut i = self.home(tag);
+        loop {
+            match &self.slots[i] {
+                None => return Probe::Vacant,
+                Some(e) if e.tag == tag && e.key.borrow() == key => return Probe::Found(i),
+                Some(_) => i = self.next(i),
+            }
+        }
+    }
+
+    pub(crate) fn entry_mut(&mut self, i: usize) -> Option<&mut Entry<K, St>> {
+        self.slots[i].as_mut()
+    }
+
+    /// Adjusts the heap count after a state at slot `i` changed size, and
+    /// evicts others if the shard went over its heap budget.
+    pub(crate) fn state_resized(&mut self, before: usize, after: usize, i: usize, policy: &Policy) {
+        self.heap = self.heap.saturating_sub(before).saturating_add(after);
+        let mut keep = i;
+        while self.heap > self.max_heap && self.len > 1 {
+            match self.evict_near(self.next(keep), Some(keep), policy) {
+                Some(moved_to) => keep = moved_to,
+                None => break,
+            }
+        }
+    }
+
+    /// Inserts a key that is not in the table, making room first; `false`
+    /// if the key and state alone are larger than the shard's heap budget.
+    pub(crate) fn insert(&mut self, tag: NonZeroU16, key: K, state: St, policy: &Policy, now: u64) -> bool {
+        let need = key.heap_bytes() + state.heap_bytes();
+        if need > self.max_heap {
+            return false;
+        }
+        self.sweep(SWEEP_STEP, policy, now);
+        if self.len >= self.max_len || self.heap + need > self.max_heap {
+            self.sweep(SWEEP_WHEN_FULL, policy, now);
+        }
+        while self.len >= self.max_len || self.heap + need > self.max_heap {
+            if self.evict_near(self.home(tag), None, policy).is_none() {
+                break;
+            }
+        }
+        let mut i = self.home(tag);
+        while self.slots[i].is_some() {
+            i = self.next(i);
+        }
+        self.slots[i] = Some(Entry { tag, key, state });
+        self.len += 1;
+        self.heap += need;
+        true
+    }
+
+    /// Removes the key at slot `i`.
+    pub(crate) fn remove(&mut self, i: usize) {
+        self.remove_tracking(i, None);
+    }
+
+    /// Removes the entry at `hole` and shifts the entries after it back
+    /// (no tombstones). Returns where the entry that was at `track` now is.
+    fn remove_tracking(&mut self, hole: usize, track: Option<usize>) -> Option<usize> {
+        let Some(gone) = self.slots[hole].take() else {
+            return track;
+        };
+        self.len -= 1;
+        self.heap = self
+            .heap
+            .saturating_sub(gone.key.heap_bytes() + gone.state.heap_bytes());
+        let mut track = track;
+        let mut hole = hole;
+        let mut j = self.next(hole);
+        while let Some(e) = &self.slots[j] {
+            // The entry at `j` may fill the hole unless its home lies
+            // cyclically in (hole, j].
+            let home = self.home(e.tag);
+            let dist_home = j.wrapping_sub(home) & self.mask;
+            let dist_hole = j.wrapping_sub(hole) & self.mask;
+            if dist_home >= dist_hole {
+                self.slots[hole] = self.slots[j].take();
+                if track == Some(j) {
+                    track = Some(hole);
+                }
+                hole = j;
+            }
+            j = self.next(j);
+        }
+        track
+    }
+
+    /// Looks at `steps` slots from the cursor and drops the idle keys.
+    pub(crate) fn sweep(&mut self, steps: usize, policy: &Policy, now: u64) {
+        for _ in 0..steps {
+            let i = self.cursor;
+            match &self.slots[i] {
+                Some(e) if e.state.expires(policy) <= now => {
+                    // An entry may shift into slot `i`: look at it next.
+                    self.remove(i);
+                    self.reclaimed += 1;
+                }
+                _ => self.cursor = self.next(i),
+            }
+        }
+    }
+
+    /// Evicts the entry expiring soonest among the [`EVICTION_SAMPLE`]
+    /// occupied slots from `from` on, never the one at `keep`. Returns where
+    /// the entry at `keep` is afterwards, or `None` if nothing was evicted.
+    fn evict_near(&mut self, from: usize, keep: Option<usize>, policy: &Policy) -> Option<usize> {
+        let mut victim: Option<(usize, u64)> = None;
+        let (mut i, mut seen) = (from, 0);
+        for _ in 0..self.slots.len() {
+            if seen == EVICTION_SAMPLE {
+                break;
+            }
+            if let Some(e) = &self.slots[i]
+                && Some(i) != keep
+            {
+                seen += 1;
+                let when = e.state.expires(policy);
+                if victim.is_none_or(|(_, w)| when < w) {
+                    victim = Some((i, when));
+                }
+            }
+            i = self.next(i);
+        }
+        let (v, _) = victim?;
+        self.evictions += 1;
+        Some(self.remove_tracking(v, keep).unwrap_or(v))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{Ring2, Ring8};
+    use slidegate_core::{Algorithm, FixedWindow, Gcra, LimitState, Weighting};
+    use std::time::Duration;
+
+    fn two_buckets(limit: u64) -> Policy {
+        let algorithm = Algorithm::SlidingWindow {
+            buckets: 2,
+            weighting: Weighting::Interpolated,
+        };
+        Policy::new(limit, Duration::from_nanos(100), algorithm).unwrap()
+    }
+
+    #[test]
+    fn slots_are_compact() {
+        assert_eq!(size_of::<Option<Entry<u64, Ring2<u16>>>>(), 24);
+        assert_eq!(size_of::<Option<Entry<u64, Ring2<u32>>>>(), 32);
+        assert_eq!(size_of::<Option<Entry<u64, Ring8<u16>>>>(), 40);
+        assert_eq!(size_of::<Option<Entry<u64, Ring8<u32>>>>(), 56);
+        assert_eq!(size_of::<Option<Entry<u64, Gcra>>>(), 24);
+        assert_eq!(size_of::<Option<Entry<u64, FixedWindow>>>(), 32);
+    }
+
+    /// Keys whose homes collide, removed in every order: every other key
+    /// stays findable (backward shift keeps probe runs whole).
+    #[test]
+    fn removal_keeps_probe_runs_whole() {
+        let p = two_buckets(10);
+        for victim in 0..6u64 {
+            let mut t: Table<u64, Ring2<u16>> = Table::new(8, 7, usize::MAX);
+            // Homes 6, 6, 7, 7, 0, 6: runs wrap around the end.
+            let homes = [6u64, 6, 7, 7, 0, 6];
+            for (k, &h) in homes.iter().enumerate() {
+                let mut s = Ring2::fresh(&p);
+                s.check(&p, 0, 1);
+                assert!(t.insert(tag(h), k as u64, s, &p, 0));
+            }
+            let Probe::Found(i) = t.find(tag(homes[victim as usize]), &victim) else {
+                panic!("held")
+            };
+            t.remove(i);
+            assert_eq!(t.len(), 5);
+            for (k, &h) in homes.iter().enumerate() {
+                let found = matches!(t.find(tag(h), &(k as u64)), Probe::Found(_));
+                assert_eq!(found, k as u64 != victim, "key {k} after removing {victim}");
+            }
+        }
+    }
+
+    /// A full table of live keys evicts one (counted) per new key and never
+    /// holds more than its share.
+    #[test]
+    fn full_of_live_keys_evicts_and_counts() {
+        let p = two_buckets(10);
+        let mut t: Table<u64, Ring2<u16>> = Table::new(16, 14, usize::MAX);
+        for k in 0..100u64 {
+            let mut s = Ring2::fresh(&p);
+            s.check(&p, k, 1);
+            assert!(t.insert(tag(k.wrapping_mul(0x9e37_79b9_7f4a_7c15)), k, s, &p, k));
+            assert!(t.len() <= 14);
+        }
+        assert_eq!(t.len(), 14);
+        assert_eq!(t.evictions, 100 - 14);
+    }
+
+    /// Idle keys are reclaimed by the sweep before anything is evicted.
+    #[test]
+    fn idle_keys_are_swept_before_evicting() {
+        let p = two_buckets(10);
+        let mut t: Table<u64, Ring2<u16>> = Table::new(16, 14, usize::MAX);
+        for k in 0..14u64 {
+            let mut s = Ring2::fresh(&p);
+            s.check(&p, 0, 1);
+            assert!(t.insert(tag(k), k, s, &p, 0));
+        }
+        // Two windows later every key is idle.
+        let later = 1_000;
+        let mut s = Ring2::fresh(&p);
+        s.check(&p, later, 1);
+        assert!(t.insert(tag(99), 99, s, &p, later));
+        assert_eq!(t.evictions, 0);
+        assert!(t.reclaimed > 0);
+    }
+
+    /// Keys larger than the heap allowance are refused; the allowance is
+    /// never exceeded.
+    #[test]
+    fn heap_allowance_holds() {
+        let p = two_buckets(10);
+        let mut t: Table<String, Ring2<u16>> = Table::new(64, 56, 100);
+        let mut s = Ring2::fresh(&p);
+        s.check(&p, 0, 1);
+        assert!(!t.insert(tag(1), "x".repeat(101), s, &p, 0));
+        for k in 0..50u64 {
+            let mut s = Ring2::fresh(&p);
+            s.check(&p, 0, 1);
+            assert!(t.insert(tag(k), format!("key-{k:05}"), s, &p, 0));
+            assert!(t.heap() <= 100, "{} bytes", t.heap());
+        }
+    }
+}
