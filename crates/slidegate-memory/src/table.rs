@@ -245,7 +245,7 @@ impl<K: Key, St: KeyState> Table<K, St> {
 mod tests {
     use super::*;
     use crate::state::{Ring2, Ring8};
-    use slidegate_core::{Algorithm, FixedWindow, Gcra, LimitState, Weighting};
+    use slidegate_core::{Algorithm, FixedWindow, Gcra, Weighting};
     use std::time::Duration;
 
     fn two_buckets(limit: u64) -> Policy {
