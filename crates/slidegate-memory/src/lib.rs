@@ -26,7 +26,11 @@
 //! hold heap memory (`String` keys, `sliding_log` states) are counted
 //! against the byte budget too, each shard against its share. The store
 //! never grows past the budget: a new key in a full shard first sweeps for
-//! idle keys, then evicts one.
+//! idle keys, then evicts one. (The one exception: a single state larger
+//! than its shard's share of the heap, such as the log of a `sliding_log`
+//! with a huge limit, is kept alone rather than lose its counts. Size the
+//! budget for the largest state; the compact states hold no heap at all.)
+//! The smallest table has 8 slots, whatever the budget says.
 //!
 //! - **Idle keys** (every count expired: [`LimitState::expires_at`] has
 //!   passed) are dropped in small steps on ordinary calls: every new key

@@ -123,7 +123,10 @@ impl<K: Key, St: KeyState> Store<K, St> {
     pub fn new(budget: Budget) -> Self {
         let slot_bytes = size_of::<Option<Entry<K, St>>>();
         let heap_share = if K::HEAP || St::HEAP { budget.bytes / 2 } else { 0 };
-        let table_bytes = budget.bytes - heap_share;
+        // The shards' locks and bookkeeping come out of the budget too.
+        let most_shards = budget.bytes / (MAX_SLOTS * slot_bytes) + MIN_SHARDS + 1;
+        let overhead = most_shards * size_of::<Shard<K, St>>() + size_of::<Self>();
+        let table_bytes = budget.bytes.saturating_sub(heap_share).saturating_sub(overhead);
         let keys = budget.keys.min(table_bytes / slot_bytes / 8 * 7).max(1);
         // Slots for `keys` keys at 7/8 load, cut into power-of-two shards,
         // rounded down so the table never exceeds the budget.
@@ -185,10 +188,10 @@ impl<K: Key, St: KeyState> Store<K, St> {
         if let Probe::Found(i) = table.find(tag, key)
             && let Some(entry) = table.entry_mut(i)
         {
+            let before = entry.state.heap_bytes();
             if !entry.state.fits(policy) {
                 entry.state = St::fresh(policy);
             }
-            let before = entry.state.heap_bytes();
             let out = f(&mut entry.state);
             let after = entry.state.heap_bytes();
             if before != after {
