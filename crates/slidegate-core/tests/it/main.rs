@@ -1,8 +1,8 @@
 //! Property tests of every algorithm against exact oracles.
 //!
-//! Each property runs `CASES` random cases (override with `PROPTEST_CASES`);
-//! failures found in the past are replayed from the committed
-//! `proptest-regressions` files.
+//! The properties, oracles and strategies live in `slidegate-conformance`,
+//! shared with the stores; each runs `CASES` random cases (override with
+//! `PROPTEST_CASES`); failures found in the past are replayed from the
+//! committed `proptest-regressions` files.
 
-mod oracle;
 mod props;
