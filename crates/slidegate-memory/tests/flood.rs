@@ -1,0 +1,184 @@
+//! Floods of distinct keys stay within the store's byte budget, measured
+//! by a counting global allocator (its own test binary, so that the
+//! counting slows no other test). The tests run one at a time, so that
+//! each measures only itself.
+
+use slidegate_conformance::alloc::Counting;
+use slidegate_core::{Algorithm, ManualClock, Policy, State, Weighting};
+use slidegate_memory::{Budget, KeyedLimiter, Stats, Store, StoreError, Timed};
+use std::sync::Mutex;
+use std::time::Duration;
+
+#[global_allocator]
+static ALLOC: Counting = Counting::new();
+
+/// Held by each test, so that no two measure at once.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// The most bytes in use at once while `f` ran, over what was in use
+/// before it.
+fn peak_while<T>(f: impl FnOnce() -> T) -> (T, usize) {
+    let before = ALLOC.current();
+    ALLOC.reset_peak();
+    let out = f();
+    (out, ALLOC.peak().saturating_sub(before))
+}
+
+/// Every key ever stored is held, was evicted, or was reclaimed.
+fn accounts_for(stats: Stats, stored: u64) {
+    eprintln!("{stored} keys stored: {stats:?}");
+    assert_eq!(
+        stats.keys as u64 + stats.evictions + stats.reclaimed,
+        stored,
+        "{stats:?}"
+    );
+    assert!(stats.keys <= stats.capacity, "{stats:?}");
+}
+
+/// Distinct keys in no particular order: `i` times an odd constant is a
+/// bijection of `u64`.
+fn key(i: u64) -> u64 {
+    i.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+/// 10 million distinct `u64` keys through a keyed limiter in a 64 MiB
+/// budget: it holds ~2.4 million at a time, evicts live keys and reclaims
+/// idle ones, accounts for every key, and never allocates past its budget.
+#[test]
+fn ten_million_keys_stay_in_64_mib() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    const BUDGET: usize = 64 << 20;
+    const KEYS: u64 = 10_000_000;
+    let policy = Policy::new(10, Duration::from_millis(10), Algorithm::TWO_BUCKETS).unwrap();
+    let clock = ManualClock::new(0);
+    let (stats, peak) = peak_while(|| {
+        let limiter: KeyedLimiter<u64, _> = KeyedLimiter::new(policy, clock.clone(), Budget::bytes(BUDGET));
+        let built = limiter.stats();
+        assert!(built.bytes <= BUDGET, "{built:?}");
+        for i in 0..KEYS {
+            // 1 ms every 200 000 keys: a key is idle some 4 million keys
+            // after it came, past the capacity, so both live keys are
+            // evicted and idle ones reclaimed.
+            if i % 200_000 == 0 {
+                clock.advance(Duration::from_millis(1));
+            }
+            assert!(limiter.admit(&key(i), 1).unwrap());
+        }
+        limiter.stats()
+    });
+    eprintln!("peak {peak} bytes in a budget of {BUDGET}");
+    assert!(peak <= BUDGET, "peak {peak} bytes over a budget of {BUDGET}");
+    assert!(stats.bytes <= BUDGET, "{stats:?}");
+    assert!(stats.capacity > 2_000_000, "{stats:?}");
+    assert!(stats.evictions > 0 && stats.reclaimed > 0, "{stats:?}");
+    accounts_for(stats, KEYS);
+}
+
+/// The same flood at one instant: nothing ever goes idle, every key past
+/// the capacity evicts a live one.
+#[test]
+fn a_flood_at_one_instant_evicts_and_stays_in_budget() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    const BUDGET: usize = 8 << 20;
+    const KEYS: u64 = 1_000_000;
+    let algorithm = Algorithm::SlidingWindow {
+        buckets: 6,
+        weighting: Weighting::Conservative,
+    };
+    let policy = Policy::new(100_000, Duration::from_secs(60), algorithm).unwrap();
+    let clock = ManualClock::new(0);
+    let (stats, peak) = peak_while(|| {
+        let limiter: KeyedLimiter<u64, _> = KeyedLimiter::new(policy, clock.clone(), Budget::bytes(BUDGET));
+        for i in 0..KEYS {
+            assert!(limiter.admit(&key(i), 1).unwrap());
+        }
+        limiter.stats()
+    });
+    eprintln!("peak {peak} bytes in a budget of {BUDGET}");
+    assert!(peak <= BUDGET, "peak {peak} bytes over a budget of {BUDGET}");
+    assert_eq!(stats.reclaimed, 0);
+    assert_eq!(stats.evictions, KEYS - stats.keys as u64);
+    assert!(stats.keys > stats.capacity * 9 / 10, "{stats:?}");
+    accounts_for(stats, KEYS);
+}
+
+/// Core states on the heap (`sliding_log` logs growing to their limit,
+/// rings of 20 buckets) count against the budget too.
+#[test]
+fn heap_states_stay_in_budget() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    const BUDGET: usize = 4 << 20;
+    const KEYS: u64 = 200_000;
+    let log = Policy::new(8, Duration::from_secs(60), Algorithm::SlidingLog).unwrap();
+    let ring = Policy::new(
+        8,
+        Duration::from_secs(60),
+        Algorithm::SlidingWindow {
+            buckets: 20,
+            weighting: Weighting::Interpolated,
+        },
+    )
+    .unwrap();
+    let (stats, peak) = peak_while(|| {
+        let store: Store<u64, Timed<State>> = Store::new(Budget::bytes(BUDGET));
+        for i in 0..KEYS {
+            let (policy, cost) = if i % 2 == 0 { (&log, 1 + i % 8) } else { (&ring, 1) };
+            // Logs grow over a few requests, at increasing times.
+            for t in 0..3 {
+                assert!(store.check(policy, &key(i / 4), i + t, cost.min(2)).is_ok());
+            }
+        }
+        store.stats()
+    });
+    eprintln!("peak {peak} bytes in a budget of {BUDGET}");
+    assert!(peak <= BUDGET, "peak {peak} bytes over a budget of {BUDGET}");
+    assert!(stats.bytes <= BUDGET, "{stats:?}");
+    assert!(stats.evictions > 0, "{stats:?}");
+    eprintln!("{stats:?}");
+}
+
+/// 1.5 million distinct `String` keys, short and some long, in a 4 MiB
+/// budget: the keys' heap bytes are counted, keys larger than a shard's
+/// share (some 80 kB here) are refused, and the store never allocates past
+/// its budget.
+#[test]
+fn string_keys_stay_in_budget() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    const BUDGET: usize = 4 << 20;
+    const KEYS: u64 = 1_500_000;
+    let policy = Policy::new(5, Duration::from_secs(1), Algorithm::TWO_BUCKETS).unwrap();
+    let clock = ManualClock::new(0);
+    // Formatted into one buffer, so that the test allocates nothing per key.
+    let mut name = String::with_capacity(128 << 10);
+    let ((stats, refused), peak) = peak_while(|| {
+        let limiter: KeyedLimiter<String, _> = KeyedLimiter::new(policy, clock.clone(), Budget::bytes(BUDGET));
+        let mut refused = 0u64;
+        for i in 0..KEYS {
+            use std::fmt::Write;
+            name.clear();
+            write!(name, "user-{:x}", key(i)).unwrap();
+            match i % 1_000 {
+                // Some long keys: a path of 200 to 1200 bytes.
+                0..=9 => name.extend(std::iter::repeat_n('/', 200 + (i % 1_000) as usize * 100)),
+                // Some too long for any shard.
+                10 => name.extend(std::iter::repeat_n('x', 100 << 10)),
+                _ => {}
+            }
+            match limiter.admit(name.as_str(), 1) {
+                Ok(allowed) => assert!(allowed),
+                Err(StoreError::KeyTooLarge { .. }) => refused += 1,
+                Err(e) => panic!("{e}"),
+            }
+            if i % 10_000 == 0 {
+                clock.advance(Duration::from_millis(100));
+            }
+        }
+        (limiter.stats(), refused)
+    });
+    eprintln!("peak {peak} bytes in a budget of {BUDGET}");
+    assert!(peak <= BUDGET, "peak {peak} bytes over a budget of {BUDGET}");
+    assert!(stats.bytes <= BUDGET, "{stats:?}");
+    assert_eq!(refused, KEYS / 1_000, "the 100 kB keys");
+    assert!(stats.evictions > 0 && stats.reclaimed > 0, "{stats:?}");
+    accounts_for(stats, KEYS - refused);
+}
