@@ -142,9 +142,10 @@ impl<St: KeyState> Subject for Crowded<St> {
         allowed
     }
 
-    /// A fork replays the key alone, into a [`OneKey`]-like store that
-    /// keeps it: it holds what the crowded key holds, or, if that key was
-    /// dropped once idle, an idle state that decides alike from now on.
+    /// A fork replays the key's requests into a new crowded store (its
+    /// neighbours asked again, hashed with another seed): it may drop the
+    /// key once idle at other times than this store does, which decides
+    /// alike for what-if questions, all asked at or after the present.
     fn fork(&self) -> Self {
         self.history.replay(&self.policy, Self::new(&self.policy))
     }
