@@ -203,6 +203,18 @@ impl<K: Key, St: KeyState> Store<K, St> {
         let out = f(&mut state);
         // A peek, or a refusal of a new key, leaves nothing to keep.
         if state.expires(policy) > now {
+            // Room for the key before it is copied, so that the copy itself
+            // fits the budget: a borrowed `str` or `[u8]` is as long as its
+            // owned copy's heap part.
+            if K::HEAP {
+                let estimate = size_of_val(key) + state.heap_bytes();
+                if !table.make_room(tag, estimate, policy, now) {
+                    return Err(StoreError::KeyTooLarge {
+                        bytes: estimate,
+                        max: table_heap_allowance(&table),
+                    });
+                }
+            }
             let key = key.to_owned();
             let bytes = key.heap_bytes() + state.heap_bytes();
             if !table.insert(tag, key, state, policy, now) {

@@ -137,10 +137,10 @@ impl<K: Key, St: KeyState> Table<K, St> {
         }
     }
 
-    /// Inserts a key that is not in the table, making room first; `false`
-    /// if the key and state alone are larger than the shard's heap budget.
-    pub(crate) fn insert(&mut self, tag: NonZeroU16, key: K, state: St, policy: &Policy, now: u64) -> bool {
-        let need = key.heap_bytes() + state.heap_bytes();
+    /// Makes room for one more key holding `need` heap bytes, whose home
+    /// is that of `tag`: sweeps for idle keys, then evicts. `false` if
+    /// `need` alone is more than the shard's heap allowance.
+    pub(crate) fn make_room(&mut self, tag: NonZeroU16, need: usize, policy: &Policy, now: u64) -> bool {
         if need > self.max_heap {
             return false;
         }
@@ -152,6 +152,16 @@ impl<K: Key, St: KeyState> Table<K, St> {
             if self.evict_near(self.home(tag), None, policy).is_none() {
                 break;
             }
+        }
+        true
+    }
+
+    /// Inserts a key that is not in the table, making room first; `false`
+    /// if the key and state alone are larger than the shard's heap budget.
+    pub(crate) fn insert(&mut self, tag: NonZeroU16, key: K, state: St, policy: &Policy, now: u64) -> bool {
+        let need = key.heap_bytes() + state.heap_bytes();
+        if !self.make_room(tag, need, policy, now) {
+            return false;
         }
         let mut i = self.home(tag);
         while self.slots[i].is_some() {
