@@ -47,6 +47,7 @@
 //!   otherwise; the other algorithms judge it at the newest time they have
 //!   seen. The newest bucket or timestamp never moves backwards.
 //! - All time arithmetic saturates; no input panics.
+#![forbid(unsafe_code)]
 #![cfg_attr(not(feature = "std"), no_std)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

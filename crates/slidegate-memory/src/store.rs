@@ -43,6 +43,7 @@ impl Budget {
 
 /// Why a store could not decide.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
     /// The key (with its fresh state) holds more heap memory than one shard
     /// of the budget allows.

@@ -56,6 +56,8 @@
 //! Everything is deterministic: the same seed gives the same rows, and no
 //! clock is read.
 
+#![forbid(unsafe_code)]
+
 mod metrics;
 mod oracle;
 mod traffic;

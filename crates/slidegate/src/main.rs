@@ -6,6 +6,8 @@
 //!   oracle, and reports wrong decisions, estimate error and the most any
 //!   client got admitted in one window (see the `slidegate-sim` crate).
 
+#![forbid(unsafe_code)]
+
 mod duration;
 mod simulate;
 
