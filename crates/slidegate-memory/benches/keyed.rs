@@ -10,8 +10,9 @@
 //!
 //! - **Ours:** [`KeyedLimiter`] with `sliding_window`, 2 buckets,
 //!   interpolated weighting, 1000 per 60 s (it keeps each key in a
-//!   `Ring2<u16>`), in a [`Budget::keys`] of the key set's size, on a
-//!   [`ManualClock`].
+//!   `Ring2<u16>`), in a [`Budget::keys`] a quarter larger than the key
+//!   set (see `roomy`; `slidegate_admit_exact_budget` uses exactly 1M), on
+//!   a [`ManualClock`].
 //! - **governor:** `RateLimiter::dashmap_with_clock_and_hasher` with
 //!   `Quota::per_minute(1000)` (GCRA, one cell every 60 ms, burst 1000), a
 //!   `FakeRelativeClock` and `foldhash::fast::RandomState`, the hasher our
