@@ -68,10 +68,10 @@ impl Split {
 /// Runs `f` on a [`SlidingWindow`] rebuilt around `slots`, then keeps its
 /// newest bucket. `None` only for a ring of fewer than 2 slots, which the
 /// ring states never build.
-fn with_ring<S: Slot, T>(
+fn with_ring<S: Slot, R: AsRef<[S]> + AsMut<[S]>, T>(
     newest: &mut Split,
-    slots: &mut [S],
-    f: impl FnOnce(&mut SlidingWindow<S, &mut [S]>) -> T,
+    slots: R,
+    f: impl FnOnce(&mut SlidingWindow<S, R>) -> T,
 ) -> Option<T> {
     let mut ring = SlidingWindow::from_parts(newest.get(), slots)?;
     let out = f(&mut ring);
@@ -87,23 +87,20 @@ fn ring_expiry<S: Slot>(policy: &Policy, newest: Split, slots: &[S]) -> u64 {
     SlidingWindow::from_parts(newest.get(), &mut copy[..n]).map_or(0, |ring| ring.expires_at(policy))
 }
 
-/// The ring states' [`KeyState`] methods, over their slots.
+/// The ring states' [`KeyState`] methods. `$slots` borrows the ring's
+/// storage from `$this`: an array where the length is fixed, so that the
+/// ring's arithmetic on `n` folds into constants.
 macro_rules! ring_methods {
-    () => {
+    (|$this:ident| $slots:expr) => {
         fn check(&mut self, policy: &Policy, now: u64, cost: u64) -> Decision {
-            let len = self.len();
-            with_ring(&mut self.newest, &mut self.slots[..len], |r| {
-                r.check(policy, now, cost)
-            })
-            .unwrap_or_else(|| SlidingWindow::<S>::new(policy).check(policy, now, cost))
+            let $this = self;
+            with_ring(&mut $this.newest, $slots, |r| r.check(policy, now, cost))
+                .unwrap_or_else(|| SlidingWindow::<S>::new(policy).check(policy, now, cost))
         }
 
         fn admit(&mut self, policy: &Policy, now: u64, cost: u64) -> bool {
-            let len = self.len();
-            with_ring(&mut self.newest, &mut self.slots[..len], |r| {
-                r.admit(policy, now, cost)
-            })
-            .unwrap_or(false)
+            let $this = self;
+            with_ring(&mut $this.newest, $slots, |r| r.admit(policy, now, cost)).unwrap_or(false)
         }
 
         fn expires(&self, policy: &Policy) -> u64 {
@@ -140,7 +137,7 @@ impl<S: Slot> KeyState for Ring2<S> {
         Self::suits(policy)
     }
 
-    ring_methods!();
+    ring_methods!(|this| &mut this.slots);
 }
 
 /// A `sliding_window` of 3 to 8 buckets held inline: the newest bucket
@@ -178,7 +175,7 @@ impl<S: Slot> KeyState for Ring8<S> {
         Self::suits(policy) && ring_buckets(policy) == Some(usize::from(self.len))
     }
 
-    ring_methods!();
+    ring_methods!(|this| &mut this.slots[..usize::from(this.len)]);
 }
 
 /// The [`KeyState`] methods of a core state.
