@@ -22,7 +22,12 @@
 //! # Memory
 //!
 //! The whole table is allocated when the store is built, sized from the
-//! [`Budget`]: at most 7/8 of the slots hold keys. Keys and states that
+//! [`Budget`]: a budget of `n` keys gets slots for them at 3/4 load (so
+//! that shards filling unevenly still hold all `n`), a budget of bytes as
+//! many slots as it pays for. A shard holds keys in at most 7/8 of its
+//! slots, and the store at most `n` keys in all (a new key in a full store
+//! makes room in its own shard; threads inserting at the same instant may
+//! pass `n` by one key each, briefly, within the same table). Keys and states that
 //! hold heap memory (`String` keys, `sliding_log` states) are counted
 //! against the byte budget too, each shard against its share. The store
 //! never grows past the budget: a new key in a full shard first sweeps for

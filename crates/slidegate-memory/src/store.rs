@@ -7,6 +7,8 @@ use parking_lot::Mutex;
 use slidegate_core::{Decision, Policy};
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
+use std::num::NonZeroU16;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// How much a [`Store`] may hold, fixed when it is built.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -17,7 +19,8 @@ pub struct Budget {
 
 impl Budget {
     /// At most `keys` keys (heap-holding keys such as `String` are then
-    /// bounded in number only).
+    /// bounded in number only). The table gets slots for them at 3/4 load,
+    /// so that shards filling unevenly still hold them all.
     pub fn keys(keys: usize) -> Self {
         Budget {
             keys,
@@ -102,6 +105,10 @@ pub struct Store<K, St> {
     shards: Box<[Shard<K, St>]>,
     hasher: foldhash::fast::RandomState,
     slot_bytes: usize,
+    /// Keys held, over all shards: updated under each shard's lock when
+    /// its count changes, read to keep the total within `max_keys`.
+    keys: AtomicUsize,
+    max_keys: usize,
 }
 
 impl<K: Key, St: KeyState> std::fmt::Debug for Store<K, St> {
@@ -128,14 +135,18 @@ impl<K: Key, St: KeyState> Store<K, St> {
         let most_shards = budget.bytes / (MAX_SLOTS * slot_bytes) + MIN_SHARDS + 1;
         let overhead = most_shards * size_of::<Shard<K, St>>() + size_of::<Self>();
         let table_bytes = budget.bytes.saturating_sub(heap_share).saturating_sub(overhead);
-        let keys = budget.keys.min(table_bytes / slot_bytes / 8 * 7).max(1);
-        // Slots for `keys` keys at 7/8 load, cut into power-of-two shards,
-        // rounded down so the table never exceeds the budget.
-        let total = keys.saturating_add(keys / 7).max(MIN_SLOTS);
-        let per_shard = (total / MIN_SHARDS).clamp(MIN_SLOTS, MAX_SLOTS);
-        let per_shard = 1usize << per_shard.ilog2();
-        let shards = (total / per_shard).max(1);
-        let max_len = (keys / shards).max(1);
+        let slots_by_bytes = (table_bytes / slot_bytes).max(MIN_SLOTS);
+        // A key budget gets slots for its keys at 3/4 load, so that shards
+        // filling unevenly still hold all of them (each shard may fill to
+        // 7/8); a byte budget gets as many slots as it pays for.
+        let wanted = budget.keys.saturating_add(budget.keys / 3).min(slots_by_bytes);
+        let per_shard = (wanted / MIN_SHARDS).clamp(MIN_SLOTS, MAX_SLOTS).next_power_of_two();
+        let per_shard = per_shard.min(1usize << slots_by_bytes.ilog2());
+        let shards = wanted.div_ceil(per_shard);
+        // Rounding up must not cross the byte budget.
+        let shards = shards.min(slots_by_bytes / per_shard).max(1);
+        let max_len = per_shard - per_shard / 8;
+        let max_keys = budget.keys.min(shards * max_len);
         let max_heap = if heap_share == 0 {
             usize::MAX
         } else {
@@ -155,6 +166,8 @@ impl<K: Key, St: KeyState> Store<K, St> {
             shards,
             hasher: foldhash::fast::RandomState::default(),
             slot_bytes,
+            keys: AtomicUsize::new(0),
+            max_keys,
         }
     }
 
@@ -196,12 +209,42 @@ impl<K: Key, St: KeyState> Store<K, St> {
             let out = f(&mut entry.state);
             let after = entry.state.heap_bytes();
             if before != after {
+                let held = table.len();
                 table.state_resized(before, after, i, policy);
+                self.keys.fetch_sub(held - table.len(), Ordering::Relaxed);
             }
             return Ok(out);
         }
         let mut state = St::fresh(policy);
         let out = f(&mut state);
+        let before = table.len();
+        let inserted = self.insert(&mut table, tag, key, state, policy, now);
+        let after = table.len();
+        if after > before {
+            self.keys.fetch_add(after - before, Ordering::Relaxed);
+        } else if before > after {
+            self.keys.fetch_sub(before - after, Ordering::Relaxed);
+        }
+        inserted.map(|()| out)
+    }
+
+    /// Stores a new key's state if it counts something.
+    fn insert<Q>(
+        &self,
+        table: &mut Table<K, St>,
+        tag: NonZeroU16,
+        key: &Q,
+        state: St,
+        policy: &Policy,
+        now: u64,
+    ) -> Result<(), StoreError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        // A full store makes room in this key's shard even if the shard
+        // itself is not full.
+        let full = self.keys.load(Ordering::Relaxed) >= self.max_keys;
         // A peek, or a refusal of a new key, leaves nothing to keep.
         if state.expires(policy) > now {
             // Room for the key before it is copied, so that the copy itself
@@ -209,23 +252,23 @@ impl<K: Key, St: KeyState> Store<K, St> {
             // owned copy's heap part.
             if K::HEAP {
                 let estimate = size_of_val(key) + state.heap_bytes();
-                if !table.make_room(tag, estimate, policy, now) {
+                if !table.make_room(tag, estimate, policy, now, full) {
                     return Err(StoreError::KeyTooLarge {
                         bytes: estimate,
-                        max: table_heap_allowance(&table),
+                        max: table.max_heap(),
                     });
                 }
             }
             let key = key.to_owned();
             let bytes = key.heap_bytes() + state.heap_bytes();
-            if !table.insert(tag, key, state, policy, now) {
+            if !table.insert(tag, key, state, policy, now, full && !K::HEAP) {
                 return Err(StoreError::KeyTooLarge {
                     bytes,
-                    max: table_heap_allowance(&table),
+                    max: table.max_heap(),
                 });
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Decides `cost` units for `key` at `now` under `policy`.
@@ -321,6 +364,7 @@ impl<K: Key, St: KeyState> Store<K, St> {
         match table.find(tag(hash), key) {
             Probe::Found(i) => {
                 table.remove(i);
+                self.keys.fetch_sub(1, Ordering::Relaxed);
                 true
             }
             Probe::Vacant => false,
@@ -338,11 +382,8 @@ impl<K: Key, St: KeyState> Store<K, St> {
             stats.reclaimed += table.reclaimed;
             stats.bytes += table.slot_count() * self.slot_bytes + table.heap();
         }
+        stats.capacity = stats.capacity.min(self.max_keys);
         stats.bytes += size_of_val(&*self.shards) + size_of::<Self>();
         stats
     }
-}
-
-fn table_heap_allowance<K: Key, St: KeyState>(table: &Table<K, St>) -> usize {
-    table.max_heap()
 }

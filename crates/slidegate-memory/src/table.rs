@@ -138,29 +138,42 @@ impl<K: Key, St: KeyState> Table<K, St> {
     }
 
     /// Makes room for one more key holding `need` heap bytes, whose home
-    /// is that of `tag`: sweeps for idle keys, then evicts. `false` if
+    /// is that of `tag`: sweeps for idle keys, then evicts; with `force`,
+    /// frees at least one slot even if the shard is not full. `false` if
     /// `need` alone is more than the shard's heap allowance.
-    pub(crate) fn make_room(&mut self, tag: NonZeroU16, need: usize, policy: &Policy, now: u64) -> bool {
+    pub(crate) fn make_room(&mut self, tag: NonZeroU16, need: usize, policy: &Policy, now: u64, force: bool) -> bool {
         if need > self.max_heap {
             return false;
         }
+        let (held, mut force) = (self.len, force);
         self.sweep(SWEEP_STEP, policy, now);
-        if self.len >= self.max_len || self.heap + need > self.max_heap {
+        if force || self.len >= self.max_len || self.heap + need > self.max_heap {
             self.sweep(SWEEP_WHEN_FULL, policy, now);
         }
-        while self.len >= self.max_len || self.heap + need > self.max_heap {
+        // `force`: the whole store is full, so one key must go from here.
+        force &= self.len == held;
+        while force || self.len >= self.max_len || self.heap + need > self.max_heap {
             if self.evict_near(self.home(tag), None, policy).is_none() {
                 break;
             }
+            force = false;
         }
         true
     }
 
     /// Inserts a key that is not in the table, making room first; `false`
     /// if the key and state alone are larger than the shard's heap budget.
-    pub(crate) fn insert(&mut self, tag: NonZeroU16, key: K, state: St, policy: &Policy, now: u64) -> bool {
+    pub(crate) fn insert(
+        &mut self,
+        tag: NonZeroU16,
+        key: K,
+        state: St,
+        policy: &Policy,
+        now: u64,
+        force: bool,
+    ) -> bool {
         let need = key.heap_bytes() + state.heap_bytes();
-        if !self.make_room(tag, need, policy, now) {
+        if !self.make_room(tag, need, policy, now, force) {
             return false;
         }
         let mut i = self.home(tag);
@@ -288,7 +301,7 @@ mod tests {
             for (k, &h) in homes.iter().enumerate() {
                 let mut s = Ring2::fresh(&p);
                 s.check(&p, 0, 1);
-                assert!(t.insert(tag(h), k as u64, s, &p, 0));
+                assert!(t.insert(tag(h), k as u64, s, &p, 0, false));
             }
             let Probe::Found(i) = t.find(tag(homes[victim as usize]), &victim) else {
                 panic!("held")
@@ -311,7 +324,7 @@ mod tests {
         for k in 0..100u64 {
             let mut s = Ring2::fresh(&p);
             s.check(&p, k, 1);
-            assert!(t.insert(tag(k.wrapping_mul(0x9e37_79b9_7f4a_7c15)), k, s, &p, k));
+            assert!(t.insert(tag(k.wrapping_mul(0x9e37_79b9_7f4a_7c15)), k, s, &p, k, false));
             assert!(t.len() <= 14);
         }
         assert_eq!(t.len(), 14);
@@ -326,13 +339,13 @@ mod tests {
         for k in 0..14u64 {
             let mut s = Ring2::fresh(&p);
             s.check(&p, 0, 1);
-            assert!(t.insert(tag(k), k, s, &p, 0));
+            assert!(t.insert(tag(k), k, s, &p, 0, false));
         }
         // Two windows later every key is idle.
         let later = 1_000;
         let mut s = Ring2::fresh(&p);
         s.check(&p, later, 1);
-        assert!(t.insert(tag(99), 99, s, &p, later));
+        assert!(t.insert(tag(99), 99, s, &p, later, false));
         assert_eq!(t.evictions, 0);
         assert!(t.reclaimed > 0);
     }
@@ -345,11 +358,11 @@ mod tests {
         let mut t: Table<String, Ring2<u16>> = Table::new(64, 56, 100);
         let mut s = Ring2::fresh(&p);
         s.check(&p, 0, 1);
-        assert!(!t.insert(tag(1), "x".repeat(101), s, &p, 0));
+        assert!(!t.insert(tag(1), "x".repeat(101), s, &p, 0, false));
         for k in 0..50u64 {
             let mut s = Ring2::fresh(&p);
             s.check(&p, 0, 1);
-            assert!(t.insert(tag(k), format!("key-{k:05}"), s, &p, 0));
+            assert!(t.insert(tag(k), format!("key-{k:05}"), s, &p, 0, false));
             assert!(t.heap() <= 100, "{} bytes", t.heap());
         }
     }

@@ -7,6 +7,7 @@
 //! passed to the store.
 
 mod batches;
+mod budget;
 mod conformance;
 mod errors;
 mod reclaim;
