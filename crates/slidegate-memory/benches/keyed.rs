@@ -10,9 +10,8 @@
 //!
 //! - **Ours:** [`KeyedLimiter`] with `sliding_window`, 2 buckets,
 //!   interpolated weighting, 1000 per 60 s (it keeps each key in a
-//!   `Ring2<u16>`), in a [`Budget::keys`] a quarter larger than the key
-//!   set (see `roomy`; `slidegate_admit_exact_budget` uses exactly 1M), on
-//!   a [`ManualClock`].
+//!   `Ring2<u16>`), in a [`Budget::keys`] of exactly the key set's size,
+//!   on a [`ManualClock`].
 //! - **governor:** `RateLimiter::dashmap_with_clock_and_hasher` with
 //!   `Quota::per_minute(1000)` (GCRA, one cell every 60 ms, burst 1000), a
 //!   `FakeRelativeClock` and `foldhash::fast::RandomState`, the hasher our
@@ -108,17 +107,6 @@ fn policy(buckets: u32) -> Policy {
         weighting: Weighting::Interpolated,
     };
     black_box(Policy::new(u64::from(LIMIT), WINDOW, algorithm).expect("a valid policy"))
-}
-
-/// A budget with a quarter of headroom over `keys`. [`Budget::keys`]`(n)`
-/// holds fewer than `n` random keys: each shard holds `1/shards` of the
-/// budget, rounded down, and keys do not spread evenly over the shards
-/// (with `Budget::keys(1_000_000)` the store holds about 975 000 of 1M keys,
-/// with `Budget::keys(1000)` about 905 of 1000). The lines measure checks of
-/// keys held, so our limiters get this much room; `slidegate_admit_exact_budget`
-/// shows what `Budget::keys(1_000_000)` costs on the same traffic.
-fn roomy(keys: usize) -> usize {
-    keys + keys / 4
 }
 
 fn new_ours<K: Key>(buckets: u32, keys: usize) -> (KeyedLimiter<K, ManualClock>, ManualClock) {
@@ -398,13 +386,11 @@ struct Limiters {
     governor_clock: FakeRelativeClock,
     with_state: Governor<u64, StateInformationMiddleware>,
     with_state_clock: FakeRelativeClock,
-    /// Ours in `Budget::keys(n)` for the 1M-key set.
-    exact: Option<(KeyedLimiter<u64, ManualClock>, ManualClock)>,
 }
 
 impl Limiters {
     fn filled(traffic: &Traffic) -> Self {
-        let (ours, ours_clock) = new_ours::<u64>(2, roomy(traffic.set.len()));
+        let (ours, ours_clock) = new_ours::<u64>(2, traffic.set.len());
         let (governor, governor_clock) = new_governor::<u64>();
         let (with_state, with_state_clock) = new_governor::<u64>();
         let with_state = with_state.with_middleware::<StateInformationMiddleware>();
@@ -433,19 +419,6 @@ impl Limiters {
             },
             |by| with_state_clock.advance(by),
         );
-        let exact = (traffic.set.len() == MANY).then(|| {
-            let (exact, clock) = new_ours::<u64>(2, MANY);
-            fill(
-                traffic,
-                step,
-                |k| {
-                    let _ = exact.admit(k, 1);
-                },
-                |by| clock.advance(by),
-            );
-            eprintln!("{} keys in Budget::keys({MANY}): {}", traffic.label, describe(&exact));
-            (exact, clock)
-        });
         eprintln!(
             "{} keys: ours {}; governor {} keys held",
             traffic.label,
@@ -459,7 +432,6 @@ impl Limiters {
             governor_clock,
             with_state,
             with_state_clock,
-            exact,
         }
     }
 
@@ -469,9 +441,6 @@ impl Limiters {
             describe(&self.ours),
             self.governor.len()
         );
-        if let Some((exact, _)) = &self.exact {
-            eprintln!("after the {label} lines, Budget::keys({MANY}): {}", describe(exact));
-        }
     }
 }
 
@@ -497,18 +466,6 @@ fn keyed(c: &mut Criterion) {
         for threads in [1, 2] {
             let case = format!("{}_allowed_{threads}t", traffic.label);
             lines(&mut group, traffic, &case, step, threads, &limiters, many, threads == 1);
-            if let (Some((exact, clock)), 1) = (&limiters.exact, threads) {
-                line(
-                    &mut group,
-                    "slidegate_admit_exact_budget",
-                    &case,
-                    &traffic.seq,
-                    step,
-                    threads,
-                    |by| clock.advance(by),
-                    |k, _| admit_each(exact, k),
-                );
-            }
         }
         if traffic.set.len() == 1 {
             for threads in [1, 2] {
@@ -561,12 +518,12 @@ fn describe<K: Key>(limiter: &KeyedLimiter<K, ManualClock>) -> String {
 }
 
 /// Bytes per key at 1M keys, `u64` and `String` keys, for governor and for
-/// ours at 2 and 8 buckets, in a budget of exactly 1M keys and with room.
+/// ours at 2 and 8 buckets, in a budget of exactly 1M keys.
 fn bytes_per_key() {
     let mut rng = SmallRng::seed_from_u64(SEED ^ 1);
     let ints: Vec<u64> = (0..MANY).map(|_| rng.random()).collect();
     let names: Vec<String> = (0..MANY).map(|i| format!("client-{i:06}")).collect();
-    for budget in [MANY, roomy(MANY)] {
+    for budget in [MANY] {
         for buckets in [2, 8] {
             bytes_held(
                 &format!("slidegate n={buckets}, Budget::keys({budget}), u64"),
