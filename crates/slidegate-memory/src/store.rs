@@ -86,8 +86,11 @@ pub struct Stats {
 /// Fewest shards when the budget allows: enough that two threads seldom
 /// meet on one lock.
 const MIN_SHARDS: usize = 16;
-/// Fewest slots in a shard.
+/// Fewest slots in a table, whatever the budget.
 const MIN_SLOTS: usize = 8;
+/// Fewest slots in a shard when the budget pays for them: shards of a few
+/// slots would need much more room for keys spreading unevenly.
+const SHARD_SLOTS: usize = 64;
 
 /// One shard on its own cache line: its lock, and where its slots are.
 #[repr(align(64))]
@@ -140,12 +143,17 @@ impl<K: Key, St: KeyState> Store<K, St> {
         // filling unevenly still hold all of them (each shard may fill to
         // 7/8); a byte budget gets as many slots as it pays for.
         let wanted = budget.keys.saturating_add(budget.keys / 3).min(slots_by_bytes);
-        let per_shard = (wanted / MIN_SHARDS).clamp(MIN_SLOTS, MAX_SLOTS).next_power_of_two();
+        let per_shard = (wanted / MIN_SHARDS).clamp(SHARD_SLOTS, MAX_SLOTS).next_power_of_two();
         let per_shard = per_shard.min(1usize << slots_by_bytes.ilog2());
-        let shards = wanted.div_ceil(per_shard);
-        // Rounding up must not cross the byte budget.
-        let shards = shards.min(slots_by_bytes / per_shard).max(1);
         let max_len = per_shard - per_shard / 8;
+        // Keys spread over shards binomially: a shard expecting `m` keys
+        // stays below its cap unless it is six standard deviations (√m)
+        // over, which small shards need more room for than 3/4 load gives.
+        let root = (-6.0 + (36.0 + 4.0 * max_len as f64).sqrt()) / 2.0;
+        let expected = ((root * root) as usize).min(per_shard / 4 * 3).max(1);
+        let shards = budget.keys.div_ceil(expected);
+        // Never more slots than the bytes pay for.
+        let shards = shards.min(slots_by_bytes / per_shard).max(1);
         let max_keys = budget.keys.min(shards * max_len);
         let max_heap = if heap_share == 0 {
             usize::MAX
