@@ -12,7 +12,7 @@ use std::num::NonZeroU16;
 pub(crate) const MAX_SLOTS: usize = 1 << 15;
 
 /// Slots looked at for an idle key, per insertion, and before evicting.
-const SWEEP_STEP: usize = 2;
+const SWEEP_STEP: usize = 4;
 const SWEEP_WHEN_FULL: usize = 32;
 /// Slots from a new key's home among which the victim of an eviction is
 /// chosen.

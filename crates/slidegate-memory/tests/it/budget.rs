@@ -42,7 +42,7 @@ fn small_key_budgets_hold_their_keys_whatever_the_seed() {
     let policy = Policy::new(10, Duration::from_secs(60), Algorithm::TWO_BUCKETS).unwrap();
     for n in [1usize, 7, 100, 1_000, 5_000] {
         for _ in 0..200 {
-            let limiter: KeyedLimiter<u64, _> = KeyedLimiter::new(policy.clone(), ManualClock::new(0), Budget::keys(n));
+            let limiter: KeyedLimiter<u64, _> = KeyedLimiter::new(policy, ManualClock::new(0), Budget::keys(n));
             for i in 0..n as u64 {
                 assert!(limiter.admit(&key(i), 1).unwrap());
             }
