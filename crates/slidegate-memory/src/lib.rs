@@ -22,9 +22,10 @@
 //! # Memory
 //!
 //! The whole table is allocated when the store is built, sized from the
-//! [`Budget`]: a budget of `n` keys gets slots for them at 3/4 load (so
-//! that shards filling unevenly still hold all `n`), a budget of bytes as
-//! many slots as it pays for. A shard holds keys in at most 7/8 of its
+//! [`Budget`]: a budget of `n` keys gets slots for them at 3/4 load, or
+//! less for small budgets, so that shards filling unevenly still hold all
+//! `n` (each shard has room for six standard deviations of the spread); a
+//! budget of bytes gets as many slots as it pays for. A shard holds keys in at most 7/8 of its
 //! slots, and the store at most `n` keys in all (a new key in a full store
 //! makes room in its own shard; threads inserting at the same instant may
 //! pass `n` by one key each, briefly, within the same table). Keys and states that
