@@ -295,6 +295,10 @@ async fn grpc_refusals_are_resource_exhausted() {
     assert_eq!(header(&refused, "grpc-retry-pushback-ms"), Some("1200"));
     assert_eq!(header(&refused, "content-type"), Some("application/grpc"));
     assert!(header(&refused, "grpc-message").unwrap().contains("retry in 2 s"));
+    // What a tonic client makes of it.
+    let status = tonic::Status::from_header_map(refused.headers()).unwrap();
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+    assert!(status.message().contains("retry in 2 s"), "{status:?}");
 }
 
 /// Bad limit names are refused when the layer is built.
