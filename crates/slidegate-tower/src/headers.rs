@@ -3,6 +3,7 @@
 
 use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use slidegate_core::{Decision, Policy};
+use std::fmt::Write as _;
 
 /// `RateLimit-Policy`.
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -57,37 +58,82 @@ pub(crate) struct Outcome<'a> {
     pub(crate) decision: Decision,
 }
 
-/// Writes `RateLimit-Policy` and `RateLimit` for every limit, and, with
-/// `legacy`, `X-RateLimit-*` for the limit with the least remaining
-/// (`X-RateLimit-Reset` as a delay in seconds).
-pub(crate) fn write(headers: &mut HeaderMap, outcomes: &[Outcome<'_>], legacy: bool) {
-    let (mut policies, mut states) = (String::new(), String::new());
-    for (i, o) in outcomes.iter().enumerate() {
+/// `RateLimit-Policy` for a list of limits: the same on every answer, so
+/// it is made once, when the layer is built. `None` if a name cannot be
+/// written (names are checked before).
+pub(crate) fn policy_value<'a>(limits: impl Iterator<Item = (&'a str, &'a Policy)>) -> Option<HeaderValue> {
+    let mut out = String::with_capacity(64);
+    for (i, (name, policy)) in limits.enumerate() {
         if i > 0 {
-            policies.push_str(", ");
-            states.push_str(", ");
+            out.push_str(", ");
         }
-        sf_string(&mut policies, o.name);
-        policies.push_str(&format!(
-            ";q={};w={}",
-            o.policy.limit(),
-            ceil_secs(o.policy.window_ns()).max(1)
-        ));
-        sf_string(&mut states, o.name);
-        states.push_str(&format!(";r={};t={}", o.decision.remaining(), t_secs(&o.decision)));
+        sf_string(&mut out, name);
+        let _ = write!(out, ";q={};w={}", policy.limit(), ceil_secs(policy.window_ns()).max(1));
     }
-    // Names are checked printable ASCII when limits are built, so these
-    // values are always valid; an invalid one would be left out.
-    if let Ok(v) = HeaderValue::from_str(&policies) {
-        headers.insert(RATELIMIT_POLICY, v);
+    HeaderValue::try_from(out).ok()
+}
+
+/// The rate-limit fields of one answer.
+pub(crate) struct Fields {
+    policy: HeaderValue,
+    state: Option<HeaderValue>,
+    /// `X-RateLimit-Limit`, `-Remaining` and `-Reset`.
+    legacy: Option<[HeaderValue; 3]>,
+    retry_after: Option<HeaderValue>,
+}
+
+impl Fields {
+    /// `RateLimit-Policy` (made once: `policy`), `RateLimit` for every
+    /// limit, and, with `legacy`, `X-RateLimit-*` for the limit with the
+    /// least remaining (`X-RateLimit-Reset` as a delay in seconds).
+    pub(crate) fn new(policy: &HeaderValue, outcomes: &[Outcome<'_>], legacy: bool) -> Self {
+        let mut state = String::with_capacity(32 * outcomes.len());
+        for (i, o) in outcomes.iter().enumerate() {
+            if i > 0 {
+                state.push_str(", ");
+            }
+            sf_string(&mut state, o.name);
+            let _ = write!(state, ";r={};t={}", o.decision.remaining(), t_secs(&o.decision));
+        }
+        let legacy = legacy
+            .then(|| outcomes.iter().min_by_key(|o| o.decision.remaining()))
+            .flatten()
+            .map(|tightest| {
+                [
+                    HeaderValue::from(tightest.policy.limit()),
+                    HeaderValue::from(tightest.decision.remaining()),
+                    HeaderValue::from(t_secs(&tightest.decision)),
+                ]
+            });
+        Fields {
+            policy: policy.clone(),
+            // Names are checked printable ASCII when limits are built, so
+            // this is always valid; an invalid value would be left out.
+            state: HeaderValue::try_from(state).ok(),
+            legacy,
+            retry_after: None,
+        }
     }
-    if let Ok(v) = HeaderValue::from_str(&states) {
-        headers.insert(RATELIMIT, v);
+
+    /// Adds `Retry-After: secs`.
+    pub(crate) fn retry_after(&mut self, secs: u64) {
+        self.retry_after = Some(HeaderValue::from(secs));
     }
-    if legacy && let Some(tightest) = outcomes.iter().min_by_key(|o| o.decision.remaining()) {
-        headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(tightest.policy.limit()));
-        headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(tightest.decision.remaining()));
-        headers.insert(X_RATELIMIT_RESET, HeaderValue::from(t_secs(&tightest.decision)));
+
+    /// Writes the fields into `headers`.
+    pub(crate) fn apply(self, headers: &mut HeaderMap) {
+        headers.insert(RATELIMIT_POLICY, self.policy);
+        if let Some(state) = self.state {
+            headers.insert(RATELIMIT, state);
+        }
+        if let Some([limit, remaining, reset]) = self.legacy {
+            headers.insert(X_RATELIMIT_LIMIT, limit);
+            headers.insert(X_RATELIMIT_REMAINING, remaining);
+            headers.insert(X_RATELIMIT_RESET, reset);
+        }
+        if let Some(retry) = self.retry_after {
+            headers.insert(RETRY_AFTER, retry);
+        }
     }
 }
 
@@ -103,11 +149,6 @@ pub(crate) fn retry_after(outcomes: &[Outcome<'_>]) -> Option<u64> {
     most
 }
 
-/// Sets `Retry-After`.
-pub(crate) fn write_retry_after(headers: &mut HeaderMap, secs: u64) {
-    headers.insert(RETRY_AFTER, HeaderValue::from(secs));
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,12 +161,14 @@ mod tests {
         let mut log = SlidingLog::new();
         let first = log.check(&policy, 0, 1);
         let mut headers = HeaderMap::new();
+        let name = "per \"ip\"";
         let outcomes = [Outcome {
-            name: "per \"ip\"",
+            name,
             policy: &policy,
             decision: first,
         }];
-        write(&mut headers, &outcomes, true);
+        let value = policy_value([(name, &policy)].into_iter()).unwrap();
+        Fields::new(&value, &outcomes, true).apply(&mut headers);
         assert_eq!(headers[&RATELIMIT_POLICY], r#""per \"ip\"";q=2;w=2"#);
         assert_eq!(headers[&RATELIMIT], r#""per \"ip\"";r=1;t=2"#);
         assert_eq!(headers[&X_RATELIMIT_LIMIT], "2");
@@ -141,7 +184,8 @@ mod tests {
         }];
         assert_eq!(retry_after(&outcomes), Some(2));
         let mut headers = HeaderMap::new();
-        write(&mut headers, &outcomes, false);
+        let value = policy_value([("burst", &policy)].into_iter()).unwrap();
+        Fields::new(&value, &outcomes, false).apply(&mut headers);
         assert_eq!(headers[&RATELIMIT], r#""burst";r=0;t=2"#);
         assert!(headers.get(X_RATELIMIT_LIMIT).is_none());
     }

@@ -3,7 +3,7 @@
 use crate::headers::valid_name;
 use crate::key::{KeyExtractor, MissingKey, RequestKey};
 use crate::service::RateLimitService;
-use http::Request;
+use http::{HeaderValue, Request};
 use slidegate_core::{Clock, Policy};
 use slidegate_memory::{Budget, KeyedLimiter};
 use std::sync::Arc;
@@ -38,6 +38,8 @@ pub(crate) struct Shared<B, C> {
     pub(crate) on_error: OnStoreError,
     pub(crate) headers_on_admitted: bool,
     pub(crate) legacy_headers: bool,
+    /// `RateLimit-Policy`, the same on every answer.
+    pub(crate) policy_value: HeaderValue,
 }
 
 /// A bad limit given to [`RateLimitLayerBuilder`].
@@ -147,6 +149,8 @@ impl<B, C: Clock> RateLimitLayerBuilder<B, C> {
         if self.limits.is_empty() {
             return Err(LayerError::NoLimit);
         }
+        let names = self.limits.iter().map(|l| (l.name.as_str(), l.limiter.policy()));
+        let policy_value = crate::headers::policy_value(names).ok_or_else(|| LayerError::BadName(String::new()))?;
         Ok(RateLimitLayer {
             shared: Arc::new(Shared {
                 limits: self.limits,
@@ -157,6 +161,7 @@ impl<B, C: Clock> RateLimitLayerBuilder<B, C> {
                 on_error: self.on_error,
                 headers_on_admitted: self.headers_on_admitted,
                 legacy_headers: self.legacy_headers,
+                policy_value,
             }),
         })
     }

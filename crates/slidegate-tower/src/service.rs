@@ -1,6 +1,6 @@
 //! The service: decides in `call`, answers refusals itself.
 
-use crate::headers::{self, Outcome};
+use crate::headers::{self, Fields, Outcome};
 use crate::key::{MissingKey, RequestKey};
 use crate::layer::{OnStoreError, Shared};
 use http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
@@ -46,8 +46,8 @@ impl<S, B, C> RateLimitService<S, B, C> {
 
 /// What `call` does with a request.
 enum Verdict {
-    /// Pass it on, adding these headers to the response.
-    Pass(Option<HeaderMap>),
+    /// Pass it on, adding these fields to the response.
+    Pass(Option<Box<Fields>>),
     /// Answer it with a refusal.
     Refuse(Refusal),
 }
@@ -58,7 +58,7 @@ struct Refusal {
     problem: &'static str,
     title: &'static str,
     detail: String,
-    headers: HeaderMap,
+    fields: Option<Fields>,
     /// The wait, for gRPC's retry pushback.
     retry_ms: Option<u64>,
     grpc_status: u32,
@@ -80,7 +80,7 @@ impl<B: 'static, C: Clock> Shared<B, C> {
                         problem: QUOTA_EXCEEDED,
                         title: "Request cannot be satisfied as assigned quota has been exceeded",
                         detail: "the request carries no client key to count it under".to_owned(),
-                        headers: HeaderMap::new(),
+                        fields: None,
                         retry_ms: None,
                         grpc_status: GRPC_RESOURCE_EXHAUSTED,
                     });
@@ -96,7 +96,7 @@ impl<B: 'static, C: Clock> Shared<B, C> {
                     problem: REDUCED_CAPACITY,
                     title: "The rate limiter cannot count this request",
                     detail: "the rate limit store refused the key".to_owned(),
-                    headers: HeaderMap::new(),
+                    fields: None,
                     retry_ms: None,
                     grpc_status: GRPC_UNAVAILABLE,
                 }),
@@ -116,14 +116,13 @@ impl<B: 'static, C: Clock> Shared<B, C> {
         if allowed && !self.headers_on_admitted {
             return Verdict::Pass(None);
         }
-        let mut headers = HeaderMap::new();
-        headers::write(&mut headers, &outcomes, self.legacy_headers);
+        let mut fields = Fields::new(&self.policy_value, &outcomes, self.legacy_headers);
         if allowed {
-            return Verdict::Pass(Some(headers));
+            return Verdict::Pass(Some(Box::new(fields)));
         }
         let retry = headers::retry_after(&outcomes);
         if let Some(secs) = retry {
-            headers::write_retry_after(&mut headers, secs);
+            fields.retry_after(secs);
         }
         let retry_ms = outcomes
             .iter()
@@ -144,7 +143,7 @@ impl<B: 'static, C: Clock> Shared<B, C> {
             problem: QUOTA_EXCEEDED,
             title: "Request cannot be satisfied as assigned quota has been exceeded",
             detail,
-            headers,
+            fields: Some(fields),
             retry_ms,
             grpc_status: GRPC_RESOURCE_EXHAUSTED,
         })
@@ -187,7 +186,10 @@ impl<B: 'static, C: Clock> Shared<B, C> {
 
 impl Refusal {
     fn into_response<ResB: From<String>>(self, grpc: bool) -> Response<ResB> {
-        let mut headers = self.headers;
+        let mut headers = HeaderMap::new();
+        if let Some(fields) = self.fields {
+            fields.apply(&mut headers);
+        }
         let (status, body) = if grpc {
             headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
             headers.insert(
@@ -272,10 +274,10 @@ where
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         match self.shared.decide(&request) {
-            Verdict::Pass(headers) => ResponseFuture {
+            Verdict::Pass(fields) => ResponseFuture {
                 kind: Kind::Inner {
                     future: self.inner.call(request),
-                    headers,
+                    fields,
                 },
             },
             Verdict::Refuse(refusal) => ResponseFuture {
@@ -302,7 +304,7 @@ pin_project_lite::pin_project! {
         Inner {
             #[pin]
             future: F,
-            headers: Option<HeaderMap>,
+            fields: Option<Box<Fields>>,
         },
         Refused {
             response: Option<Response<ResB>>,
@@ -318,10 +320,10 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
-            KindProj::Inner { future, headers } => {
+            KindProj::Inner { future, fields } => {
                 let mut response = std::task::ready!(future.poll(cx))?;
-                if let Some(headers) = headers.take() {
-                    response.headers_mut().extend(headers);
+                if let Some(fields) = fields.take() {
+                    fields.apply(response.headers_mut());
                 }
                 Poll::Ready(Ok(response))
             }
