@@ -44,12 +44,14 @@ impl<S, B, C> RateLimitService<S, B, C> {
     }
 }
 
-/// What `call` does with a request.
+/// What `call` does with a request. It lives for one call, on the stack:
+/// boxing the fields would cost an allocation per request.
+#[allow(clippy::large_enum_variant)]
 enum Verdict {
     /// Pass it on, adding these fields to the response.
-    Pass(Option<Box<Fields>>),
+    Pass(Option<Fields>),
     /// Answer it with a refusal.
-    Refuse(Refusal),
+    Refuse(Box<Refusal>),
 }
 
 /// A refusal, before it becomes a response of the inner service's body type.
@@ -75,7 +77,7 @@ impl<B: 'static, C: Clock> Shared<B, C> {
                 MissingKey::Allow => return Verdict::Pass(None),
                 MissingKey::Fallback(key) => key.clone(),
                 MissingKey::Refuse => {
-                    return Verdict::Refuse(Refusal {
+                    return Verdict::Refuse(Box::new(Refusal {
                         status: StatusCode::TOO_MANY_REQUESTS,
                         problem: QUOTA_EXCEEDED,
                         title: "Request cannot be satisfied as assigned quota has been exceeded",
@@ -83,24 +85,24 @@ impl<B: 'static, C: Clock> Shared<B, C> {
                         fields: None,
                         retry_ms: None,
                         grpc_status: GRPC_RESOURCE_EXHAUSTED,
-                    });
+                    }));
                 }
             },
         };
         let cost = self.cost.as_ref().map_or(1, |cost| cost(request));
-        let Some(decisions) = self.decisions(&key, cost) else {
-            return match self.on_error {
-                OnStoreError::Allow => Verdict::Pass(None),
-                OnStoreError::Refuse => Verdict::Refuse(Refusal {
-                    status: StatusCode::SERVICE_UNAVAILABLE,
-                    problem: REDUCED_CAPACITY,
-                    title: "The rate limiter cannot count this request",
-                    detail: "the rate limit store refused the key".to_owned(),
-                    fields: None,
-                    retry_ms: None,
-                    grpc_status: GRPC_UNAVAILABLE,
-                }),
+        // One limit, the common case, needs no list.
+        if let [only] = self.limits.as_slice() {
+            return match only.limiter.check(&key, cost) {
+                Ok(decision) => self.verdict(&[Outcome {
+                    name: &only.name,
+                    policy: only.limiter.policy(),
+                    decision,
+                }]),
+                Err(_) => self.store_error(),
             };
+        }
+        let Some(decisions) = self.decisions(&key, cost) else {
+            return self.store_error();
         };
         let outcomes: Vec<Outcome<'_>> = self
             .limits
@@ -112,15 +114,36 @@ impl<B: 'static, C: Clock> Shared<B, C> {
                 decision,
             })
             .collect();
+        self.verdict(&outcomes)
+    }
+
+    /// What the store-error rule says.
+    fn store_error(&self) -> Verdict {
+        match self.on_error {
+            OnStoreError::Allow => Verdict::Pass(None),
+            OnStoreError::Refuse => Verdict::Refuse(Box::new(Refusal {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                problem: REDUCED_CAPACITY,
+                title: "The rate limiter cannot count this request",
+                detail: "the rate limit store refused the key".to_owned(),
+                fields: None,
+                retry_ms: None,
+                grpc_status: GRPC_UNAVAILABLE,
+            })),
+        }
+    }
+
+    /// Pass or refuse, with the fields, given every limit's decision.
+    fn verdict(&self, outcomes: &[Outcome<'_>]) -> Verdict {
         let allowed = outcomes.iter().all(|o| o.decision.allowed());
         if allowed && !self.headers_on_admitted {
             return Verdict::Pass(None);
         }
-        let mut fields = Fields::new(&self.policy_value, &outcomes, self.legacy_headers);
+        let mut fields = Fields::new(&self.policy_value, outcomes, self.legacy_headers);
         if allowed {
-            return Verdict::Pass(Some(Box::new(fields)));
+            return Verdict::Pass(Some(fields));
         }
-        let retry = headers::retry_after(&outcomes);
+        let retry = headers::retry_after(outcomes);
         if let Some(secs) = retry {
             fields.retry_after(secs);
         }
@@ -138,7 +161,7 @@ impl<B: 'static, C: Clock> Shared<B, C> {
             Some(secs) => format!("over the limit of {}; retry in {secs} s", refused.join(", ")),
             None => format!("the request costs more than the limit of {} allows", refused.join(", ")),
         };
-        Verdict::Refuse(Refusal {
+        Verdict::Refuse(Box::new(Refusal {
             status: StatusCode::TOO_MANY_REQUESTS,
             problem: QUOTA_EXCEEDED,
             title: "Request cannot be satisfied as assigned quota has been exceeded",
@@ -146,7 +169,7 @@ impl<B: 'static, C: Clock> Shared<B, C> {
             fields: Some(fields),
             retry_ms,
             grpc_status: GRPC_RESOURCE_EXHAUSTED,
-        })
+        }))
     }
 
     /// One decision per limit, charging `cost` to every limit only if all
@@ -304,7 +327,7 @@ pin_project_lite::pin_project! {
         Inner {
             #[pin]
             future: F,
-            fields: Option<Box<Fields>>,
+            fields: Option<Fields>,
         },
         Refused {
             response: Option<Response<ResB>>,
