@@ -33,6 +33,22 @@ fn sf_string(out: &mut String, name: &str) {
     out.push('"');
 }
 
+/// Appends `n` in decimal (without `core::fmt`, which costs more than the
+/// rest of a header).
+fn push_u64(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend(digits[i..].iter().map(|&d| char::from(d)));
+}
+
 /// Whole seconds, rounded up.
 fn ceil_secs(ns: u64) -> u64 {
     ns.div_ceil(1_000_000_000)
@@ -93,7 +109,10 @@ impl Fields {
                 state.push_str(", ");
             }
             sf_string(&mut state, o.name);
-            let _ = write!(state, ";r={};t={}", o.decision.remaining(), t_secs(&o.decision));
+            state.push_str(";r=");
+            push_u64(&mut state, o.decision.remaining());
+            state.push_str(";t=");
+            push_u64(&mut state, t_secs(&o.decision));
         }
         let legacy = legacy
             .then(|| outcomes.iter().min_by_key(|o| o.decision.remaining()))
@@ -122,6 +141,7 @@ impl Fields {
 
     /// Writes the fields into `headers`.
     pub(crate) fn apply(self, headers: &mut HeaderMap) {
+        headers.reserve(if self.legacy.is_some() { 6 } else { 3 });
         headers.insert(RATELIMIT_POLICY, self.policy);
         if let Some(state) = self.state {
             headers.insert(RATELIMIT, state);
@@ -188,6 +208,15 @@ mod tests {
         Fields::new(&value, &outcomes, false).apply(&mut headers);
         assert_eq!(headers[&RATELIMIT], r#""burst";r=0;t=2"#);
         assert!(headers.get(X_RATELIMIT_LIMIT).is_none());
+    }
+
+    #[test]
+    fn numbers_in_decimal() {
+        for n in [0, 1, 9, 10, 99, 100, 12_345, u64::MAX] {
+            let mut out = String::from("x");
+            push_u64(&mut out, n);
+            assert_eq!(out, format!("x{n}"));
+        }
     }
 
     #[test]
