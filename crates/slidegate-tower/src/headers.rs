@@ -24,11 +24,15 @@ pub(crate) fn valid_name(name: &str) -> bool {
 
 fn sf_string(out: &mut String, name: &str) {
     out.push('"');
-    for c in name.chars() {
-        if c == '"' || c == '\\' {
-            out.push('\\');
+    if name.contains(['"', '\\']) {
+        for c in name.chars() {
+            if c == '"' || c == '\\' {
+                out.push('\\');
+            }
+            out.push(c);
         }
-        out.push(c);
+    } else {
+        out.push_str(name);
     }
     out.push('"');
 }
@@ -46,7 +50,8 @@ fn push_u64(out: &mut String, mut n: u64) {
             break;
         }
     }
-    out.extend(digits[i..].iter().map(|&d| char::from(d)));
+    // Decimal digits are ASCII, so always UTF-8.
+    out.push_str(std::str::from_utf8(&digits[i..]).unwrap_or_default());
 }
 
 /// Whole seconds, rounded up.
