@@ -8,7 +8,8 @@
 //! The limit (10⁹ per minute) admits every request, so the admitted path
 //! is measured, headers included; `layer_refused` measures refusals (limit
 //! 1 per hour: every request after the first is answered by the layer
-//! with a 429 and a problem body).
+//! with a 429 and a problem body), and `layer_hot_key_no_headers` the
+//! admitted path with the headers on admitted answers turned off.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use http::{Request, Response};
@@ -61,6 +62,10 @@ where
 }
 
 fn layer(limit: u64, window: Duration) -> RateLimitLayer<String, MonotonicClock> {
+    layer_with(limit, window, true)
+}
+
+fn layer_with(limit: u64, window: Duration, headers: bool) -> RateLimitLayer<String, MonotonicClock> {
     let algorithm = Algorithm::SlidingWindow {
         buckets: 2,
         weighting: Weighting::Interpolated,
@@ -68,6 +73,7 @@ fn layer(limit: u64, window: Duration) -> RateLimitLayer<String, MonotonicClock>
     let policy = Policy::new(limit, window, algorithm).expect("a valid policy");
     RateLimitLayer::builder(PeerIp::new())
         .limit("per-client", policy, MonotonicClock::new(), Budget::keys(10_000))
+        .headers_on_admitted(headers)
         .build()
         .expect("a valid layer")
 }
@@ -89,6 +95,11 @@ fn overhead(c: &mut Criterion) {
     let mut one = layer(1_000_000_000, Duration::from_secs(60)).layer(Hello);
     group.bench_function("layer_hot_key", |b| {
         b.iter(|| black_box(call(&mut one, request(peers[0]))));
+    });
+
+    let mut quiet = layer_with(1_000_000_000, Duration::from_secs(60), false).layer(Hello);
+    group.bench_function("layer_hot_key_no_headers", |b| {
+        b.iter(|| black_box(call(&mut quiet, request(peers[0]))));
     });
 
     let mut many = layer(1_000_000_000, Duration::from_secs(60)).layer(Hello);
