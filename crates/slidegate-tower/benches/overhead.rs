@@ -25,7 +25,8 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 use tower::{Layer, Service};
 
-/// The service behind the layer: answers at once.
+/// The service behind the layer: answers at once, as a handler returning
+/// text would.
 #[derive(Clone)]
 struct Hello;
 
@@ -39,7 +40,13 @@ impl Service<Request<String>> for Hello {
     }
 
     fn call(&mut self, _request: Request<String>) -> Self::Future {
-        std::future::ready(Ok(Response::new(String::from("hello"))))
+        // What axum answers for a `&str`: a body and its content type.
+        let mut response = Response::new(String::from("hello"));
+        response.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        std::future::ready(Ok(response))
     }
 }
 
