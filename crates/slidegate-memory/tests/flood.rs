@@ -3,6 +3,9 @@
 //! counting slows no other test). The tests run one at a time, so that
 //! each measures only itself.
 
+mod common;
+
+use common::accounts_for;
 use slidegate_conformance::alloc::Counting;
 use slidegate_core::{Algorithm, ManualClock, Policy, State, Weighting};
 use slidegate_memory::{Budget, KeyedLimiter, Stats, Store, StoreError, Timed};
@@ -56,16 +59,6 @@ impl Meter {
         assert!(stats.bytes <= budget, "{stats:?}");
         assert!(peak <= budget, "peak {peak} bytes over a budget of {budget}");
     }
-}
-
-/// Every key ever stored is held, was evicted, or was reclaimed.
-fn accounts_for(stats: Stats, stored: u64) {
-    assert_eq!(
-        stats.keys as u64 + stats.evictions + stats.reclaimed,
-        stored,
-        "{stats:?}"
-    );
-    assert!(stats.keys <= stats.capacity, "{stats:?}");
 }
 
 /// Distinct keys in no particular order: `i` times an odd constant is a

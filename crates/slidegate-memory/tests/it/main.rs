@@ -6,6 +6,9 @@
 //! No test reads the wall clock: time is a `ManualClock` or the `now`
 //! passed to the store.
 
+#[path = "../common/mod.rs"]
+mod common;
+
 mod batches;
 mod budget;
 mod conformance;

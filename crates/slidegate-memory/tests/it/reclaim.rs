@@ -1,6 +1,7 @@
 //! Idle keys are dropped by ordinary calls, with no background thread;
 //! a dropped key, idle or evicted, starts afresh.
 
+use crate::common::accounts_for;
 use slidegate_core::{Algorithm, Clock, ManualClock, Policy, State, Weighting};
 use slidegate_memory::{Budget, KeyedLimiter, Ring2, Stats, Store, Timed};
 use std::time::Duration;
@@ -13,16 +14,6 @@ fn two_buckets(limit: u64) -> Policy {
         weighting: Weighting::Interpolated,
     };
     Policy::new(limit, WINDOW, algorithm).unwrap()
-}
-
-/// Every key ever stored is held, was evicted, or was reclaimed.
-fn accounts_for(stats: Stats, stored: u64) {
-    assert_eq!(
-        stats.keys as u64 + stats.evictions + stats.reclaimed,
-        stored,
-        "{stats:?}"
-    );
-    assert!(stats.keys <= stats.capacity, "{stats:?}");
 }
 
 /// Keys whose window has passed stay until ordinary calls sweep them:
