@@ -3,7 +3,7 @@
 
 use crate::common::accounts_for;
 use slidegate_core::{Algorithm, Clock, ManualClock, Policy, State, Weighting};
-use slidegate_memory::{Budget, KeyedLimiter, Ring2, Stats, Store, Timed};
+use slidegate_memory::{Budget, KeyedLimiter, Ring2, Store, Timed};
 use std::time::Duration;
 
 const WINDOW: Duration = Duration::from_millis(10);
