@@ -172,17 +172,15 @@ impl<B: 'static, C: Clock> Shared<B, C> {
         }))
     }
 
-    /// One decision per limit, charging `cost` to every limit only if all
-    /// admit it; `None` if a store could not answer.
+    /// One decision per limit of several (one limit is decided directly),
+    /// charging `cost` to every limit only if all admit it; `None` if a
+    /// store could not answer.
     ///
     /// With several limits each is first asked how much it has left (a
     /// peek), then charged. A request racing another on the same key may
     /// find a limit spent between the two: it is then refused, and the
     /// limits charged before that one keep the charge.
     fn decisions(&self, key: &RequestKey, cost: u64) -> Option<Vec<Decision>> {
-        if let [only] = self.limits.as_slice() {
-            return only.limiter.check(key, cost).ok().map(|d| vec![d]);
-        }
         let peeks: Vec<Decision> = self
             .limits
             .iter()
