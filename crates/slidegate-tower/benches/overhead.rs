@@ -57,9 +57,9 @@ fn request(peer: SocketAddr) -> Request<String> {
 }
 
 /// Calls `service` once and polls the answer, which is ready at once.
-fn call<S>(service: &mut S, request: Request<String>) -> Option<Response<String>>
+fn call<S, ResB>(service: &mut S, request: Request<String>) -> Option<Response<ResB>>
 where
-    S: Service<Request<String>, Response = Response<String>, Error = Infallible>,
+    S: Service<Request<String>, Response = Response<ResB>, Error = Infallible>,
 {
     let mut cx = Context::from_waker(Waker::noop());
     match pin!(service.call(request)).poll(&mut cx) {

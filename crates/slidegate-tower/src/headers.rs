@@ -4,6 +4,7 @@
 use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use slidegate_core::{Decision, Policy};
 use std::fmt::Write as _;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// `RateLimit-Policy`.
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -22,36 +23,30 @@ pub(crate) fn valid_name(name: &str) -> bool {
     !name.is_empty() && name.bytes().all(|b| (0x20..0x7f).contains(&b))
 }
 
-fn sf_string(out: &mut String, name: &str) {
+/// The number of decimal digits of `n`.
+fn decimal_len(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |log| log as usize + 1)
+}
+
+/// `name` as a Structured Field string: quoted, with `"` and `\` escaped.
+/// Made once per limit, when the layer is built.
+pub(crate) fn sf_string(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 2);
     out.push('"');
-    if name.contains(['"', '\\']) {
-        for c in name.chars() {
-            if c == '"' || c == '\\' {
-                out.push('\\');
-            }
-            out.push(c);
+    for c in name.chars() {
+        if c == '"' || c == '\\' {
+            out.push('\\');
         }
-    } else {
-        out.push_str(name);
+        out.push(c);
     }
     out.push('"');
+    out
 }
 
 /// Appends `n` in decimal (without `core::fmt`, which costs more than the
 /// rest of a header).
-fn push_u64(out: &mut String, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    // Decimal digits are ASCII, so always UTF-8.
-    out.push_str(std::str::from_utf8(&digits[i..]).unwrap_or_default());
+fn push_u64(out: &mut String, n: u64) {
+    out.push_str(itoa::Buffer::new().format(n));
 }
 
 /// Whole seconds, rounded up.
@@ -59,36 +54,68 @@ fn ceil_secs(ns: u64) -> u64 {
     ns.div_ceil(1_000_000_000)
 }
 
-/// `t`: seconds until more quota is available. On a refusal that is the
+/// `t`: the time until more quota is available. On a refusal that is the
 /// retry delay (which `Retry-After` repeats); on an admission, when every
 /// counted unit has expired.
-fn t_secs(decision: &Decision) -> u64 {
+fn t_delay(decision: &Decision) -> Duration {
     if decision.allowed() {
-        decision.reset_after_secs()
+        decision.reset_after()
     } else {
-        decision
-            .retry_after_secs()
-            .unwrap_or_else(|| decision.reset_after_secs())
+        decision.retry_after().unwrap_or_else(|| decision.reset_after())
+    }
+}
+
+/// `t` in whole seconds, rounded up.
+fn t_secs(decision: &Decision) -> u64 {
+    ceil_secs(u64::try_from(t_delay(decision).as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// How `X-RateLimit-Reset` is written: APIs disagree.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LegacyReset {
+    /// Seconds from now, rounded up, as Envoy's `DRAFT_VERSION_03` headers
+    /// and the `RateLimit` field's `t` (the default).
+    #[default]
+    DelaySeconds,
+    /// The Unix time in seconds, rounded up, as GitHub writes it: the
+    /// system's wall clock plus the delay.
+    EpochSeconds,
+}
+
+impl LegacyReset {
+    fn value(self, decision: &Decision) -> u64 {
+        match self {
+            LegacyReset::DelaySeconds => t_secs(decision),
+            LegacyReset::EpochSeconds => {
+                let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+                let at = now.saturating_add(t_delay(decision));
+                at.as_secs() + u64::from(at.subsec_nanos() > 0)
+            }
+        }
     }
 }
 
 /// One limit's decision for the headers.
 pub(crate) struct Outcome<'a> {
     pub(crate) name: &'a str,
+    /// `name` as a Structured Field string ([`sf_string`]).
+    pub(crate) quoted: &'a str,
     pub(crate) policy: &'a Policy,
     pub(crate) decision: Decision,
 }
 
-/// `RateLimit-Policy` for a list of limits: the same on every answer, so
-/// it is made once, when the layer is built. `None` if a name cannot be
-/// written (names are checked before).
+/// `RateLimit-Policy` for a list of limits, given their names quoted by
+/// [`sf_string`]: the same on every answer, so it is made once, when the
+/// layer is built. `None` if a name cannot be written (names are checked
+/// before).
 pub(crate) fn policy_value<'a>(limits: impl Iterator<Item = (&'a str, &'a Policy)>) -> Option<HeaderValue> {
     let mut out = String::with_capacity(64);
-    for (i, (name, policy)) in limits.enumerate() {
+    for (i, (quoted, policy)) in limits.enumerate() {
         if i > 0 {
             out.push_str(", ");
         }
-        sf_string(&mut out, name);
+        out.push_str(quoted);
         let _ = write!(out, ";q={};w={}", policy.limit(), ceil_secs(policy.window_ns()).max(1));
     }
     HeaderValue::try_from(out).ok()
@@ -107,28 +134,36 @@ impl Fields {
     /// `RateLimit-Policy` (made once: `policy`), `RateLimit` for every
     /// limit, and, with `legacy`, `X-RateLimit-*` for the limit with the
     /// least remaining (`X-RateLimit-Reset` as a delay in seconds).
-    pub(crate) fn new(policy: &HeaderValue, outcomes: &[Outcome<'_>], legacy: bool) -> Self {
-        let mut state = String::with_capacity(32 * outcomes.len());
+    pub(crate) fn new(policy: &HeaderValue, outcomes: &[Outcome<'_>], legacy: Option<LegacyReset>) -> Self {
+        // Sized exactly: a `String` whose length is its capacity becomes the
+        // `HeaderValue`'s bytes without another allocation.
+        let len: usize = outcomes
+            .iter()
+            .map(|o| {
+                o.quoted.len() + ";r=;t=".len() + decimal_len(o.decision.remaining()) + decimal_len(t_secs(&o.decision))
+            })
+            .sum::<usize>()
+            + ", ".len() * outcomes.len().saturating_sub(1);
+        let mut state = String::with_capacity(len);
         for (i, o) in outcomes.iter().enumerate() {
             if i > 0 {
                 state.push_str(", ");
             }
-            sf_string(&mut state, o.name);
+            state.push_str(o.quoted);
             state.push_str(";r=");
             push_u64(&mut state, o.decision.remaining());
             state.push_str(";t=");
             push_u64(&mut state, t_secs(&o.decision));
         }
-        let legacy = legacy
-            .then(|| outcomes.iter().min_by_key(|o| o.decision.remaining()))
-            .flatten()
-            .map(|tightest| {
-                [
-                    HeaderValue::from(tightest.policy.limit()),
-                    HeaderValue::from(tightest.decision.remaining()),
-                    HeaderValue::from(t_secs(&tightest.decision)),
-                ]
-            });
+        debug_assert_eq!(state.len(), len);
+        let legacy = legacy.and_then(|reset| {
+            let tightest = outcomes.iter().min_by_key(|o| o.decision.remaining())?;
+            Some([
+                HeaderValue::from(tightest.policy.limit()),
+                HeaderValue::from(tightest.decision.remaining()),
+                HeaderValue::from(reset.value(&tightest.decision)),
+            ])
+        });
         Fields {
             policy: policy.clone(),
             // Names are checked printable ASCII when limits are built, so
@@ -187,13 +222,16 @@ mod tests {
         let first = log.check(&policy, 0, 1);
         let mut headers = HeaderMap::new();
         let name = "per \"ip\"";
+        let quoted = sf_string(name);
+        assert_eq!(quoted, r#""per \"ip\"""#);
         let outcomes = [Outcome {
             name,
+            quoted: &quoted,
             policy: &policy,
             decision: first,
         }];
-        let value = policy_value([(name, &policy)].into_iter()).unwrap();
-        Fields::new(&value, &outcomes, true).apply(&mut headers);
+        let value = policy_value([(quoted.as_str(), &policy)].into_iter()).unwrap();
+        Fields::new(&value, &outcomes, Some(LegacyReset::DelaySeconds)).apply(&mut headers);
         assert_eq!(headers[&RATELIMIT_POLICY], r#""per \"ip\"";q=2;w=2"#);
         assert_eq!(headers[&RATELIMIT], r#""per \"ip\"";r=1;t=2"#);
         assert_eq!(headers[&X_RATELIMIT_LIMIT], "2");
@@ -204,15 +242,35 @@ mod tests {
         let refused = log.check(&policy, 300_000_000, 1);
         let outcomes = [Outcome {
             name: "burst",
+            quoted: "\"burst\"",
             policy: &policy,
             decision: refused,
         }];
         assert_eq!(retry_after(&outcomes), Some(2));
         let mut headers = HeaderMap::new();
-        let value = policy_value([("burst", &policy)].into_iter()).unwrap();
-        Fields::new(&value, &outcomes, false).apply(&mut headers);
+        let value = policy_value([("\"burst\"", &policy)].into_iter()).unwrap();
+        Fields::new(&value, &outcomes, None).apply(&mut headers);
         assert_eq!(headers[&RATELIMIT], r#""burst";r=0;t=2"#);
         assert!(headers.get(X_RATELIMIT_LIMIT).is_none());
+    }
+
+    #[test]
+    fn reset_as_a_unix_time_is_rounded_up() {
+        let policy = Policy::new(1, Duration::from_millis(1500), Algorithm::SlidingLog).unwrap();
+        let mut log = SlidingLog::new();
+        log.check(&policy, 0, 1);
+        // 1.2 s to wait.
+        let refused = log.check(&policy, 300_000_000, 1);
+        let before = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+        let epoch = LegacyReset::EpochSeconds.value(&refused);
+        let after = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+        let earliest = (before + Duration::from_millis(1200)).as_secs_f64().ceil() as u64;
+        let latest = (after + Duration::from_millis(1200)).as_secs_f64().ceil() as u64;
+        assert!(
+            (earliest..=latest).contains(&epoch),
+            "{earliest} <= {epoch} <= {latest}"
+        );
+        assert_eq!(LegacyReset::DelaySeconds.value(&refused), 2);
     }
 
     #[test]
@@ -221,6 +279,7 @@ mod tests {
             let mut out = String::from("x");
             push_u64(&mut out, n);
             assert_eq!(out, format!("x{n}"));
+            assert_eq!(decimal_len(n), n.to_string().len());
         }
     }
 

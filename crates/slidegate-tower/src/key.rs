@@ -61,6 +61,19 @@ impl<B> KeyExtractor<B> for GlobalKey {
 /// IPv6 clients usually hold a whole /64 (or more), so an address is cut
 /// to its first `v6_prefix` bits (64 by default): limiting single IPv6
 /// addresses limits nobody. IPv4-mapped IPv6 addresses count as IPv4.
+///
+/// tonic records the peer as a `TcpConnectInfo`; key by it with a closure:
+///
+/// ```
+/// # use slidegate_tower::{PeerIp, RateLimitLayer};
+/// # use slidegate_core::MonotonicClock;
+/// let peer = |request: &http::Request<tonic::body::Body>| {
+///     let info = request.extensions().get::<tonic::transport::server::TcpConnectInfo>()?;
+///     Some(PeerIp::new().key_of(info.remote_addr()?.ip()))
+/// };
+/// let builder = RateLimitLayer::<_, MonotonicClock>::builder(peer);
+/// # drop(builder);
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct PeerIp {
     v6_prefix: u8,

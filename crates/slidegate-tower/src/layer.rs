@@ -1,6 +1,6 @@
 //! The layer and its builder.
 
-use crate::headers::valid_name;
+use crate::headers::{LegacyReset, valid_name};
 use crate::key::{KeyExtractor, MissingKey, RequestKey};
 use crate::service::RateLimitService;
 use http::{HeaderValue, Request};
@@ -11,6 +11,8 @@ use std::sync::Arc;
 /// One named limit: a policy per key, in a keyed in-memory store.
 pub(crate) struct Limit<C> {
     pub(crate) name: String,
+    /// `name` quoted for the headers.
+    pub(crate) quoted: String,
     pub(crate) limiter: KeyedLimiter<RequestKey, C>,
 }
 
@@ -37,7 +39,8 @@ pub(crate) struct Shared<B, C> {
     pub(crate) missing: MissingKey,
     pub(crate) on_error: OnStoreError,
     pub(crate) headers_on_admitted: bool,
-    pub(crate) legacy_headers: bool,
+    /// `X-RateLimit-*`, with the flavour of `-Reset`; `None` for none.
+    pub(crate) legacy_headers: Option<LegacyReset>,
     /// `RateLimit-Policy`, the same on every answer.
     pub(crate) policy_value: HeaderValue,
 }
@@ -77,6 +80,7 @@ pub struct RateLimitLayerBuilder<B, C> {
     on_error: OnStoreError,
     headers_on_admitted: bool,
     legacy_headers: bool,
+    legacy_reset: LegacyReset,
     error: Option<LayerError>,
 }
 
@@ -91,6 +95,7 @@ impl<B, C: Clock> RateLimitLayerBuilder<B, C> {
         }
         self.limits.push(Limit {
             name: name.to_owned(),
+            quoted: crate::headers::sf_string(name),
             limiter: KeyedLimiter::new(policy, clock, budget),
         });
         self
@@ -130,10 +135,16 @@ impl<B, C: Clock> RateLimitLayerBuilder<B, C> {
     }
 
     /// Whether responses also carry `X-RateLimit-Limit`, `-Remaining` and
-    /// `-Reset` (a delay in seconds) for the limit with the least remaining
-    /// (no by default).
+    /// `-Reset` for the limit with the least remaining (no by default).
     pub fn legacy_headers(mut self, on: bool) -> Self {
         self.legacy_headers = on;
+        self
+    }
+
+    /// How `X-RateLimit-Reset` is written: a delay in seconds
+    /// ([`LegacyReset::DelaySeconds`], the default) or a Unix time.
+    pub fn legacy_reset(mut self, flavour: LegacyReset) -> Self {
+        self.legacy_reset = flavour;
         self
     }
 
@@ -149,7 +160,7 @@ impl<B, C: Clock> RateLimitLayerBuilder<B, C> {
         if self.limits.is_empty() {
             return Err(LayerError::NoLimit);
         }
-        let names = self.limits.iter().map(|l| (l.name.as_str(), l.limiter.policy()));
+        let names = self.limits.iter().map(|l| (l.quoted.as_str(), l.limiter.policy()));
         let policy_value = crate::headers::policy_value(names).ok_or_else(|| LayerError::BadName(String::new()))?;
         Ok(RateLimitLayer {
             shared: Arc::new(Shared {
@@ -160,7 +171,7 @@ impl<B, C: Clock> RateLimitLayerBuilder<B, C> {
                 missing: self.missing,
                 on_error: self.on_error,
                 headers_on_admitted: self.headers_on_admitted,
-                legacy_headers: self.legacy_headers,
+                legacy_headers: self.legacy_headers.then_some(self.legacy_reset),
                 policy_value,
             }),
         })
@@ -197,6 +208,7 @@ impl<B: 'static, C: Clock> RateLimitLayer<B, C> {
             on_error: OnStoreError::Refuse,
             headers_on_admitted: true,
             legacy_headers: false,
+            legacy_reset: LegacyReset::DelaySeconds,
             error: None,
         }
     }

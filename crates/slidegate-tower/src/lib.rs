@@ -22,12 +22,16 @@
 //! [`Policy`]: slidegate_core::Policy
 #![forbid(unsafe_code)]
 
+mod body;
 mod headers;
 mod key;
 mod layer;
 mod service;
 
-pub use headers::{RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET};
+pub use body::Body;
+pub use headers::{
+    LegacyReset, RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
+};
 pub use key::{
     ForwardedFor, GlobalKey, HeaderKey, KeyExtractor, MissingKey, Network, NetworkError, PeerIp, RequestKey,
 };

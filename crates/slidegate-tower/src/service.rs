@@ -1,8 +1,10 @@
 //! The service: decides in `call`, answers refusals itself.
 
+use crate::body::Body;
 use crate::headers::{self, Fields, Outcome};
 use crate::key::{MissingKey, RequestKey};
 use crate::layer::{OnStoreError, Shared};
+use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response, StatusCode};
 use slidegate_core::{Clock, Decision};
@@ -95,6 +97,7 @@ impl<B: 'static, C: Clock> Shared<B, C> {
             return match only.limiter.check(&key, cost) {
                 Ok(decision) => self.verdict(&[Outcome {
                     name: &only.name,
+                    quoted: &only.quoted,
                     policy: only.limiter.policy(),
                     decision,
                 }]),
@@ -110,6 +113,7 @@ impl<B: 'static, C: Clock> Shared<B, C> {
             .zip(decisions)
             .map(|(limit, decision)| Outcome {
                 name: &limit.name,
+                quoted: &limit.quoted,
                 policy: limit.limiter.policy(),
                 decision,
             })
@@ -206,7 +210,7 @@ impl<B: 'static, C: Clock> Shared<B, C> {
 }
 
 impl Refusal {
-    fn into_response<ResB: From<String>>(self, grpc: bool) -> Response<ResB> {
+    fn into_response<ResB>(self, grpc: bool) -> Response<Body<ResB>> {
         let mut headers = HeaderMap::new();
         if let Some(fields) = self.fields {
             fields.apply(&mut headers);
@@ -235,7 +239,7 @@ impl Refusal {
             );
             (self.status, body)
         };
-        let mut response = Response::new(ResB::from(body));
+        let mut response = Response::new(Body::refusal(Bytes::from(body)));
         *response.status_mut() = status;
         *response.headers_mut() = headers;
         response
@@ -282,10 +286,9 @@ impl<S, B, C, ResB> tower::Service<Request<B>> for RateLimitService<S, B, C>
 where
     S: tower::Service<Request<B>, Response = Response<ResB>>,
     B: 'static,
-    ResB: From<String>,
     C: Clock,
 {
-    type Response = Response<ResB>;
+    type Response = Response<Body<ResB>>;
     type Error = S::Error;
     type Future = ResponseFuture<S::Future, ResB>;
 
@@ -328,7 +331,7 @@ pin_project_lite::pin_project! {
             fields: Option<Fields>,
         },
         Refused {
-            response: Option<Response<ResB>>,
+            response: Option<Response<Body<ResB>>>,
         },
     }
 }
@@ -337,7 +340,7 @@ impl<F, ResB, E> Future for ResponseFuture<F, ResB>
 where
     F: Future<Output = Result<Response<ResB>, E>>,
 {
-    type Output = Result<Response<ResB>, E>;
+    type Output = Result<Response<Body<ResB>>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
@@ -346,7 +349,7 @@ where
                 if let Some(fields) = fields.take() {
                     fields.apply(response.headers_mut());
                 }
-                Poll::Ready(Ok(response))
+                Poll::Ready(Ok(response.map(Body::inner)))
             }
             KindProj::Refused { response } => match response.take() {
                 Some(response) => Poll::Ready(Ok(response)),

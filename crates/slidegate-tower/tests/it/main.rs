@@ -13,6 +13,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 use tower::ServiceExt;
 
+mod servers;
+
 fn log(limit: u64, window: Duration) -> Policy {
     Policy::new(limit, window, Algorithm::SlidingLog).unwrap()
 }
