@@ -55,6 +55,7 @@ extern crate alloc;
 
 mod clock;
 mod decision;
+pub mod duration;
 mod div;
 mod fixed;
 mod gcra;

@@ -8,7 +8,6 @@
 
 #![forbid(unsafe_code)]
 
-mod duration;
 mod simulate;
 
 use clap::{Parser, Subcommand};

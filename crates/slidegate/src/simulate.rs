@@ -1,7 +1,7 @@
 //! `slidegate simulate`: every chosen algorithm against every chosen traffic
 //! model, in the measurement and the admission view.
 
-use crate::duration::{format_duration, parse_positive_duration};
+use slidegate_core::duration::{format_duration, parse_positive_duration};
 use anyhow::{Context, Result};
 use clap::builder::PossibleValuesParser;
 use clap::{ValueEnum, value_parser};

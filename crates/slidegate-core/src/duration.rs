@@ -1,7 +1,10 @@
-//! Durations on the command line: an integer and a unit, as in `60s`.
+//! Durations as people write them in the CLI, YAML and JSON: an integer
+//! and a unit, as in `60s`.
 
-use std::fmt;
-use std::time::Duration;
+use alloc::format;
+use alloc::string::{String, ToString};
+use core::fmt;
+use core::time::Duration;
 
 /// The units, with their length in nanoseconds.
 const UNITS: [(&str, u64); 8] = [
@@ -17,7 +20,8 @@ const UNITS: [(&str, u64); 8] = [
 
 /// Why a duration did not parse. The caller names the value.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum DurationError {
+#[non_exhaustive]
+pub enum DurationError {
     /// No digits before the unit.
     NoNumber,
     /// No unit, or one that is not known.
@@ -41,11 +45,11 @@ impl fmt::Display for DurationError {
     }
 }
 
-impl std::error::Error for DurationError {}
+impl core::error::Error for DurationError {}
 
 /// Parses `<integer><unit>` with a unit of `ns`, `us` (or `µs`), `ms`, `s`,
 /// `m`, `h` or `d`; surrounding whitespace is ignored.
-pub(crate) fn parse_duration(s: &str) -> Result<Duration, DurationError> {
+pub fn parse_duration(s: &str) -> Result<Duration, DurationError> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (digits, unit) = s.split_at(split);
@@ -65,7 +69,7 @@ pub(crate) fn parse_duration(s: &str) -> Result<Duration, DurationError> {
 }
 
 /// [`parse_duration`], refusing zero: for windows and run lengths.
-pub(crate) fn parse_positive_duration(s: &str) -> Result<Duration, DurationError> {
+pub fn parse_positive_duration(s: &str) -> Result<Duration, DurationError> {
     match parse_duration(s)? {
         Duration::ZERO => Err(DurationError::Zero),
         d => Ok(d),
@@ -73,7 +77,7 @@ pub(crate) fn parse_positive_duration(s: &str) -> Result<Duration, DurationError
 }
 
 /// The shortest exact spelling of `d` that [`parse_duration`] reads back.
-pub(crate) fn format_duration(d: Duration) -> String {
+pub fn format_duration(d: Duration) -> String {
     let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
     let (name, per) = UNITS
         .iter()

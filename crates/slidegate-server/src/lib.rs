@@ -1,0 +1,2 @@
+//! slidegate's rate limit service.
+#![forbid(unsafe_code)]
