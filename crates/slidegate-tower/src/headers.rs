@@ -209,6 +209,61 @@ pub(crate) fn retry_after(outcomes: &[Outcome<'_>]) -> Option<u64> {
     most
 }
 
+/// One limit's decision, for [`write_headers`].
+#[derive(Clone, Copy, Debug)]
+pub struct LimitOutcome<'a> {
+    /// The limit's name in the headers: printable ASCII (other bytes are
+    /// written as `?`).
+    pub name: &'a str,
+    /// Its policy.
+    pub policy: &'a Policy,
+    /// Its decision for this request.
+    pub decision: &'a Decision,
+}
+
+/// Writes the rate-limit fields of an answer into `headers`, as the layer
+/// does, for callers that decide outside it (a rate limit service):
+/// `RateLimit-Policy` and `RateLimit` for every limit, `X-RateLimit-*`
+/// for the limit with the least remaining when `legacy` is given, and
+/// `Retry-After` (rounded up) when a limit refused and waiting can help.
+/// Nothing is written for an empty list.
+pub fn write_headers(limits: &[LimitOutcome<'_>], legacy: Option<LegacyReset>, headers: &mut HeaderMap) {
+    if limits.is_empty() {
+        return;
+    }
+    let names: Vec<String> = limits
+        .iter()
+        .map(|l| {
+            let printable: String = l
+                .name
+                .chars()
+                .map(|c| if (' '..='~').contains(&c) { c } else { '?' })
+                .collect();
+            sf_string(if printable.is_empty() { "?" } else { &printable })
+        })
+        .collect();
+    let outcomes: Vec<Outcome<'_>> = limits
+        .iter()
+        .zip(&names)
+        .map(|(l, quoted)| Outcome {
+            name: l.name,
+            quoted,
+            policy: l.policy,
+            decision: *l.decision,
+        })
+        .collect();
+    let Some(policy) = policy_value(outcomes.iter().map(|o| (o.quoted, o.policy))) else {
+        return;
+    };
+    let mut fields = Fields::new(&policy, &outcomes, legacy);
+    if outcomes.iter().any(|o| !o.decision.allowed())
+        && let Some(secs) = retry_after(&outcomes)
+    {
+        fields.retry_after(secs);
+    }
+    fields.apply(headers);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,6 +307,34 @@ mod tests {
         Fields::new(&value, &outcomes, None).apply(&mut headers);
         assert_eq!(headers[&RATELIMIT], r#""burst";r=0;t=2"#);
         assert!(headers.get(X_RATELIMIT_LIMIT).is_none());
+    }
+
+    #[test]
+    fn headers_for_a_caller_that_decides_itself() {
+        let policy = Policy::new(1, Duration::from_millis(1500), Algorithm::SlidingLog).unwrap();
+        let mut log = SlidingLog::new();
+        let admitted = log.check(&policy, 0, 1);
+        let refused = log.check(&policy, 300_000_000, 1);
+        let mut headers = HeaderMap::new();
+        let limits = [
+            LimitOutcome {
+                name: "a",
+                policy: &policy,
+                decision: &admitted,
+            },
+            LimitOutcome {
+                name: "b\u{e9}",
+                policy: &policy,
+                decision: &refused,
+            },
+        ];
+        write_headers(&limits, None, &mut headers);
+        assert_eq!(headers[&RATELIMIT_POLICY], r#""a";q=1;w=2, "b?";q=1;w=2"#);
+        assert_eq!(headers[&RATELIMIT], r#""a";r=0;t=2, "b?";r=0;t=2"#);
+        assert_eq!(headers[&RETRY_AFTER], "2");
+        let mut none = HeaderMap::new();
+        write_headers(&[], None, &mut none);
+        assert!(none.is_empty());
     }
 
     #[test]

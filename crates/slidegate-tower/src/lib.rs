@@ -30,7 +30,8 @@ mod service;
 
 pub use body::Body;
 pub use headers::{
-    LegacyReset, RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
+    LegacyReset, LimitOutcome, RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING,
+    X_RATELIMIT_RESET, write_headers,
 };
 pub use key::{
     ForwardedFor, GlobalKey, HeaderKey, KeyExtractor, MissingKey, Network, NetworkError, PeerIp, RequestKey,
