@@ -55,8 +55,8 @@ extern crate alloc;
 
 mod clock;
 mod decision;
-pub mod duration;
 mod div;
+pub mod duration;
 mod fixed;
 mod gcra;
 mod histogram;

@@ -1,2 +1,20 @@
-//! slidegate's rate limit service.
+//! slidegate's rate limit service: a drop-in for Envoy's rate limit service
+//! (`envoy.service.ratelimit.v3.RateLimitService` over gRPC, and
+//! envoyproxy/ratelimit's YAML config and `POST /json`), with sliding
+//! windows, several limits per descriptor, an HTTP API with the IETF
+//! `RateLimit` headers, Prometheus metrics and live reload.
+//!
+//! - [`config`]: the YAML files, checked with file, line and column;
+//! - [`engine`]: the decisions, in one bounded in-memory counter store;
+//! - [`grpc`] and [`http`](mod@http): the front ends; [`proto`]: the wire types;
+//! - [`metrics`]: the Prometheus registry;
+//! - [`server`]: starting, reloading and graceful shutdown.
 #![forbid(unsafe_code)]
+
+pub mod config;
+pub mod engine;
+pub mod grpc;
+pub mod http;
+pub mod metrics;
+pub mod proto;
+pub mod server;

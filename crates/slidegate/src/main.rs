@@ -2,12 +2,15 @@
 //!
 //! Subcommands:
 //!
+//! - `serve`: the rate limit service (Envoy's gRPC `RateLimitService`,
+//!   envoyproxy/ratelimit's YAML, an HTTP API, metrics).
 //! - `simulate`: runs the algorithms against traffic models and an exact
 //!   oracle, and reports wrong decisions, estimate error and the most any
 //!   client got admitted in one window (see the `slidegate-sim` crate).
 
 #![forbid(unsafe_code)]
 
+mod serve;
 mod simulate;
 
 use clap::{Parser, Subcommand};
@@ -23,6 +26,12 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Serve rate limit decisions: Envoy's RateLimitService over gRPC and an HTTP API
+    ///
+    /// Loads envoyproxy/ratelimit YAML files (with slidegate's extra keys),
+    /// watches them and reloads them when they change; the counters live in
+    /// a bounded in-memory store. Stops gracefully on SIGTERM or SIGINT.
+    Serve(serve::Args),
     /// Simulate the algorithms on traffic models against an exact oracle
     ///
     /// Every client has its own limit. Measurement view: every request is
@@ -40,6 +49,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let mut stdout = std::io::stdout().lock();
     let result = match &cli.command {
+        Command::Serve(args) => serve::run(args),
         Command::Simulate(args) => simulate::run(args, &mut stdout),
     };
     match result {

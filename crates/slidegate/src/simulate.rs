@@ -1,10 +1,10 @@
 //! `slidegate simulate`: every chosen algorithm against every chosen traffic
 //! model, in the measurement and the admission view.
 
-use slidegate_core::duration::{format_duration, parse_positive_duration};
 use anyhow::{Context, Result};
 use clap::builder::PossibleValuesParser;
 use clap::{ValueEnum, value_parser};
+use slidegate_core::duration::{format_duration, parse_positive_duration};
 use slidegate_core::{Algorithm, Policy, Weighting};
 use slidegate_sim::{MAX_CLIENTS, Row, Scenario, Traffic};
 use std::io::Write;

@@ -1,0 +1,696 @@
+//! envoyproxy/ratelimit's YAML configuration: loading with the exact
+//! position of every error, and the matching of request descriptors.
+//!
+//! One file holds one domain:
+//!
+//! ```yaml
+//! domain: edge_proxy
+//! descriptors:
+//!   - key: remote_address
+//!     rate_limit: { unit: second, requests_per_unit: 10 }
+//!   - key: path
+//!     value: /files/*
+//!     share_threshold: true
+//!     rate_limit: { unit: hour, requests_per_unit: 100 }
+//! ```
+//!
+//! On top of the original format, slidegate reads a few optional keys in a
+//! `rate_limit`: `algorithm` (one of [`Algorithm::NAMES`], by default
+//! [`DEFAULT_ALGORITHM`]), `window` (a duration such as `30s`, instead of
+//! `unit`), `buckets` and `weighting` (for `sliding_window`); and a
+//! descriptor may have several limits in `rate_limits`, a list of maps like
+//! `rate_limit`.
+//!
+//! ```
+//! use slidegate_server::config::Config;
+//!
+//! let domain = Config::parse_domain(
+//!     "edge.yaml",
+//!     "domain: edge\ndescriptors:\n  - key: client\n    rate_limit: { unit: second, requests_per_unit: 10 }\n",
+//! )
+//! .unwrap();
+//! let m = domain.find(&[("client", "alice")]).unwrap();
+//! assert_eq!(m.rule.limits[0].requests_per_unit, 10);
+//! ```
+
+mod parse;
+
+use slidegate_core::{Algorithm, Policy, Weighting};
+use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The most levels of nested `descriptors` a domain may have (and so the
+/// most entries a request descriptor can match).
+pub const MAX_DEPTH: usize = 64;
+
+/// The default algorithm when `algorithm` is not given.
+pub const DEFAULT_ALGORITHM: Algorithm = Algorithm::SlidingWindow {
+    buckets: 8,
+    weighting: Weighting::Conservative,
+};
+
+/// Where and why a config is wrong.
+///
+/// Displayed as `{file}:{line}:{column}: {key}: {message}`, without the
+/// `{key}: ` part when there is no key. Lines and columns count from 1;
+/// both are 0 when the error is not inside the text (an unreadable file).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The file, as given to [`Config::load`] or [`Config::parse_domain`].
+    pub file: String,
+    /// The line, from 1 (0: not inside the text).
+    pub line: usize,
+    /// The column, from 1, in characters (0: not inside the text).
+    pub column: usize,
+    /// The YAML key at fault, qualified by its map within the descriptor:
+    /// `domain`, `key`, `value`, `rate_limit.unit`,
+    /// `rate_limits[1].requests_per_unit`, `rate_limit.replaces[0].name`…
+    pub key: Option<String>,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{}: ", self.file, self.line, self.column)?;
+        if let Some(key) = &self.key {
+            write!(f, "{key}: ")?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Every domain, loaded from files.
+#[derive(Debug, Clone, Default)]
+pub struct Config {
+    domains: BTreeMap<String, Domain>,
+}
+
+impl Config {
+    /// Loads every path: a YAML file, or a directory whose `*.yaml` and
+    /// `*.yml` files (not recursive, sorted by name; names starting with a
+    /// dot are skipped, as a shell glob does) are each one domain. An empty
+    /// directory gives no domains.
+    ///
+    /// # Errors
+    ///
+    /// An unreadable path (line and column 0, with the IO error), any error
+    /// of [`Config::parse_domain`], or a domain defined in two files (on the
+    /// second file, naming the first).
+    pub fn load(paths: &[PathBuf]) -> Result<Config, ConfigError> {
+        let mut files = Vec::new();
+        for path in paths {
+            let metadata = std::fs::metadata(path).map_err(|e| io_error(path, &e))?;
+            if metadata.is_dir() {
+                files.extend(domain_files(path)?);
+            } else {
+                files.push(path.clone());
+            }
+        }
+        let mut config = Config::default();
+        let mut origins: BTreeMap<String, String> = BTreeMap::new();
+        for path in files {
+            let name = path.display().to_string();
+            let text = std::fs::read_to_string(&path).map_err(|e| io_error(&path, &e))?;
+            let parsed = parse::parse(&name, &text)?;
+            match config.domains.entry(parsed.domain.name.clone()) {
+                Entry::Occupied(_) => {
+                    let first = origins.get(&parsed.domain.name).map_or("another file", String::as_str);
+                    return Err(ConfigError {
+                        file: name,
+                        line: parsed.line,
+                        column: parsed.column,
+                        key: Some("domain".to_owned()),
+                        message: format!("domain `{}` is already defined in {first}", parsed.domain.name),
+                    });
+                }
+                Entry::Vacant(slot) => {
+                    origins.insert(parsed.domain.name.clone(), name);
+                    slot.insert(parsed.domain);
+                }
+            }
+        }
+        Ok(config)
+    }
+
+    /// Parses one file's text; `file` names it in errors.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] at the line and column at fault: YAML syntax,
+    /// unknown keys, wrong types, out-of-range numbers, bad units or
+    /// durations, contradictory keys, duplicate descriptors, duplicate limit
+    /// names, `replaces` naming no limit of the domain.
+    pub fn parse_domain(file: &str, text: &str) -> Result<Domain, ConfigError> {
+        parse::parse(file, text).map(|parsed| parsed.domain)
+    }
+
+    /// A config of these domains.
+    ///
+    /// # Errors
+    ///
+    /// Two domains of the same name (the error has the file `<config>` and
+    /// line and column 0).
+    pub fn from_domains(domains: Vec<Domain>) -> Result<Config, ConfigError> {
+        let mut config = Config::default();
+        for domain in domains {
+            match config.domains.entry(domain.name.clone()) {
+                Entry::Occupied(_) => {
+                    return Err(ConfigError {
+                        file: "<config>".to_owned(),
+                        line: 0,
+                        column: 0,
+                        key: Some("domain".to_owned()),
+                        message: format!("domain `{}` is defined twice", domain.name),
+                    });
+                }
+                Entry::Vacant(slot) => {
+                    slot.insert(domain);
+                }
+            }
+        }
+        Ok(config)
+    }
+
+    /// The domain called `name`.
+    pub fn domain(&self, name: &str) -> Option<&Domain> {
+        self.domains.get(name)
+    }
+
+    /// Every domain, by name.
+    pub fn domains(&self) -> impl Iterator<Item = &Domain> {
+        self.domains.values()
+    }
+}
+
+fn io_error(path: &Path, e: &std::io::Error) -> ConfigError {
+    ConfigError {
+        file: path.display().to_string(),
+        line: 0,
+        column: 0,
+        key: None,
+        message: format!("cannot read: {e}"),
+    }
+}
+
+/// The `*.yaml` and `*.yml` files of `dir`, sorted by name.
+fn domain_files(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| io_error(dir, &e))? {
+        let entry = entry.map_err(|e| io_error(dir, &e))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.starts_with('.') || !(name.ends_with(".yaml") || name.ends_with(".yml")) {
+            continue;
+        }
+        let path = entry.path();
+        // Follows symbolic links, as Kubernetes' mounted ConfigMaps use them.
+        if std::fs::metadata(&path).map_err(|e| io_error(&path, &e))?.is_file() {
+            files.push(path);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// One domain: its name and its tree of rules.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Domain {
+    /// The `domain` of the file.
+    pub name: String,
+    /// The top-level `descriptors`, in file order.
+    pub rules: Vec<Rule>,
+}
+
+/// One descriptor of the config: a key, maybe a value, its limits and its
+/// nested descriptors.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rule {
+    /// The entry's key.
+    pub key: String,
+    /// The entry's value, exact or a wildcard; `None` matches any value.
+    pub value: Option<ValuePattern>,
+    /// From `rate_limit` and/or `rate_limits` (a list, slidegate's
+    /// extension), in file order; empty means no limit.
+    pub limits: Vec<Limit>,
+    /// `rate_limit: { unlimited: true }`.
+    pub unlimited: bool,
+    /// `shadow_mode`: evaluate and count, but always answer OK.
+    pub shadow_mode: bool,
+    /// `quota_mode`: a soft limit.
+    pub quota_mode: bool,
+    /// `share_threshold`: all values matched by this wildcard share one
+    /// counter.
+    pub share_threshold: bool,
+    /// `detailed_metric`.
+    pub detailed_metric: bool,
+    /// `value_to_metric`.
+    pub value_to_metric: bool,
+    /// `metadata`, as JSON (any YAML map converted: strings, numbers,
+    /// bools, null, lists, maps).
+    pub metadata: Option<serde_json::Value>,
+    /// The nested `descriptors`, in file order.
+    pub children: Vec<Rule>,
+    /// The line where the rule starts, for diagnostics.
+    pub line: usize,
+    /// The column where the rule starts, for diagnostics.
+    pub column: usize,
+}
+
+/// A rule's `value`: exact, or with `*` wildcards.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ValuePattern {
+    /// The value must be exactly this.
+    Exact(String),
+    /// `*` matches any run of characters (possibly empty), anywhere, any
+    /// number of times; the rest must match exactly.
+    Wildcard(String),
+}
+
+impl ValuePattern {
+    /// A wildcard if `text` has a `*`, else an exact value.
+    pub fn new(text: impl Into<String>) -> ValuePattern {
+        let text = text.into();
+        if text.contains('*') {
+            ValuePattern::Wildcard(text)
+        } else {
+            ValuePattern::Exact(text)
+        }
+    }
+
+    /// Whether `value` matches.
+    pub fn matches(&self, value: &str) -> bool {
+        match self {
+            ValuePattern::Exact(exact) => exact == value,
+            ValuePattern::Wildcard(pattern) => wildcard_matches(pattern, value),
+        }
+    }
+
+    /// The text as written.
+    pub fn as_str(&self) -> &str {
+        match self {
+            ValuePattern::Exact(s) | ValuePattern::Wildcard(s) => s,
+        }
+    }
+}
+
+/// Matches `pattern`, where `*` stands for any run of characters, against
+/// `value`: the first piece must be a prefix, the last a suffix, and the
+/// pieces between are found leftmost first, which is optimal for `*` alone.
+fn wildcard_matches(pattern: &str, value: &str) -> bool {
+    let mut pieces = pattern.split('*');
+    let first = pieces.next().unwrap_or("");
+    let Some(mut rest) = value.strip_prefix(first) else {
+        return false;
+    };
+    let Some(last) = pieces.next_back() else {
+        // No `*` at all: an exact match.
+        return rest.is_empty();
+    };
+    for piece in pieces {
+        match rest.find(piece) {
+            Some(at) => rest = rest.get(at + piece.len()..).unwrap_or(""),
+            None => return false,
+        }
+    }
+    rest.ends_with(last)
+}
+
+/// One limit of a rule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limit {
+    /// `name`, which other limits' `replaces` refer to.
+    pub name: Option<String>,
+    /// The names of the limits dropped when this one applies.
+    pub replaces: Vec<String>,
+    /// `requests_per_unit` as written (may be 0: refuses everything).
+    pub requests_per_unit: u64,
+    /// The unit if one was given (the answer's `current_limit` needs it);
+    /// `None` when `window` was used.
+    pub unit: Option<Unit>,
+    /// The window: the unit's length, or `window`.
+    pub window: Duration,
+    /// The algorithm and its parameters.
+    pub algorithm: Algorithm,
+    /// `None` when `requests_per_unit` is 0 ([`Policy`] needs a limit of at
+    /// least 1); such a limit refuses everything.
+    pub policy: Option<Policy>,
+}
+
+/// The `unit` of a limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    /// One second.
+    Second,
+    /// 60 seconds.
+    Minute,
+    /// 3600 seconds.
+    Hour,
+    /// 86 400 seconds.
+    Day,
+    /// 7 days.
+    Week,
+    /// 30 days.
+    Month,
+    /// 365 days.
+    Year,
+}
+
+impl Unit {
+    /// Every unit, shortest first.
+    pub const ALL: [Unit; 7] = [
+        Unit::Second,
+        Unit::Minute,
+        Unit::Hour,
+        Unit::Day,
+        Unit::Week,
+        Unit::Month,
+        Unit::Year,
+    ];
+
+    /// Its length: a month is 30 days, a year 365 days, a week 7 days.
+    pub fn duration(self) -> Duration {
+        const DAY: u64 = 86_400;
+        Duration::from_secs(match self {
+            Unit::Second => 1,
+            Unit::Minute => 60,
+            Unit::Hour => 3_600,
+            Unit::Day => DAY,
+            Unit::Week => 7 * DAY,
+            Unit::Month => 30 * DAY,
+            Unit::Year => 365 * DAY,
+        })
+    }
+
+    /// The name in the YAML, lower case: `second`, `minute`…
+    pub fn name(self) -> &'static str {
+        match self {
+            Unit::Second => "second",
+            Unit::Minute => "minute",
+            Unit::Hour => "hour",
+            Unit::Day => "day",
+            Unit::Week => "week",
+            Unit::Month => "month",
+            Unit::Year => "year",
+        }
+    }
+
+    /// The unit called `name`, in any case.
+    pub fn from_name(name: &str) -> Option<Unit> {
+        Unit::ALL.into_iter().find(|u| u.name().eq_ignore_ascii_case(name))
+    }
+}
+
+impl fmt::Display for Unit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A request descriptor matched against a domain.
+#[derive(Clone, Copy)]
+pub struct Match<'a> {
+    /// The rule at the depth of the descriptor's last entry.
+    pub rule: &'a Rule,
+    /// The domain's top-level rules, to find the patterns of shared levels.
+    root: &'a [Rule],
+    /// Bit `i`: entry `i` was matched by a wildcard with `share_threshold`.
+    shared: u64,
+}
+
+impl fmt::Debug for Match<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Match")
+            .field("rule", self.rule)
+            .field("shared", &format_args!("{:#b}", self.shared))
+            .finish()
+    }
+}
+
+impl Match<'_> {
+    /// The counter key: unique per domain and every (key, value) of the
+    /// request's `entries` (those given to [`Domain::find`]), except that at
+    /// a level matched by a wildcard rule with `share_threshold` the value
+    /// is replaced by the pattern, so that all its values share one counter.
+    ///
+    /// Every part is written as its length in bytes, a separator and the
+    /// text (`:` for names and values, `*` for a shared pattern), so
+    /// different descriptors never give the same key. The key does not tell
+    /// the limits of a rule apart.
+    pub fn counter_key(&self, domain: &str, entries: &[(&str, &str)]) -> String {
+        let capacity = entries.iter().map(|(k, v)| k.len() + v.len() + 8).sum::<usize>();
+        let mut out = String::with_capacity(domain.len() + 4 + capacity);
+        push_part(&mut out, ':', domain);
+        let mut rules = self.root;
+        for (level, &(key, value)) in entries.iter().enumerate() {
+            push_part(&mut out, ':', key);
+            if self.shared == 0 {
+                push_part(&mut out, ':', value);
+                continue;
+            }
+            let step = step(rules, key, value);
+            match step {
+                Some((rule, true)) if level < 64 && self.shared & (1 << level) != 0 => {
+                    let pattern = rule.value.as_ref().map_or(value, ValuePattern::as_str);
+                    push_part(&mut out, '*', pattern);
+                }
+                _ => push_part(&mut out, ':', value),
+            }
+            rules = step.map_or(&[], |(rule, _)| rule.children.as_slice());
+        }
+        out
+    }
+}
+
+fn push_part(out: &mut String, separator: char, text: &str) {
+    use std::fmt::Write;
+    // Writing to a String cannot fail.
+    let _ = write!(out, "{}{separator}{text}", text.len());
+}
+
+/// The rule among `rules` for one entry: the exact `key`+`value` rule, else
+/// the first wildcard (in file order) that matches `value`, else the rule
+/// with the key alone. The flag tells a wildcard match.
+fn step<'a>(rules: &'a [Rule], key: &str, value: &str) -> Option<(&'a Rule, bool)> {
+    let mut wildcard = None;
+    let mut key_only = None;
+    for rule in rules.iter().filter(|r| r.key == key) {
+        match &rule.value {
+            Some(ValuePattern::Exact(exact)) => {
+                if exact == value {
+                    return Some((rule, false));
+                }
+            }
+            Some(pattern @ ValuePattern::Wildcard(_)) => {
+                if wildcard.is_none() && pattern.matches(value) {
+                    wildcard = Some(rule);
+                }
+            }
+            None => {
+                if key_only.is_none() {
+                    key_only = Some(rule);
+                }
+            }
+        }
+    }
+    wildcard.map(|r| (r, true)).or(key_only.map(|r| (r, false)))
+}
+
+impl Domain {
+    /// Matches a request descriptor: walks the rule tree one level per
+    /// entry; at each level an exact key+value rule wins, then a wildcard
+    /// value rule (the first in file order that matches), then a rule with
+    /// the key alone. The match must use all entries (a two-entry
+    /// descriptor only matches a rule at depth two), and it does not go
+    /// back to try another rule of a level. `None` if nothing matches or
+    /// there are no entries.
+    ///
+    /// As in envoyproxy/ratelimit, a matched rule may have no limits (a
+    /// rule without `rate_limit`): the descriptor is then not limited.
+    pub fn find<'a>(&'a self, entries: &[(&str, &str)]) -> Option<Match<'a>> {
+        if entries.len() > MAX_DEPTH {
+            return None;
+        }
+        let mut rules = self.rules.as_slice();
+        let mut shared = 0u64;
+        let mut found = None;
+        for (level, &(key, value)) in entries.iter().enumerate() {
+            let (rule, wildcard) = step(rules, key, value)?;
+            if wildcard && rule.share_threshold {
+                shared |= 1 << level;
+            }
+            found = Some(rule);
+            rules = &rule.children;
+        }
+        found.map(|rule| Match {
+            rule,
+            root: &self.rules,
+            shared,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(key: &str, value: Option<&str>, children: Vec<Rule>) -> Rule {
+        Rule {
+            key: key.to_owned(),
+            value: value.map(ValuePattern::new),
+            limits: Vec::new(),
+            unlimited: false,
+            shadow_mode: false,
+            quota_mode: false,
+            share_threshold: false,
+            detailed_metric: false,
+            value_to_metric: false,
+            metadata: None,
+            children,
+            line: 0,
+            column: 0,
+        }
+    }
+
+    #[test]
+    fn wildcards() {
+        let cases = [
+            ("*", "", true),
+            ("*", "anything", true),
+            ("a*", "a", true),
+            ("a*", "ba", false),
+            ("*a", "ba", true),
+            ("*a", "ab", false),
+            ("a*b", "ab", true),
+            ("a*b", "axxb", true),
+            ("a*b", "axxbc", false),
+            ("a*a", "a", false),
+            ("a*a", "aa", true),
+            ("**", "x", true),
+            ("/api/*/users/*", "/api/v1/users/7", true),
+            ("/api/*/users/*", "/api/v1/groups/7", false),
+            ("/api/*/users/*", "/api/v1/users/", true),
+            ("*ab*ab*", "xabab", true),
+            ("*ab*ab*", "xaab", false),
+            ("*aab", "aaab", true),
+            ("é*é", "éxé", true),
+            ("é*é", "é", false),
+        ];
+        for (pattern, value, expected) in cases {
+            assert_eq!(
+                ValuePattern::new(pattern).matches(value),
+                expected,
+                "{pattern:?} against {value:?}"
+            );
+        }
+        assert!(ValuePattern::new("a").matches("a"));
+        assert!(!ValuePattern::new("a").matches("ab"));
+        assert_eq!(ValuePattern::new("x*").as_str(), "x*");
+    }
+
+    #[test]
+    fn wildcard_matches_is_the_naive_definition() {
+        // Every pattern over {a, b, *} up to length 5 against every value
+        // over {a, b} up to length 6, against a naive recursive matcher.
+        fn naive(p: &[u8], v: &[u8]) -> bool {
+            match p.split_first() {
+                None => v.is_empty(),
+                Some((b'*', rest)) => (0..=v.len()).any(|i| naive(rest, &v[i..])),
+                Some((c, rest)) => v.first() == Some(c) && naive(rest, &v[1..]),
+            }
+        }
+        fn all(alphabet: &[u8], max: usize) -> Vec<String> {
+            let mut out = vec![String::new()];
+            let mut layer = vec![String::new()];
+            for _ in 0..max {
+                layer = layer
+                    .iter()
+                    .flat_map(|s| alphabet.iter().map(move |&c| format!("{s}{}", c as char)))
+                    .collect();
+                out.extend(layer.iter().cloned());
+            }
+            out
+        }
+        let values = all(b"ab", 6);
+        for p in all(b"ab*", 5) {
+            for v in &values {
+                assert_eq!(
+                    wildcard_matches(&p, v),
+                    naive(p.as_bytes(), v.as_bytes()),
+                    "{p:?} {v:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn precedence_and_depth() {
+        let domain = Domain {
+            name: "d".to_owned(),
+            rules: vec![
+                rule("k", None, vec![]),
+                rule("k", Some("a*"), vec![rule("n", None, vec![])]),
+                rule("k", Some("ab"), vec![]),
+                rule("k", Some("*b"), vec![]),
+            ],
+        };
+        let at = |entries: &[(&str, &str)]| domain.find(entries).map(|m| (m.rule.key.clone(), m.rule.value.clone()));
+        assert_eq!(at(&[("k", "ab")]).unwrap().1, Some(ValuePattern::new("ab")));
+        assert_eq!(at(&[("k", "axb")]).unwrap().1, Some(ValuePattern::new("a*")));
+        assert_eq!(at(&[("k", "xb")]).unwrap().1, Some(ValuePattern::new("*b")));
+        assert_eq!(at(&[("k", "zz")]).unwrap().1, None);
+        assert_eq!(at(&[("k", "ax"), ("n", "1")]).unwrap().0, "n");
+        // No going back: `ab` matched exactly, which has no children.
+        assert!(at(&[("k", "ab"), ("n", "1")]).is_none());
+        assert!(at(&[]).is_none());
+        assert!(at(&[("other", "x")]).is_none());
+    }
+
+    #[test]
+    fn counter_keys_are_unambiguous() {
+        let mut shared = rule("p", Some("/f/*"), vec![rule("q", None, vec![])]);
+        shared.share_threshold = true;
+        let domain = Domain {
+            name: "d".to_owned(),
+            rules: vec![rule("a", None, vec![rule("b", None, vec![])]), shared],
+        };
+        let key = |entries: &[(&str, &str)]| domain.find(entries).unwrap().counter_key("d", entries);
+        assert_eq!(key(&[("a", "x")]), "1:d1:a1:x");
+        assert_ne!(key(&[("a", "x:1"), ("b", "y")]), key(&[("a", "x"), ("b", "1:y")]));
+        assert_eq!(key(&[("p", "/f/1")]), key(&[("p", "/f/2")]));
+        assert_eq!(key(&[("p", "/f/1")]), "1:d1:p4*/f/*");
+        assert_ne!(key(&[("p", "/f/*")]), "1:d1:p4:/f/*");
+        assert_eq!(key(&[("p", "/f/1"), ("q", "3")]), "1:d1:p4*/f/*1:q1:3");
+        assert_ne!(key(&[("p", "/f/1"), ("q", "3")]), key(&[("p", "/f/1"), ("q", "4")]));
+    }
+
+    #[test]
+    fn units() {
+        for unit in Unit::ALL {
+            assert_eq!(Unit::from_name(&unit.name().to_uppercase()), Some(unit));
+        }
+        assert_eq!(Unit::Month.duration(), Duration::from_secs(30 * 86_400));
+        assert_eq!(Unit::Year.duration(), Duration::from_secs(365 * 86_400));
+        assert_eq!(Unit::Week.duration(), Duration::from_secs(7 * 86_400));
+        assert_eq!(Unit::from_name("fortnight"), None);
+    }
+
+    #[test]
+    fn display() {
+        let mut e = ConfigError {
+            file: "a.yaml".to_owned(),
+            line: 3,
+            column: 7,
+            key: Some("rate_limit.unit".to_owned()),
+            message: "bad".to_owned(),
+        };
+        assert_eq!(e.to_string(), "a.yaml:3:7: rate_limit.unit: bad");
+        e.key = None;
+        assert_eq!(e.to_string(), "a.yaml:3:7: bad");
+    }
+}

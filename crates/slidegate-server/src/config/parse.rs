@@ -1,0 +1,938 @@
+//! From a file's YAML text to a [`Domain`], with the position of every
+//! error.
+//!
+//! marked-yaml keeps the line and column of every node; it is asked to
+//! refuse duplicate keys and not to read quoted scalars as numbers or
+//! bools, so `"10"` is not an integer and `"true"` not a bool.
+
+use super::{ConfigError, DEFAULT_ALGORITHM, Domain, Limit, MAX_DEPTH, Rule, Unit, ValuePattern};
+use marked_yaml::types::{MarkedMappingNode, MarkedScalarNode, MarkedSequenceNode};
+use marked_yaml::{LoadError, LoaderOptions, Node, Span};
+use slidegate_core::duration::parse_positive_duration;
+use slidegate_core::{Algorithm, Policy, PolicyError, Weighting};
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::time::Duration;
+
+/// The most levels of lists and maps inside `metadata`.
+const MAX_METADATA_DEPTH: usize = 32;
+
+/// The most leading spaces and block indicators (`-`, `?` or `:` followed
+/// by a space) a line may have.
+///
+/// The YAML parser recurses once per level of nesting. A block level needs
+/// at least one more column than its parent (or the same column, for a list
+/// in a map), and the parser caps flow levels at 255: this bounds the
+/// nesting to 2 × 129 + 255 levels, which an unoptimised build parses in
+/// less than 1.25 MiB of stack, so that a hostile file cannot overflow a
+/// 2 MiB thread.
+const MAX_INDENT: usize = 128;
+
+/// A position in the text, from 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Pos {
+    line: usize,
+    column: usize,
+}
+
+fn start(span: &Span) -> Pos {
+    span.start().map_or(Pos { line: 0, column: 0 }, |m| Pos {
+        line: m.line(),
+        column: m.column(),
+    })
+}
+
+/// Where a map starts. marked-yaml puts a block map at the `:` after its
+/// first key; its first key (or its `{`) is where a reader looks.
+fn map_pos(map: &MarkedMappingNode) -> Pos {
+    let own = start(map.span());
+    match map.keys().next() {
+        Some(key) => own.min(start(key.span())),
+        None => own,
+    }
+}
+
+/// Where a value is; for an empty value (`key:` and nothing), its key.
+fn value_pos(key: &MarkedScalarNode, value: &Node) -> Pos {
+    match value {
+        Node::Scalar(s) if s.as_str().is_empty() && s.may_coerce() => start(key.span()),
+        Node::Mapping(map) => map_pos(map),
+        other => match start(other.span()) {
+            Pos { line: 0, .. } => start(key.span()),
+            pos => pos,
+        },
+    }
+}
+
+/// A plain `~`, `null` or nothing: the same as an absent key.
+fn is_null(node: &Node) -> bool {
+    matches!(node, Node::Scalar(s) if s.may_coerce() && matches!(s.as_str(), "" | "~" | "null" | "Null" | "NULL"))
+}
+
+fn describe(node: &Node) -> String {
+    match node {
+        Node::Mapping(_) => "a map".to_owned(),
+        Node::Sequence(_) => "a list".to_owned(),
+        Node::Scalar(s) if s.may_coerce() && s.as_str().is_empty() => "nothing".to_owned(),
+        Node::Scalar(s) if s.may_coerce() => format!("`{}`", s.as_str()),
+        Node::Scalar(s) => format!("the quoted string \"{}\"", s.as_str()),
+    }
+}
+
+/// The parsed domain, with where its name is.
+pub(super) struct Parsed {
+    pub(super) domain: Domain,
+    pub(super) line: usize,
+    pub(super) column: usize,
+}
+
+/// A limit name or a `replaces` entry, with where it is.
+struct Named {
+    name: String,
+    pos: Pos,
+    key: String,
+}
+
+struct Parser<'f> {
+    file: &'f str,
+    /// Every limit `name` of the domain, first occurrence first.
+    names: HashMap<String, Named>,
+    /// Every `replaces` entry, in file order.
+    replaces: Vec<Named>,
+}
+
+/// Parses one domain file.
+pub(super) fn parse(file: &str, text: &str) -> Result<Parsed, ConfigError> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let error = |pos: Pos, key: Option<String>, message: String| ConfigError {
+        file: file.to_owned(),
+        line: pos.line,
+        column: pos.column,
+        key,
+        message,
+    };
+    check_indentation(text).map_err(|pos| {
+        error(
+            pos,
+            None,
+            format!("indented too deeply: at most {MAX_INDENT} columns of spaces and block indicators"),
+        )
+    })?;
+    let options = LoaderOptions::default()
+        .error_on_duplicate_keys(true)
+        .prevent_coercion(true);
+    let root = marked_yaml::parse_yaml_with_options(0, text, options).map_err(|e| {
+        let (pos, key, message) = load_error(&e);
+        error(pos, key, message)
+    })?;
+    let Node::Mapping(root) = root else {
+        return Err(error(
+            start(root.span()),
+            None,
+            "expected a mapping with `domain`".to_owned(),
+        ));
+    };
+    if root.is_empty() && root.span().start() == root.span().end() {
+        return Err(error(
+            Pos { line: 1, column: 1 },
+            None,
+            "empty file: expected a mapping with `domain`".to_owned(),
+        ));
+    }
+    let mut parser = Parser {
+        file,
+        names: HashMap::new(),
+        replaces: Vec::new(),
+    };
+    parser.domain(&root)
+}
+
+/// The first line with more than [`MAX_INDENT`] leading spaces and block
+/// indicators.
+fn check_indentation(text: &str) -> Result<(), Pos> {
+    // Lines are counted by `\n`; a lone `\r` also breaks lines for YAML.
+    for (i, line) in text.split('\n').enumerate() {
+        for piece in line.split('\r') {
+            let mut chars = piece.chars().peekable();
+            let mut prefix = 0;
+            while let Some(c) = chars.next() {
+                let indicator = matches!(c, '-' | '?' | ':') && matches!(chars.peek(), None | Some(' ' | '\t'));
+                if !(indicator || c == ' ' || c == '\t') || prefix > MAX_INDENT {
+                    break;
+                }
+                prefix += 1;
+            }
+            if prefix > MAX_INDENT {
+                return Err(Pos {
+                    line: i + 1,
+                    column: MAX_INDENT + 1,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+fn load_error(e: &LoadError) -> (Pos, Option<String>, String) {
+    let at = |m: &marked_yaml::Marker| Pos {
+        line: m.line(),
+        column: m.column(),
+    };
+    match e {
+        LoadError::TopLevelMustBeMapping(m) | LoadError::TopLevelMustBeSequence(m) => {
+            (at(m), None, "expected a mapping with `domain`".to_owned())
+        }
+        LoadError::UnexpectedAnchor(m) => (at(m), None, "anchors and aliases are not supported".to_owned()),
+        LoadError::MappingKeyMustBeScalar(m) => (at(m), None, "a key must be a string, not a list or a map".to_owned()),
+        LoadError::UnexpectedTag(m) => (at(m), None, "tags (`!`, `!!`) are not supported".to_owned()),
+        LoadError::ScanError(m, e) => (at(m), None, format!("invalid YAML: {}", e.info())),
+        LoadError::DuplicateKey(inner) => {
+            let first = start(inner.prev_key.span());
+            (
+                start(inner.key.span()),
+                Some(inner.key.as_str().to_owned()),
+                format!("duplicate key, first at line {} column {}", first.line, first.column),
+            )
+        }
+    }
+}
+
+/// A key of `prefix` (`rate_limit.`, `rate_limits[1].`, or nothing).
+fn qualified(prefix: &str, key: &str) -> String {
+    format!("{prefix}{key}")
+}
+
+const DOMAIN_KEYS: &[&str] = &["domain", "descriptors"];
+const RULE_KEYS: &[&str] = &[
+    "key",
+    "value",
+    "rate_limit",
+    "rate_limits",
+    "shadow_mode",
+    "quota_mode",
+    "share_threshold",
+    "detailed_metric",
+    "value_to_metric",
+    "metadata",
+    "descriptors",
+];
+const LIMIT_KEYS: &[&str] = &[
+    "unit",
+    "requests_per_unit",
+    "unlimited",
+    "name",
+    "replaces",
+    "algorithm",
+    "window",
+    "buckets",
+    "weighting",
+];
+const REPLACES_KEYS: &[&str] = &["name"];
+
+/// A map's entries that are not null, after checking that every key is one
+/// of `known`.
+type Fields<'n> = Vec<(&'n str, &'n MarkedScalarNode, &'n Node)>;
+
+/// A limit being read: its values and where they were.
+#[derive(Default)]
+struct LimitFields<'n> {
+    unit: Option<(Unit, &'n MarkedScalarNode)>,
+    requests_per_unit: Option<(u64, &'n MarkedScalarNode)>,
+    unlimited: Option<(bool, &'n MarkedScalarNode)>,
+    name: Option<String>,
+    replaces: Vec<String>,
+    algorithm: Option<(&'n str, &'n MarkedScalarNode)>,
+    window: Option<(Duration, &'n MarkedScalarNode)>,
+    buckets: Option<(u32, &'n MarkedScalarNode)>,
+    weighting: Option<(Weighting, &'n MarkedScalarNode)>,
+}
+
+impl Parser<'_> {
+    fn error(&self, pos: Pos, key: Option<String>, message: impl Into<String>) -> ConfigError {
+        ConfigError {
+            file: self.file.to_owned(),
+            line: pos.line,
+            column: pos.column,
+            key,
+            message: message.into(),
+        }
+    }
+
+    /// An error about `key`'s value, at the value.
+    fn bad(&self, prefix: &str, key: &MarkedScalarNode, value: &Node, message: impl Into<String>) -> ConfigError {
+        self.error(value_pos(key, value), Some(qualified(prefix, key)), message)
+    }
+
+    /// The entries of `map` whose value is not null, in file order; an
+    /// unknown key is an error at the key.
+    fn fields<'n>(
+        &self,
+        map: &'n MarkedMappingNode,
+        prefix: &str,
+        known: &[&'static str],
+    ) -> Result<Fields<'n>, ConfigError> {
+        let mut fields = Vec::with_capacity(map.len());
+        for (key, value) in map.iter() {
+            let Some(&name) = known.iter().find(|&&k| k == key.as_str()) else {
+                return Err(self.error(
+                    start(key.span()),
+                    Some(qualified(prefix, key)),
+                    format!("unknown key, expected one of: {}", known.join(", ")),
+                ));
+            };
+            if !is_null(value) {
+                fields.push((name, key, value));
+            }
+        }
+        Ok(fields)
+    }
+
+    /// A scalar's text.
+    fn string<'n>(&self, prefix: &str, key: &MarkedScalarNode, value: &'n Node) -> Result<&'n str, ConfigError> {
+        match value {
+            Node::Scalar(s) => Ok(s.as_str()),
+            other => Err(self.bad(
+                prefix,
+                key,
+                value,
+                format!("expected a string, found {}", describe(other)),
+            )),
+        }
+    }
+
+    /// A scalar's text, which must not be empty.
+    fn non_empty<'n>(&self, prefix: &str, key: &MarkedScalarNode, value: &'n Node) -> Result<&'n str, ConfigError> {
+        match self.string(prefix, key, value)? {
+            "" => Err(self.bad(prefix, key, value, "must not be empty")),
+            s => Ok(s),
+        }
+    }
+
+    /// `true` or `false` (or `True`, `TRUE`, `False`, `FALSE`), unquoted.
+    fn boolean(&self, prefix: &str, key: &MarkedScalarNode, value: &Node) -> Result<bool, ConfigError> {
+        match value {
+            Node::Scalar(s) if s.may_coerce() => match s.as_str() {
+                "true" | "True" | "TRUE" => return Ok(true),
+                "false" | "False" | "FALSE" => return Ok(false),
+                _ => {}
+            },
+            _ => {}
+        }
+        Err(self.bad(
+            prefix,
+            key,
+            value,
+            format!("expected true or false, found {}", describe(value)),
+        ))
+    }
+
+    /// A non-negative decimal integer of at most `max`, unquoted.
+    fn integer(&self, prefix: &str, key: &MarkedScalarNode, value: &Node, max: u64) -> Result<u64, ConfigError> {
+        let expected = || format!("expected a non-negative integer, found {}", describe(value));
+        let Node::Scalar(s) = value else {
+            return Err(self.bad(prefix, key, value, expected()));
+        };
+        let text = s.as_str();
+        let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+        if !s.may_coerce() {
+            return Err(self.bad(prefix, key, value, expected()));
+        }
+        if let Some(rest) = text.strip_prefix('-')
+            && digits(rest)
+            && rest.bytes().any(|b| b != b'0')
+        {
+            return Err(self.bad(prefix, key, value, format!("must not be negative, found `{text}`")));
+        }
+        if !digits(text.strip_prefix('-').unwrap_or(text)) {
+            return Err(self.bad(prefix, key, value, expected()));
+        }
+        match text.trim_start_matches('-').parse::<u64>() {
+            Ok(n) if n <= max => Ok(n),
+            _ => Err(self.bad(
+                prefix,
+                key,
+                value,
+                format!("out of range: at most {max}, found `{text}`"),
+            )),
+        }
+    }
+
+    fn sequence<'n>(
+        &self,
+        prefix: &str,
+        key: &MarkedScalarNode,
+        value: &'n Node,
+    ) -> Result<&'n MarkedSequenceNode, ConfigError> {
+        match value {
+            Node::Sequence(list) => Ok(list),
+            other => Err(self.bad(
+                prefix,
+                key,
+                value,
+                format!("expected a list, found {}", describe(other)),
+            )),
+        }
+    }
+
+    fn mapping<'n>(
+        &self,
+        prefix: &str,
+        key: &MarkedScalarNode,
+        value: &'n Node,
+    ) -> Result<&'n MarkedMappingNode, ConfigError> {
+        match value {
+            Node::Mapping(map) => Ok(map),
+            other => Err(self.bad(prefix, key, value, format!("expected a map, found {}", describe(other)))),
+        }
+    }
+
+    fn domain(&mut self, root: &MarkedMappingNode) -> Result<Parsed, ConfigError> {
+        let mut name = None;
+        let mut rules = Vec::new();
+        for (field, key, value) in self.fields(root, "", DOMAIN_KEYS)? {
+            match field {
+                "domain" => name = Some((self.non_empty("", key, value)?.to_owned(), value_pos(key, value))),
+                _ => {
+                    let list = self.sequence("", key, value)?;
+                    rules = self.rules(list, "descriptors", 1)?;
+                }
+            }
+        }
+        let Some((name, pos)) = name else {
+            return Err(self.error(map_pos(root), Some("domain".to_owned()), "missing"));
+        };
+        self.check_replaces()?;
+        Ok(Parsed {
+            domain: Domain { name, rules },
+            line: pos.line,
+            column: pos.column,
+        })
+    }
+
+    /// Every `replaces` entry must name a limit of the domain.
+    fn check_replaces(&self) -> Result<(), ConfigError> {
+        for entry in &self.replaces {
+            if !self.names.contains_key(&entry.name) {
+                return Err(self.error(
+                    entry.pos,
+                    Some(entry.key.clone()),
+                    format!("no limit of this domain is named `{}`", entry.name),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The descriptors of one level (`depth` from 1).
+    fn rules(&mut self, list: &MarkedSequenceNode, key: &str, depth: usize) -> Result<Vec<Rule>, ConfigError> {
+        let mut rules: Vec<Rule> = Vec::with_capacity(list.len());
+        let mut seen: HashMap<(String, Option<String>), Pos> = HashMap::new();
+        for item in list.iter() {
+            let Node::Mapping(map) = item else {
+                return Err(self.error(
+                    start(item.span()),
+                    Some(key.to_owned()),
+                    format!("expected a map with `key`, found {}", describe(item)),
+                ));
+            };
+            let rule = self.rule(map, depth)?;
+            let pos = Pos {
+                line: rule.line,
+                column: rule.column,
+            };
+            let composite = (rule.key.clone(), rule.value.as_ref().map(|v| v.as_str().to_owned()));
+            match seen.entry(composite) {
+                Entry::Occupied(first) => {
+                    let (k, v) = first.key();
+                    let what = match v {
+                        Some(v) => format!("`{k}` with value `{v}`"),
+                        None => format!("`{k}` without value"),
+                    };
+                    return Err(self.error(
+                        pos,
+                        Some("key".to_owned()),
+                        format!(
+                            "duplicate descriptor {what} at line {}, first defined at line {}",
+                            pos.line,
+                            first.get().line
+                        ),
+                    ));
+                }
+                Entry::Vacant(slot) => {
+                    slot.insert(pos);
+                }
+            }
+            rules.push(rule);
+        }
+        Ok(rules)
+    }
+
+    fn rule(&mut self, map: &MarkedMappingNode, depth: usize) -> Result<Rule, ConfigError> {
+        let pos = map_pos(map);
+        let mut rule = Rule {
+            key: String::new(),
+            value: None,
+            limits: Vec::new(),
+            unlimited: false,
+            shadow_mode: false,
+            quota_mode: false,
+            share_threshold: false,
+            detailed_metric: false,
+            value_to_metric: false,
+            metadata: None,
+            children: Vec::new(),
+            line: pos.line,
+            column: pos.column,
+        };
+        let mut unlimited_at = None;
+        let mut limited = false;
+        for (field, key, value) in self.fields(map, "", RULE_KEYS)? {
+            match field {
+                "key" => rule.key = self.non_empty("", key, value)?.to_owned(),
+                "value" => {
+                    let text = self.string("", key, value)?;
+                    // As upstream: an empty value is no value.
+                    rule.value = (!text.is_empty()).then(|| ValuePattern::new(text));
+                }
+                "rate_limit" => {
+                    let limit = self.mapping("", key, value)?;
+                    match self.limit(limit, "rate_limit.")? {
+                        Some(limit) => {
+                            limited = true;
+                            rule.limits.push(limit);
+                        }
+                        None => unlimited_at = unlimited_at.or(Some(key)),
+                    }
+                }
+                "rate_limits" => {
+                    for (i, item) in self.sequence("", key, value)?.iter().enumerate() {
+                        let prefix = format!("rate_limits[{i}].");
+                        let Node::Mapping(limit) = item else {
+                            return Err(self.error(
+                                start(item.span()),
+                                Some(format!("rate_limits[{i}]")),
+                                format!("expected a map like `rate_limit`, found {}", describe(item)),
+                            ));
+                        };
+                        match self.limit(limit, &prefix)? {
+                            Some(limit) => {
+                                limited = true;
+                                rule.limits.push(limit);
+                            }
+                            None => unlimited_at = unlimited_at.or(Some(key)),
+                        }
+                    }
+                }
+                "shadow_mode" => rule.shadow_mode = self.boolean("", key, value)?,
+                "quota_mode" => rule.quota_mode = self.boolean("", key, value)?,
+                "share_threshold" => rule.share_threshold = self.boolean("", key, value)?,
+                "detailed_metric" => rule.detailed_metric = self.boolean("", key, value)?,
+                "value_to_metric" => rule.value_to_metric = self.boolean("", key, value)?,
+                "metadata" => {
+                    self.mapping("", key, value)?;
+                    rule.metadata = Some(self.json(value, 0)?);
+                }
+                _ => {
+                    let list = self.sequence("", key, value)?;
+                    if depth >= MAX_DEPTH && !list.is_empty() {
+                        return Err(self.bad(
+                            "",
+                            key,
+                            value,
+                            format!("descriptors nested more than {MAX_DEPTH} levels deep"),
+                        ));
+                    }
+                    rule.children = self.rules(list, "descriptors", depth + 1)?;
+                }
+            }
+        }
+        if rule.key.is_empty() {
+            return Err(self.error(pos, Some("key".to_owned()), "missing"));
+        }
+        if let Some(at) = unlimited_at {
+            if limited {
+                return Err(self.error(
+                    start(at.span()),
+                    Some(at.as_str().to_owned()),
+                    "`unlimited: true` cannot be combined with other limits on one descriptor",
+                ));
+            }
+            rule.unlimited = true;
+        }
+        Ok(rule)
+    }
+
+    /// A `rate_limit` map; `None` for `unlimited: true`.
+    fn limit(&mut self, map: &MarkedMappingNode, prefix: &str) -> Result<Option<Limit>, ConfigError> {
+        let mut f = LimitFields::default();
+        for (field, key, value) in self.fields(map, prefix, LIMIT_KEYS)? {
+            match field {
+                "unit" => {
+                    let text = self.string(prefix, key, value)?;
+                    let unit = Unit::from_name(text).ok_or_else(|| {
+                        self.bad(
+                            prefix,
+                            key,
+                            value,
+                            format!(
+                                "unknown unit `{text}`, expected one of: second, minute, hour, day, week, month, year"
+                            ),
+                        )
+                    })?;
+                    f.unit = Some((unit, key));
+                }
+                "requests_per_unit" => {
+                    let n = self.integer(prefix, key, value, u64::from(u32::MAX))?;
+                    f.requests_per_unit = Some((n, key));
+                }
+                "unlimited" => f.unlimited = Some((self.boolean(prefix, key, value)?, key)),
+                "name" => {
+                    let name = self.non_empty(prefix, key, value)?.to_owned();
+                    let named = Named {
+                        name: name.clone(),
+                        pos: value_pos(key, value),
+                        key: qualified(prefix, key),
+                    };
+                    match self.names.entry(name.clone()) {
+                        Entry::Occupied(first) => {
+                            let first = first.get().pos;
+                            return Err(self.bad(
+                                prefix,
+                                key,
+                                value,
+                                format!(
+                                    "limit name `{name}` is already used at line {} column {}",
+                                    first.line, first.column
+                                ),
+                            ));
+                        }
+                        Entry::Vacant(slot) => {
+                            slot.insert(named);
+                        }
+                    }
+                    f.name = Some(name);
+                }
+                "replaces" => f.replaces = self.replaces(prefix, key, value)?,
+                "algorithm" => {
+                    let name = self.string(prefix, key, value)?;
+                    if !Algorithm::NAMES.contains(&name) {
+                        return Err(self.bad(
+                            prefix,
+                            key,
+                            value,
+                            format!(
+                                "unknown algorithm `{name}`, expected one of: {}",
+                                Algorithm::NAMES.join(", ")
+                            ),
+                        ));
+                    }
+                    f.algorithm = Some((name, key));
+                }
+                "window" => {
+                    let text = self.string(prefix, key, value)?;
+                    let window = parse_positive_duration(text)
+                        .map_err(|e| self.bad(prefix, key, value, format!("invalid duration `{text}`: {e}")))?;
+                    f.window = Some((window, key));
+                }
+                "buckets" => {
+                    let n = self.integer(prefix, key, value, u64::from(u32::MAX))?;
+                    let n = u32::try_from(n).unwrap_or(u32::MAX);
+                    if !(2..=Policy::MAX_BUCKETS).contains(&n) {
+                        return Err(self.bad(
+                            prefix,
+                            key,
+                            value,
+                            format!("must be between 2 and {}, found {n}", Policy::MAX_BUCKETS),
+                        ));
+                    }
+                    f.buckets = Some((n, key));
+                }
+                _ => {
+                    let text = self.string(prefix, key, value)?;
+                    let weighting = text.parse::<Weighting>().map_err(|_| {
+                        self.bad(
+                            prefix,
+                            key,
+                            value,
+                            format!("unknown weighting `{text}`, expected one of: interpolated, conservative"),
+                        )
+                    })?;
+                    f.weighting = Some((weighting, key));
+                }
+            }
+        }
+        self.build_limit(map, prefix, f)
+    }
+
+    fn replaces(&mut self, prefix: &str, key: &MarkedScalarNode, value: &Node) -> Result<Vec<String>, ConfigError> {
+        let mut names = Vec::new();
+        for (i, item) in self.sequence(prefix, key, value)?.iter().enumerate() {
+            let at = format!("{prefix}replaces[{i}]");
+            let Node::Mapping(map) = item else {
+                return Err(self.error(
+                    start(item.span()),
+                    Some(at),
+                    format!("expected a map with `name`, found {}", describe(item)),
+                ));
+            };
+            let inner = format!("{at}.");
+            let mut name = None;
+            for (_, key, value) in self.fields(map, &inner, REPLACES_KEYS)? {
+                name = Some((self.non_empty(&inner, key, value)?.to_owned(), value_pos(key, value)));
+            }
+            let Some((name, pos)) = name else {
+                return Err(self.error(map_pos(map), Some(format!("{inner}name")), "missing"));
+            };
+            self.replaces.push(Named {
+                name: name.clone(),
+                pos,
+                key: format!("{inner}name"),
+            });
+            names.push(name);
+        }
+        Ok(names)
+    }
+
+    fn build_limit(
+        &self,
+        map: &MarkedMappingNode,
+        prefix: &str,
+        f: LimitFields<'_>,
+    ) -> Result<Option<Limit>, ConfigError> {
+        let at_key = |key: &MarkedScalarNode, message: &str| {
+            self.error(start(key.span()), Some(qualified(prefix, key)), message)
+        };
+        if let Some((true, _)) = f.unlimited {
+            let conflicting = [
+                f.unit.map(|(_, k)| k),
+                f.window.map(|(_, k)| k),
+                f.requests_per_unit.map(|(_, k)| k),
+                f.algorithm.map(|(_, k)| k),
+                f.buckets.map(|(_, k)| k),
+                f.weighting.map(|(_, k)| k),
+            ];
+            if let Some(key) = conflicting.into_iter().flatten().min_by_key(|k| start(k.span())) {
+                return Err(at_key(key, "cannot be combined with `unlimited: true`"));
+            }
+            // `name` and `replaces` are allowed, as upstream, but an
+            // unlimited descriptor is never counted, so they do nothing.
+            return Ok(None);
+        }
+        let (unit, window) = match (f.unit, f.window) {
+            (Some(_), Some((_, key))) => {
+                return Err(at_key(key, "`unit` and `window` cannot both be given"));
+            }
+            (Some((unit, key)), None) => (Some(unit), (unit.duration(), key)),
+            (None, Some(window)) => (None, window),
+            (None, None) => {
+                return Err(self.error(
+                    map_pos(map),
+                    Some(qualified(prefix, "unit")),
+                    "missing: give `unit` (or `window`), or `unlimited: true`",
+                ));
+            }
+        };
+        let Some((requests_per_unit, rpu_key)) = f.requests_per_unit else {
+            return Err(self.error(map_pos(map), Some(qualified(prefix, "requests_per_unit")), "missing"));
+        };
+        if let Some(name) = &f.name
+            && f.replaces.contains(name)
+        {
+            let key = map.keys().find(|k| k.as_str() == "replaces").unwrap_or(rpu_key);
+            return Err(at_key(key, "a limit cannot replace itself"));
+        }
+        let mut algorithm = match f.algorithm {
+            Some((name, key)) => {
+                Algorithm::with_defaults(name, requests_per_unit).map_err(|e| at_key(key, &e.to_string()))?
+            }
+            None => DEFAULT_ALGORITHM,
+        };
+        if let Algorithm::SlidingWindow { buckets, weighting } = &mut algorithm {
+            if let Some((n, _)) = f.buckets {
+                *buckets = n;
+            }
+            if let Some((w, _)) = f.weighting {
+                *weighting = w;
+            }
+        } else if let Some(key) = [f.buckets.map(|(_, k)| k), f.weighting.map(|(_, k)| k)]
+            .into_iter()
+            .flatten()
+            .min_by_key(|k| start(k.span()))
+        {
+            return Err(at_key(
+                key,
+                &format!("applies only to algorithm sliding_window, not {}", algorithm.name()),
+            ));
+        }
+        let policy = match requests_per_unit {
+            0 => None,
+            limit => Some(Policy::new(limit, window.0, algorithm).map_err(|e| {
+                let key = policy_key(
+                    &e,
+                    rpu_key,
+                    window.1,
+                    f.buckets.map(|(_, k)| k),
+                    f.algorithm.map(|(_, k)| k),
+                );
+                at_key(key, &e.to_string())
+            })?),
+        };
+        Ok(Some(Limit {
+            name: f.name,
+            replaces: f.replaces,
+            requests_per_unit,
+            unit,
+            window: window.0,
+            algorithm,
+            policy,
+        }))
+    }
+
+    /// `metadata` as JSON.
+    fn json(&self, node: &Node, depth: usize) -> Result<serde_json::Value, ConfigError> {
+        use serde_json::Value;
+        if depth > MAX_METADATA_DEPTH {
+            return Err(self.error(
+                start(node.span()),
+                Some("metadata".to_owned()),
+                format!("nested more than {MAX_METADATA_DEPTH} levels deep"),
+            ));
+        }
+        Ok(match node {
+            Node::Scalar(s) => scalar_json(s),
+            Node::Sequence(list) => Value::Array(
+                list.iter()
+                    .map(|item| self.json(item, depth + 1))
+                    .collect::<Result<_, _>>()?,
+            ),
+            Node::Mapping(map) => Value::Object(
+                map.iter()
+                    .map(|(k, v)| Ok((k.as_str().to_owned(), self.json(v, depth + 1)?)))
+                    .collect::<Result<_, ConfigError>>()?,
+            ),
+        })
+    }
+}
+
+/// The key a [`PolicyError`] is about.
+fn policy_key<'n>(
+    e: &PolicyError,
+    requests_per_unit: &'n MarkedScalarNode,
+    window: &'n MarkedScalarNode,
+    buckets: Option<&'n MarkedScalarNode>,
+    algorithm: Option<&'n MarkedScalarNode>,
+) -> &'n MarkedScalarNode {
+    match e.field {
+        "window" => window,
+        "buckets" => buckets.or(algorithm).unwrap_or(requests_per_unit),
+        "burst" | "epsilon" => algorithm.unwrap_or(requests_per_unit),
+        _ => requests_per_unit,
+    }
+}
+
+/// A scalar as JSON: quoted scalars are strings; plain ones may be null,
+/// a bool, an integer or a finite number (YAML 1.2's core schema, decimal).
+fn scalar_json(s: &MarkedScalarNode) -> serde_json::Value {
+    use serde_json::Value;
+    let text = s.as_str();
+    if !s.may_coerce() {
+        return Value::String(text.to_owned());
+    }
+    match text {
+        "" | "~" | "null" | "Null" | "NULL" => return Value::Null,
+        "true" | "True" | "TRUE" => return Value::Bool(true),
+        "false" | "False" | "FALSE" => return Value::Bool(false),
+        _ => {}
+    }
+    if is_integer(text) {
+        if let Ok(n) = text.parse::<i64>() {
+            return Value::from(n);
+        }
+        if let Ok(n) = text.trim_start_matches('+').parse::<u64>() {
+            return Value::from(n);
+        }
+    }
+    if is_float(text)
+        && let Some(n) = text.parse::<f64>().ok().and_then(serde_json::Number::from_f64)
+    {
+        return Value::Number(n);
+    }
+    Value::String(text.to_owned())
+}
+
+/// `[-+]?[0-9]+`.
+fn is_integer(text: &str) -> bool {
+    let digits = text.strip_prefix(['-', '+']).unwrap_or(text);
+    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// `[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?`.
+fn is_float(text: &str) -> bool {
+    let body = text.strip_prefix(['-', '+']).unwrap_or(text);
+    let (mantissa, exponent) = match body.find(['e', 'E']) {
+        Some(at) => (body.get(..at).unwrap_or(""), body.get(at + 1..)),
+        None => (body, None),
+    };
+    let (whole, fraction) = match mantissa.split_once('.') {
+        Some((w, f)) => (w, Some(f)),
+        None => (mantissa, None),
+    };
+    let all_digits = |t: &str| t.bytes().all(|b| b.is_ascii_digit());
+    let mantissa_ok = match fraction {
+        Some(f) => all_digits(whole) && all_digits(f) && !(whole.is_empty() && f.is_empty()),
+        None => !whole.is_empty() && all_digits(whole),
+    };
+    let exponent_ok = exponent.is_none_or(is_integer);
+    mantissa_ok && exponent_ok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn numbers_in_metadata() {
+        for (text, expected) in [
+            ("1", json!(1)),
+            ("-1", json!(-1)),
+            ("+1", json!(1)),
+            ("18446744073709551615", json!(u64::MAX)),
+            ("1.5", json!(1.5)),
+            (".5", json!(0.5)),
+            ("1.", json!(1.0)),
+            ("1e3", json!(1000.0)),
+            ("-2.5E-1", json!(-0.25)),
+            ("1e400", json!("1e400")),
+            ("99999999999999999999", json!(1e20)),
+            (".", json!(".")),
+            ("inf", json!("inf")),
+            ("nan", json!("nan")),
+            ("1e", json!("1e")),
+            ("0x10", json!("0x10")),
+            ("1_000", json!("1_000")),
+            ("~", json!(null)),
+            ("True", json!(true)),
+            ("yes", json!("yes")),
+        ] {
+            let node = MarkedScalarNode::new(Span::new_blank(), text);
+            assert_eq!(scalar_json(&node), expected, "{text}");
+        }
+        let mut quoted = MarkedScalarNode::new(Span::new_blank(), "1");
+        quoted.set_coerce(false);
+        assert_eq!(scalar_json(&quoted), json!("1"));
+    }
+
+    #[test]
+    fn indentation_bound() {
+        assert!(check_indentation("a:\n  - - - b\n").is_ok());
+        let deep = format!("a:\n{}b\n", "- ".repeat(MAX_INDENT));
+        assert_eq!(
+            check_indentation(&deep),
+            Err(Pos {
+                line: 2,
+                column: MAX_INDENT + 1
+            })
+        );
+    }
+}

@@ -1,0 +1,612 @@
+//! The decision of a rate limit request against the loaded config, in the
+//! shared counter store. gRPC and HTTP both come here, in plain Rust types.
+
+use crate::config::{Config, DEFAULT_ALGORITHM, Limit, Unit};
+use parking_lot::RwLock;
+use slidegate_core::{Algorithm, Clock, Decision, Policy, State, Weighting};
+use slidegate_memory::{Budget, Stats, Store, StoreError, Timed};
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Limits on what one request may carry. A request beyond them is refused
+/// as invalid, naming the limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InputLimits {
+    /// Descriptors in one request.
+    pub descriptors: usize,
+    /// Entries in one descriptor.
+    pub entries: usize,
+    /// Bytes in a domain, an entry's key or value, or an ad-hoc key.
+    pub text: usize,
+}
+
+impl Default for InputLimits {
+    fn default() -> Self {
+        InputLimits {
+            descriptors: 64,
+            entries: 16,
+            text: 1024,
+        }
+    }
+}
+
+/// A descriptor's `limit` override: replaces the configured limits for
+/// this request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Override {
+    /// Requests per unit.
+    pub requests_per_unit: u32,
+    /// The unit; `None` for an unknown unit, which makes the override
+    /// invalid.
+    pub unit: Option<Unit>,
+}
+
+/// One descriptor of a request.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Descriptor {
+    /// Its (key, value) entries, in order.
+    pub entries: Vec<(String, String)>,
+    /// The `limit` override.
+    pub limit: Option<Override>,
+    /// The descriptor's own hits, which win over the request's when set
+    /// (0 checks without counting).
+    pub hits_addend: Option<u64>,
+}
+
+/// A rate limit request (Envoy's `RateLimitRequest`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Request {
+    /// The config domain.
+    pub domain: String,
+    /// What to check.
+    pub descriptors: Vec<Descriptor>,
+    /// Hits per descriptor; 0 means 1.
+    pub hits_addend: u32,
+}
+
+/// OK or over the limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Code {
+    /// Within every limit (or in shadow mode).
+    Ok,
+    /// Over a limit.
+    OverLimit,
+}
+
+/// A limit that applied to a descriptor, with its decision.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Applied {
+    /// Its name in the headers: the configured name, or `d<i>` (and `.j`
+    /// for the j-th of several limits).
+    pub name: String,
+    /// The limit as configured (or overridden).
+    pub requests_per_unit: u64,
+    /// Its unit, when it has one.
+    pub unit: Option<Unit>,
+    /// Its policy; `None` for a limit of 0, which refuses everything.
+    pub policy: Option<Policy>,
+    /// The decision; `None` for a limit of 0.
+    pub decision: Option<Decision>,
+}
+
+impl Applied {
+    fn allowed(&self) -> bool {
+        self.decision.as_ref().is_some_and(Decision::allowed)
+    }
+
+    fn remaining(&self) -> u64 {
+        self.decision.as_ref().map_or(0, Decision::remaining)
+    }
+}
+
+/// The answer for one descriptor.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Status {
+    /// OK or over the limit (always OK in shadow mode).
+    pub code: Code,
+    /// The limits that applied; empty when none did.
+    pub applied: Vec<Applied>,
+    /// The remaining count of the tightest limit; `u32::MAX` for an
+    /// unlimited rule and when no limit applied.
+    pub remaining: u64,
+    /// How long until the tightest limit frees quota: the retry delay when
+    /// refused, the time until all counted usage expires when admitted.
+    pub until_reset: Option<Duration>,
+    /// The index into `applied` of the tightest limit.
+    pub tightest: Option<usize>,
+    /// The rule was in shadow mode and would have refused.
+    pub shadow_refused: bool,
+}
+
+impl Status {
+    fn unlimited() -> Self {
+        Status {
+            code: Code::Ok,
+            applied: Vec::new(),
+            remaining: u64::from(u32::MAX),
+            until_reset: None,
+            tightest: None,
+            shadow_refused: false,
+        }
+    }
+}
+
+/// The answer for a request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Answer {
+    /// OVER_LIMIT if any status not in shadow mode is, except that
+    /// quota-mode descriptors count only when all of them are over.
+    pub overall: Code,
+    /// One per request descriptor, in order.
+    pub statuses: Vec<Status>,
+}
+
+/// Why a request could not be decided.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// The request is malformed or over an input limit (gRPC
+    /// `INVALID_ARGUMENT`, HTTP 400).
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    /// The store could not count (gRPC `UNAVAILABLE`, HTTP 503).
+    #[error("the counter store cannot answer: {0}")]
+    Unavailable(String),
+}
+
+/// An ad-hoc check: a key with its own policy, outside any config.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AdHoc {
+    /// The key.
+    pub key: String,
+    /// The policy.
+    pub policy: Policy,
+    /// The cost (0 peeks).
+    pub cost: u64,
+}
+
+/// Decides requests against a config, counting in one bounded store.
+pub struct Engine<C> {
+    config: RwLock<Arc<Config>>,
+    counters: Store<u128, Timed<State>>,
+    clock: C,
+    hash: [foldhash::fast::RandomState; 2],
+    limits: InputLimits,
+}
+
+impl<C: Clock> Engine<C> {
+    /// An engine serving `config`, counting within `budget`.
+    pub fn new(config: Config, clock: C, budget: Budget, limits: InputLimits) -> Self {
+        Engine {
+            config: RwLock::new(Arc::new(config)),
+            counters: Store::new(budget),
+            clock,
+            hash: [Default::default(), Default::default()],
+            limits,
+        }
+    }
+
+    /// The config in force.
+    pub fn config(&self) -> Arc<Config> {
+        Arc::clone(&self.config.read())
+    }
+
+    /// Replaces the config at once. Counters are keyed by the descriptor
+    /// and the limit's policy, so limits that did not change keep counting
+    /// where they were; changed limits start afresh.
+    pub fn replace_config(&self, config: Config) {
+        *self.config.write() = Arc::new(config);
+    }
+
+    /// The store's figures.
+    pub fn stats(&self) -> Stats {
+        self.counters.stats()
+    }
+
+    /// The input limits.
+    pub fn input_limits(&self) -> InputLimits {
+        self.limits
+    }
+
+    /// A 128-bit key for a counter: two independently seeded hashes, so
+    /// that two counters share a slot with a probability of about
+    /// `keys² / 2¹²⁹`.
+    fn key(&self, parts: impl Fn(&mut dyn Hasher)) -> u128 {
+        let [a, b] = &self.hash;
+        let mut ha = a.build_hasher();
+        parts(&mut ha);
+        let mut hb = b.build_hasher();
+        parts(&mut hb);
+        (u128::from(ha.finish()) << 64) | u128::from(hb.finish())
+    }
+
+    fn check_text(&self, what: &str, text: &str) -> Result<(), EngineError> {
+        if text.len() > self.limits.text {
+            return Err(EngineError::Invalid(format!(
+                "{what} is {} bytes, over the limit of {} bytes",
+                text.len(),
+                self.limits.text
+            )));
+        }
+        Ok(())
+    }
+
+    fn validate(&self, request: &Request) -> Result<(), EngineError> {
+        if request.domain.is_empty() {
+            return Err(EngineError::Invalid("the domain is empty".to_owned()));
+        }
+        self.check_text("the domain", &request.domain)?;
+        if request.descriptors.is_empty() {
+            return Err(EngineError::Invalid("the request has no descriptors".to_owned()));
+        }
+        if request.descriptors.len() > self.limits.descriptors {
+            return Err(EngineError::Invalid(format!(
+                "{} descriptors, over the limit of {} per request",
+                request.descriptors.len(),
+                self.limits.descriptors
+            )));
+        }
+        for (i, d) in request.descriptors.iter().enumerate() {
+            if d.entries.is_empty() {
+                return Err(EngineError::Invalid(format!("descriptor {i} has no entries")));
+            }
+            if d.entries.len() > self.limits.entries {
+                return Err(EngineError::Invalid(format!(
+                    "descriptor {i} has {} entries, over the limit of {} per descriptor",
+                    d.entries.len(),
+                    self.limits.entries
+                )));
+            }
+            for (key, value) in &d.entries {
+                if key.is_empty() {
+                    return Err(EngineError::Invalid(format!(
+                        "descriptor {i} has an entry with an empty key"
+                    )));
+                }
+                self.check_text(&format!("an entry key of descriptor {i}"), key)?;
+                self.check_text(&format!("an entry value of descriptor {i}"), value)?;
+            }
+            if let Some(o) = d.limit
+                && o.unit.is_none()
+            {
+                return Err(EngineError::Invalid(format!(
+                    "descriptor {i} overrides the limit with an unknown unit"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Decides `request`.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::Invalid`] for a malformed request or one over the
+    /// input limits; [`EngineError::Unavailable`] if the store refuses.
+    pub fn decide(&self, request: &Request) -> Result<Answer, EngineError> {
+        self.validate(request)?;
+        let config = self.config();
+        let now = self.clock.now();
+        let Some(domain) = config.domain(&request.domain) else {
+            // As envoyproxy/ratelimit: a domain with no config limits nothing.
+            return Ok(Answer {
+                overall: Code::Ok,
+                statuses: request.descriptors.iter().map(|_| Status::unlimited()).collect(),
+            });
+        };
+        let hits = if request.hits_addend == 0 {
+            1
+        } else {
+            u64::from(request.hits_addend)
+        };
+        let entries: Vec<Vec<(&str, &str)>> = request
+            .descriptors
+            .iter()
+            .map(|d| d.entries.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect())
+            .collect();
+        let matches: Vec<_> = entries.iter().map(|e| domain.find(e)).collect();
+        // Limits named in `replaces` by any matched limit are dropped.
+        let replaced: Vec<&str> = matches
+            .iter()
+            .zip(&request.descriptors)
+            .filter(|(_, d)| d.limit.is_none())
+            .filter_map(|(m, _)| m.as_ref())
+            .flat_map(|m| m.rule.limits.iter())
+            .flat_map(|l| l.replaces.iter().map(String::as_str))
+            .collect();
+
+        let mut statuses = Vec::with_capacity(request.descriptors.len());
+        let (mut over, mut quota_total, mut quota_over) = (false, 0usize, 0usize);
+        for (i, ((descriptor, m), entries)) in request.descriptors.iter().zip(&matches).zip(&entries).enumerate() {
+            let Some(m) = m else {
+                statuses.push(Status::unlimited());
+                continue;
+            };
+            let rule = m.rule;
+            if rule.unlimited {
+                statuses.push(Status::unlimited());
+                continue;
+            }
+            let overridden;
+            let limits: Vec<&Limit> = match descriptor.limit {
+                Some(o) => {
+                    overridden = override_limit(o)?;
+                    vec![&overridden]
+                }
+                None => rule
+                    .limits
+                    .iter()
+                    .filter(|l| l.name.as_deref().is_none_or(|n| !replaced.contains(&n)))
+                    .collect(),
+            };
+            if limits.is_empty() {
+                statuses.push(Status::unlimited());
+                continue;
+            }
+            let counter = m.counter_key(&request.domain, entries);
+            let hits = descriptor.hits_addend.unwrap_or(hits);
+            let mut status = self.charge(i, &counter, &limits, hits, now)?;
+            if status.code == Code::OverLimit && rule.shadow_mode {
+                status.code = Code::Ok;
+                status.shadow_refused = true;
+            }
+            if rule.quota_mode {
+                quota_total += 1;
+                quota_over += usize::from(status.code == Code::OverLimit);
+            } else if status.code == Code::OverLimit {
+                over = true;
+            }
+            statuses.push(status);
+        }
+        let overall = if over || (quota_total > 0 && quota_over == quota_total) {
+            Code::OverLimit
+        } else {
+            Code::Ok
+        };
+        Ok(Answer { overall, statuses })
+    }
+
+    /// Decides `hits` against every limit of one descriptor: all are asked
+    /// first (a peek), and each is charged only if all admit.
+    fn charge(
+        &self,
+        index: usize,
+        counter: &str,
+        limits: &[&Limit],
+        hits: u64,
+        now: u64,
+    ) -> Result<Status, EngineError> {
+        let keys: Vec<u128> = limits
+            .iter()
+            .map(|l| {
+                self.key(|h| {
+                    counter.hash(&mut HashAdapter(h));
+                    policy_fingerprint(l, &mut HashAdapter(h));
+                })
+            })
+            .collect();
+        let check = |l: &Limit, key: u128, cost: u64| -> Result<Option<Decision>, EngineError> {
+            match &l.policy {
+                None => Ok(None),
+                Some(p) => self
+                    .counters
+                    .check(p, &key, now, cost)
+                    .map(Some)
+                    .map_err(|e| store_error(&e)),
+            }
+        };
+        let peeks: Vec<Option<Decision>> = limits
+            .iter()
+            .zip(&keys)
+            .map(|(l, &k)| check(l, k, 0))
+            .collect::<Result<_, _>>()?;
+        let all_fit = peeks.iter().all(|p| p.as_ref().is_some_and(|d| hits <= d.remaining()));
+        let mut applied = Vec::with_capacity(limits.len());
+        for (j, ((l, &key), peek)) in limits.iter().zip(&keys).zip(peeks).enumerate() {
+            let decision = if hits == 0 {
+                peek
+            } else if all_fit || peek.as_ref().is_some_and(|d| hits > d.remaining()) {
+                // Charged when all fit; asked again (not charged) when this
+                // one refuses, for its retry delay at this cost.
+                check(l, key, hits)?
+            } else {
+                // It would admit, but another limit refuses: not charged.
+                peek
+            };
+            let name = match &l.name {
+                Some(name) => name.clone(),
+                None if limits.len() == 1 => format!("d{index}"),
+                None => format!("d{index}.{j}"),
+            };
+            applied.push(Applied {
+                name,
+                requests_per_unit: l.requests_per_unit,
+                unit: l.unit,
+                policy: l.policy,
+                decision,
+            });
+        }
+        let allowed = applied.iter().all(Applied::allowed);
+        // The tightest limit: a refusing one with the longest wait, or the
+        // one with the least remaining.
+        let tightest = if allowed {
+            (0..applied.len()).min_by_key(|&j| applied[j].remaining())
+        } else {
+            (0..applied.len()).filter(|&j| !applied[j].allowed()).max_by_key(|&j| {
+                applied[j]
+                    .decision
+                    .as_ref()
+                    .map_or(Duration::MAX, |d| d.retry_after().unwrap_or(Duration::MAX))
+            })
+        };
+        let (remaining, until_reset) = match tightest.map(|j| &applied[j]) {
+            Some(a) => (
+                a.remaining(),
+                a.decision.as_ref().map(|d| {
+                    if d.allowed() {
+                        d.reset_after()
+                    } else {
+                        d.retry_after().unwrap_or(d.reset_after())
+                    }
+                }),
+            ),
+            None => (u64::from(u32::MAX), None),
+        };
+        Ok(Status {
+            code: if allowed { Code::Ok } else { Code::OverLimit },
+            applied,
+            remaining,
+            until_reset,
+            tightest,
+            shadow_refused: false,
+        })
+    }
+
+    /// Decides an ad-hoc key with its own policy.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::Invalid`] for a key over the input limit;
+    /// [`EngineError::Unavailable`] if the store refuses.
+    pub fn decide_ad_hoc(&self, ad_hoc: &AdHoc) -> Result<Decision, EngineError> {
+        self.check_text("the key", &ad_hoc.key)?;
+        let key = self.ad_hoc_key(&ad_hoc.key, &ad_hoc.policy);
+        self.counters
+            .check(&ad_hoc.policy, &key, self.clock.now(), ad_hoc.cost)
+            .map_err(|e| store_error(&e))
+    }
+
+    /// Forgets an ad-hoc key's counts; true if it was held.
+    pub fn reset_ad_hoc(&self, key: &str, policy: &Policy) -> bool {
+        self.counters.reset(&self.ad_hoc_key(key, policy))
+    }
+
+    /// Forgets the counts of every limit a descriptor of `domain` matches;
+    /// the number of counters that were held.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::Invalid`] for a malformed descriptor.
+    pub fn reset_descriptor(&self, domain: &str, descriptor: &Descriptor) -> Result<usize, EngineError> {
+        self.validate(&Request {
+            domain: domain.to_owned(),
+            descriptors: vec![descriptor.clone()],
+            hits_addend: 0,
+        })?;
+        let config = self.config();
+        let Some(domain_config) = config.domain(domain) else {
+            return Ok(0);
+        };
+        let entries: Vec<(&str, &str)> = descriptor
+            .entries
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let Some(m) = domain_config.find(&entries) else {
+            return Ok(0);
+        };
+        let counter = m.counter_key(domain, &entries);
+        let mut held = 0;
+        let overridden;
+        let limits: Vec<&Limit> = match descriptor.limit {
+            Some(o) => {
+                overridden = override_limit(o)?;
+                vec![&overridden]
+            }
+            None => m.rule.limits.iter().collect(),
+        };
+        for l in limits {
+            let key = self.key(|h| {
+                counter.hash(&mut HashAdapter(h));
+                policy_fingerprint(l, &mut HashAdapter(h));
+            });
+            held += usize::from(self.counters.reset(&key));
+        }
+        Ok(held)
+    }
+
+    fn ad_hoc_key(&self, key: &str, policy: &Policy) -> u128 {
+        self.key(|h| {
+            // A tag no config counter key starts with.
+            0xad_u8.hash(&mut HashAdapter(h));
+            key.hash(&mut HashAdapter(h));
+            fingerprint(policy, &mut HashAdapter(h));
+        })
+    }
+}
+
+/// The limit an override stands for: the default algorithm over one unit.
+fn override_limit(o: Override) -> Result<Limit, EngineError> {
+    let unit = o
+        .unit
+        .ok_or_else(|| EngineError::Invalid("a limit override has an unknown unit".to_owned()))?;
+    let window = unit.duration();
+    let policy = match o.requests_per_unit {
+        0 => None,
+        n => Some(
+            Policy::new(u64::from(n), window, DEFAULT_ALGORITHM)
+                .map_err(|e| EngineError::Invalid(format!("a limit override is invalid: {e}")))?,
+        ),
+    };
+    Ok(Limit {
+        name: None,
+        replaces: Vec::new(),
+        requests_per_unit: u64::from(o.requests_per_unit),
+        unit: Some(unit),
+        window,
+        algorithm: DEFAULT_ALGORITHM,
+        policy,
+    })
+}
+
+fn store_error(e: &StoreError) -> EngineError {
+    EngineError::Unavailable(e.to_string())
+}
+
+/// `&mut dyn Hasher` as a `Hasher`, for `Hash::hash`.
+struct HashAdapter<'a>(&'a mut dyn Hasher);
+
+impl Hasher for HashAdapter<'_> {
+    fn finish(&self) -> u64 {
+        self.0.finish()
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.write(bytes);
+    }
+}
+
+/// What identifies a limit's counter besides the descriptor: its policy.
+/// A reload that keeps the policy keeps the counts.
+fn policy_fingerprint(limit: &Limit, h: &mut impl Hasher) {
+    match &limit.policy {
+        Some(p) => fingerprint(p, h),
+        None => 0u8.hash(h),
+    }
+}
+
+fn fingerprint(policy: &Policy, h: &mut impl Hasher) {
+    policy.limit().hash(h);
+    policy.window_ns().hash(h);
+    match policy.algorithm() {
+        Algorithm::SlidingWindow { buckets, weighting } => {
+            1u8.hash(h);
+            buckets.hash(h);
+            matches!(weighting, Weighting::Conservative).hash(h);
+        }
+        Algorithm::FixedWindow => 2u8.hash(h),
+        Algorithm::SlidingLog => 3u8.hash(h),
+        Algorithm::Gcra { burst } => {
+            4u8.hash(h);
+            burst.hash(h);
+        }
+        Algorithm::ExponentialHistogram { epsilon } => {
+            5u8.hash(h);
+            epsilon.to_bits().hash(h);
+        }
+        // Algorithms added later hash by name.
+        #[allow(unreachable_patterns)]
+        other => other.name().hash(h),
+    }
+}

@@ -1,0 +1,383 @@
+//! The HTTP API: envoyproxy/ratelimit's `POST /json`, slidegate's
+//! `POST /v1/check` and `POST /v1/reset`, `GET /healthz` and
+//! `GET /metrics`.
+
+use crate::engine::{AdHoc, Answer, Code, EngineError, Request as EngineRequest};
+use crate::grpc::{answer_headers, answer_to_wire, decide, request_from_wire};
+use crate::metrics::{Api, Outcome};
+use crate::proto::rls::RateLimitRequest;
+use crate::server::Shared;
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use http::{HeaderMap, HeaderValue, StatusCode};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use slidegate_core::duration::parse_positive_duration;
+use slidegate_core::{Algorithm, Clock, Decision, Policy};
+use slidegate_tower::LimitOutcome;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The routes, over `shared`.
+pub(crate) fn router<C: Clock + Send + Sync + 'static>(shared: Arc<Shared<C>>) -> Router {
+    Router::new()
+        .route("/json", post(json::<C>))
+        .route("/v1/check", post(check::<C>))
+        .route("/v1/reset", post(reset::<C>))
+        .route("/healthz", get(|| async { "OK\n" }))
+        .route("/metrics", get(metrics::<C>))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&shared),
+            in_flight::<C>,
+        ))
+        .with_state(shared)
+}
+
+/// Counts the request in `slidegate_http_requests_in_flight` until it is
+/// answered.
+async fn in_flight<C: Clock + Send + Sync + 'static>(
+    State(shared): State<Arc<Shared<C>>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let _guard = shared.metrics.http_request();
+    next.run(request).await
+}
+
+/// An error answer: an RFC 9457 problem document.
+struct Problem {
+    status: StatusCode,
+    detail: String,
+}
+
+impl Problem {
+    fn bad_request(detail: impl Into<String>) -> Self {
+        Problem {
+            status: StatusCode::BAD_REQUEST,
+            detail: detail.into(),
+        }
+    }
+}
+
+impl From<EngineError> for Problem {
+    fn from(e: EngineError) -> Self {
+        match e {
+            EngineError::Invalid(detail) => Problem::bad_request(detail),
+            other => Problem {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                detail: other.to_string(),
+            },
+        }
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let body = json!({
+            "type": "about:blank",
+            "title": self.status.canonical_reason().unwrap_or("Error"),
+            "status": self.status.as_u16(),
+            "detail": self.detail,
+        });
+        let mut response = (self.status, body.to_string()).into_response();
+        response
+            .headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+        response
+    }
+}
+
+/// Reads the whole body, refusing one over the limit with 413.
+async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<bytes::Bytes, Problem> {
+    let too_large = || Problem {
+        status: StatusCode::PAYLOAD_TOO_LARGE,
+        detail: format!("the body is over the limit of {limit} bytes"),
+    };
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    axum::body::to_bytes(body, limit).await.map_err(|e| {
+        let inner = e.into_inner();
+        if inner.is::<http_body_util::LengthLimitError>() {
+            too_large()
+        } else {
+            Problem::bad_request(format!("the body could not be read: {inner}"))
+        }
+    })
+}
+
+fn json_response(status: StatusCode, body: &impl serde::Serialize, headers: HeaderMap) -> Response {
+    let text = serde_json::to_string(body).unwrap_or_else(|_| "{}".to_owned());
+    let mut response = (status, text).into_response();
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response.headers_mut().extend(headers);
+    response
+}
+
+fn status_of(answer: &Answer) -> StatusCode {
+    match answer.overall {
+        Code::Ok => StatusCode::OK,
+        Code::OverLimit => StatusCode::TOO_MANY_REQUESTS,
+    }
+}
+
+/// `POST /json`: proto3 JSON of `RateLimitRequest` in, of
+/// `RateLimitResponse` out, 200 or 429, as envoyproxy/ratelimit.
+async fn json<C: Clock + Send + Sync + 'static>(
+    State(shared): State<Arc<Shared<C>>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, Problem> {
+    let bytes = read_body(body, &headers, shared.body_limit).await?;
+    let wire: RateLimitRequest = serde_json::from_slice(&bytes).map_err(|e| {
+        shared.metrics.request(Api::Json, Outcome::Invalid, Duration::ZERO);
+        Problem::bad_request(format!("the body is not a RateLimitRequest in proto3 JSON: {e}"))
+    })?;
+    let answer = decide(&shared, Api::Json, &request_from_wire(wire))?;
+    let wire = answer_to_wire(&answer, shared.grpc_headers);
+    Ok(json_response(
+        status_of(&answer),
+        &wire,
+        answer_headers(&answer, shared.http_headers),
+    ))
+}
+
+/// An ad-hoc key with its own policy.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AdHocBody {
+    key: String,
+    limit: u64,
+    window: String,
+    #[serde(default)]
+    algorithm: Option<String>,
+    #[serde(default)]
+    buckets: Option<u32>,
+    #[serde(default)]
+    weighting: Option<String>,
+    #[serde(default)]
+    cost: Option<u64>,
+}
+
+impl AdHocBody {
+    fn policy(&self) -> Result<Policy, Problem> {
+        let window = parse_positive_duration(&self.window)
+            .map_err(|e| Problem::bad_request(format!("window: {:?}: {e}", self.window)))?;
+        let name = self.algorithm.as_deref().unwrap_or("sliding_window");
+        let mut algorithm = match self.algorithm {
+            None => crate::config::DEFAULT_ALGORITHM,
+            Some(_) => Algorithm::with_defaults(name, self.limit)
+                .map_err(|e| Problem::bad_request(format!("algorithm: {e}")))?,
+        };
+        if self.buckets.is_some() || self.weighting.is_some() {
+            let Algorithm::SlidingWindow { buckets, weighting } = &mut algorithm else {
+                return Err(Problem::bad_request(format!(
+                    "buckets and weighting apply to sliding_window only, not {name}"
+                )));
+            };
+            if let Some(n) = self.buckets {
+                *buckets = n;
+            }
+            if let Some(w) = &self.weighting {
+                *weighting = w.parse().map_err(|e| Problem::bad_request(format!("weighting: {e}")))?;
+            }
+        }
+        Policy::new(self.limit, window, algorithm).map_err(|e| Problem::bad_request(e.to_string()))
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
+}
+
+fn decision_json(decision: &Decision) -> Value {
+    let mut out = json!({
+        "allowed": decision.allowed(),
+        "limit": decision.limit(),
+        "remaining": decision.remaining(),
+        "reset_after_ms": millis(decision.reset_after()),
+    });
+    if let Some(retry) = decision.retry_after() {
+        out["retry_after_ms"] = json!(millis(retry));
+    }
+    out
+}
+
+fn answer_json(answer: &Answer) -> Value {
+    let statuses: Vec<Value> = answer
+        .statuses
+        .iter()
+        .map(|s| {
+            let limits: Vec<Value> = s
+                .applied
+                .iter()
+                .map(|a| {
+                    let mut limit = json!({
+                        "name": a.name,
+                        "requests_per_unit": a.requests_per_unit,
+                        "unit": a.unit.map(crate::config::Unit::name),
+                        "allowed": a.decision.as_ref().is_some_and(Decision::allowed),
+                    });
+                    if let Some(p) = &a.policy {
+                        limit["window_ms"] = json!(millis(p.window()));
+                        limit["algorithm"] = json!(p.algorithm().to_string());
+                    }
+                    if let Some(d) = &a.decision {
+                        limit["remaining"] = json!(d.remaining());
+                        limit["reset_after_ms"] = json!(millis(d.reset_after()));
+                        if let Some(retry) = d.retry_after() {
+                            limit["retry_after_ms"] = json!(millis(retry));
+                        }
+                    }
+                    limit
+                })
+                .collect();
+            json!({
+                "code": if s.code == Code::Ok { "OK" } else { "OVER_LIMIT" },
+                "remaining": s.remaining,
+                "until_reset_ms": s.until_reset.map(millis),
+                "limits": limits,
+            })
+        })
+        .collect();
+    json!({
+        "allowed": answer.overall == Code::Ok,
+        "overall_code": if answer.overall == Code::Ok { "OK" } else { "OVER_LIMIT" },
+        "statuses": statuses,
+    })
+}
+
+/// Which form a `/v1/check` or `/v1/reset` body has.
+enum CheckBody {
+    Descriptors(EngineRequest),
+    AdHoc(AdHocBody),
+}
+
+fn parse_check_body(bytes: &[u8]) -> Result<CheckBody, Problem> {
+    let value: Value =
+        serde_json::from_slice(bytes).map_err(|e| Problem::bad_request(format!("the body is not JSON: {e}")))?;
+    if value.get("domain").is_some() {
+        let wire: RateLimitRequest = serde_json::from_value(value)
+            .map_err(|e| Problem::bad_request(format!("a body with `domain` must be a RateLimitRequest: {e}")))?;
+        Ok(CheckBody::Descriptors(request_from_wire(wire)))
+    } else {
+        let ad_hoc: AdHocBody = serde_json::from_value(value).map_err(|e| {
+            Problem::bad_request(format!(
+                "the body must have `domain` and `descriptors`, or `key`, `limit` and `window`: {e}"
+            ))
+        })?;
+        Ok(CheckBody::AdHoc(ad_hoc))
+    }
+}
+
+/// `POST /v1/check`: descriptors of a configured domain, or an ad-hoc key
+/// with its own limit; 200 or 429, the decision as JSON, and the headers.
+/// A cost of 0 (or `hits_addend` 0 on a descriptor) peeks.
+async fn check<C: Clock + Send + Sync + 'static>(
+    State(shared): State<Arc<Shared<C>>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, Problem> {
+    let bytes = read_body(body, &headers, shared.body_limit).await?;
+    let parsed = parse_check_body(&bytes).inspect_err(|_| {
+        shared.metrics.request(Api::Check, Outcome::Invalid, Duration::ZERO);
+    })?;
+    match parsed {
+        CheckBody::Descriptors(request) => {
+            let answer = decide(&shared, Api::Check, &request)?;
+            Ok(json_response(
+                status_of(&answer),
+                &answer_json(&answer),
+                answer_headers(&answer, shared.http_headers),
+            ))
+        }
+        CheckBody::AdHoc(body) => {
+            let start = Instant::now();
+            let policy = body.policy().inspect_err(|_| {
+                shared.metrics.request(Api::AdHoc, Outcome::Invalid, Duration::ZERO);
+            })?;
+            let ad_hoc = AdHoc {
+                key: body.key,
+                policy,
+                cost: body.cost.unwrap_or(1),
+            };
+            let result = shared.engine.decide_ad_hoc(&ad_hoc);
+            let outcome = match &result {
+                Ok(d) if d.allowed() => Outcome::Ok,
+                Ok(_) => Outcome::OverLimit,
+                Err(EngineError::Invalid(_)) => Outcome::Invalid,
+                Err(_) => Outcome::Unavailable,
+            };
+            shared.metrics.request(Api::AdHoc, outcome, start.elapsed());
+            let decision = result?;
+            let mut headers = HeaderMap::new();
+            if shared.http_headers.draft || shared.http_headers.legacy.is_some() {
+                let limits = [LimitOutcome {
+                    name: "key",
+                    policy: &ad_hoc.policy,
+                    decision: &decision,
+                }];
+                slidegate_tower::write_headers(&limits, shared.http_headers.legacy, &mut headers);
+            }
+            let status = if decision.allowed() {
+                StatusCode::OK
+            } else {
+                StatusCode::TOO_MANY_REQUESTS
+            };
+            let mut body = decision_json(&decision);
+            body["key"] = json!(ad_hoc.key);
+            Ok(json_response(status, &body, headers))
+        }
+    }
+}
+
+/// `POST /v1/reset`: forgets the counts of an ad-hoc key, or of every limit
+/// the descriptors match; answers how many counters were held.
+async fn reset<C: Clock + Send + Sync + 'static>(
+    State(shared): State<Arc<Shared<C>>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, Problem> {
+    let bytes = read_body(body, &headers, shared.body_limit).await?;
+    let held = match parse_check_body(&bytes)? {
+        CheckBody::Descriptors(request) => {
+            let mut held = 0;
+            for descriptor in &request.descriptors {
+                held += shared.engine.reset_descriptor(&request.domain, descriptor)?;
+            }
+            held
+        }
+        CheckBody::AdHoc(body) => {
+            if body.cost.is_some() {
+                return Err(Problem::bad_request("a reset takes no `cost`"));
+            }
+            let policy = body.policy()?;
+            usize::from(shared.engine.reset_ad_hoc(&body.key, &policy))
+        }
+    };
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({ "reset": held }),
+        HeaderMap::new(),
+    ))
+}
+
+/// `GET /metrics`: Prometheus text (OpenMetrics).
+async fn metrics<C: Clock + Send + Sync + 'static>(State(shared): State<Arc<Shared<C>>>) -> Response {
+    let mut response = shared.metrics_text().into_response();
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    response
+}

@@ -1,0 +1,256 @@
+//! Prometheus metrics, in one registry per server (no globals, so that
+//! several servers in one process, as in the tests, count apart).
+
+use crate::engine::{Answer, Code};
+use parking_lot::Mutex;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use slidegate_memory::Stats;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+/// Which front end a request came through.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Api {
+    /// gRPC `ShouldRateLimit`.
+    Grpc,
+    /// `POST /json`.
+    Json,
+    /// `POST /v1/check` with a domain.
+    Check,
+    /// `POST /v1/check` with an ad-hoc key.
+    AdHoc,
+}
+
+/// How a request ended.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Outcome {
+    /// Admitted.
+    Ok,
+    /// Over a limit.
+    OverLimit,
+    /// Refused as malformed or over an input limit.
+    Invalid,
+    /// The store could not answer.
+    Unavailable,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    api: Api,
+    outcome: Outcome,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DescriptorLabels {
+    domain: String,
+    outcome: Outcome,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DomainLabel {
+    domain: String,
+}
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+enum ReloadResult {
+    Success,
+    Failure,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReloadLabels {
+    result: ReloadResult,
+}
+
+/// The server's metrics.
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    descriptors: Family<DescriptorLabels, Counter>,
+    shadow: Family<DomainLabel, Counter>,
+    latency: Histogram,
+    keys: Gauge,
+    capacity: Gauge,
+    bytes: Gauge,
+    evictions: Counter,
+    /// The store's eviction count at the last scrape.
+    evictions_seen: Mutex<u64>,
+    store_errors: Counter,
+    reloads: Family<ReloadLabels, Counter>,
+    in_flight: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Every metric, registered under `slidegate_`.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("slidegate");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register("requests", "Rate limit requests by API and outcome", requests.clone());
+        let descriptors = Family::<DescriptorLabels, Counter>::default();
+        registry.register(
+            "descriptor_decisions",
+            "Descriptor decisions by configured domain (\"unknown\" for others) and outcome",
+            descriptors.clone(),
+        );
+        let shadow = Family::<DomainLabel, Counter>::default();
+        registry.register(
+            "shadow_mode_refusals",
+            "Descriptors that a shadow-mode rule would have refused",
+            shadow.clone(),
+        );
+        // 1 µs to about 0.5 s.
+        let latency = Histogram::new(exponential_buckets(1e-6, 2.0, 20));
+        registry.register(
+            "decision_seconds",
+            "Time to decide one request, in the engine",
+            latency.clone(),
+        );
+        let keys = Gauge::default();
+        registry.register("keys", "Counters held in the store", keys.clone());
+        let capacity = Gauge::default();
+        registry.register("key_capacity", "Counters the store can hold", capacity.clone());
+        let bytes = Gauge::default();
+        registry.register("store_bytes", "Bytes the store holds", bytes.clone());
+        let evictions = Counter::default();
+        registry.register(
+            "evictions",
+            "Counters evicted before they expired, to make room",
+            evictions.clone(),
+        );
+        let store_errors = Counter::default();
+        registry.register(
+            "store_errors",
+            "Decisions the store could not make",
+            store_errors.clone(),
+        );
+        let reloads = Family::<ReloadLabels, Counter>::default();
+        registry.register("config_reloads", "Config reloads by result", reloads.clone());
+        let in_flight = Gauge::default();
+        registry.register(
+            "http_requests_in_flight",
+            "HTTP requests received and not yet answered",
+            in_flight.clone(),
+        );
+        Metrics {
+            in_flight,
+            registry,
+            requests,
+            descriptors,
+            shadow,
+            latency,
+            keys,
+            capacity,
+            bytes,
+            evictions,
+            evictions_seen: Mutex::new(0),
+            store_errors,
+            reloads,
+        }
+    }
+
+    /// Counts a request that ended with `outcome` after `elapsed`.
+    pub fn request(&self, api: Api, outcome: Outcome, elapsed: Duration) {
+        self.requests.get_or_create(&RequestLabels { api, outcome }).inc();
+        self.latency.observe(elapsed.as_secs_f64());
+        if outcome == Outcome::Unavailable {
+            self.store_errors.inc();
+        }
+    }
+
+    /// Counts an answer's descriptors under `domain` (the caller passes
+    /// "unknown" for a domain that is not configured, so that clients
+    /// cannot grow the label set).
+    pub fn answer(&self, domain: &str, answer: &Answer) {
+        for status in &answer.statuses {
+            let outcome = match status.code {
+                Code::Ok => Outcome::Ok,
+                Code::OverLimit => Outcome::OverLimit,
+            };
+            self.descriptors
+                .get_or_create(&DescriptorLabels {
+                    domain: domain.to_owned(),
+                    outcome,
+                })
+                .inc();
+            if status.shadow_refused {
+                self.shadow
+                    .get_or_create(&DomainLabel {
+                        domain: domain.to_owned(),
+                    })
+                    .inc();
+            }
+        }
+    }
+
+    /// An HTTP request started; it ends when the guard drops.
+    pub fn http_request(&self) -> InFlight {
+        self.in_flight.inc();
+        InFlight(self.in_flight.clone())
+    }
+
+    /// Counts a config reload.
+    pub fn reload(&self, ok: bool) {
+        let result = if ok {
+            ReloadResult::Success
+        } else {
+            ReloadResult::Failure
+        };
+        self.reloads.get_or_create(&ReloadLabels { result }).inc();
+    }
+
+    /// The text exposition (OpenMetrics), with the store's figures read now.
+    pub fn render(&self, stats: &Stats) -> String {
+        self.keys.set(i64::try_from(stats.keys).unwrap_or(i64::MAX));
+        self.capacity.set(i64::try_from(stats.capacity).unwrap_or(i64::MAX));
+        self.bytes.set(i64::try_from(stats.bytes).unwrap_or(i64::MAX));
+        {
+            let mut seen = self.evictions_seen.lock();
+            let now = stats.evictions;
+            self.evictions.inc_by(now.saturating_sub(*seen));
+            *seen = (*seen).max(now);
+        }
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// An HTTP request in flight, counted until this drops.
+pub struct InFlight(Gauge);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// Label values in snake case, as Prometheus names go.
+macro_rules! label_values {
+    ($($t:ty { $($variant:ident => $text:literal),* $(,)? })*) => {$(
+        impl EncodeLabelValue for $t {
+            fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+                encoder.write_str(match self {
+                    $(Self::$variant => $text,)*
+                })
+            }
+        }
+    )*};
+}
+
+label_values! {
+    Api { Grpc => "grpc", Json => "json", Check => "check", AdHoc => "ad_hoc" }
+    Outcome { Ok => "ok", OverLimit => "over_limit", Invalid => "invalid", Unavailable => "unavailable" }
+    ReloadResult { Success => "success", Failure => "failure" }
+}

@@ -1,0 +1,294 @@
+//! Starting, reloading and stopping the service.
+
+use crate::config::{Config, ConfigError};
+use crate::engine::{Engine, InputLimits};
+use crate::grpc::{Grpc, HeaderOptions};
+use crate::metrics::Metrics;
+use slidegate_core::Clock;
+use slidegate_memory::Budget;
+use slidegate_tower::LegacyReset;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// How to run the service.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Config files or directories of them; none serves only the ad-hoc
+    /// API.
+    pub config: Vec<PathBuf>,
+    /// The HTTP address.
+    pub http: SocketAddr,
+    /// The gRPC address.
+    pub grpc: SocketAddr,
+    /// The counter store's budget.
+    pub budget: Budget,
+    /// Limits on what a request may carry.
+    pub input: InputLimits,
+    /// Largest HTTP body, in bytes.
+    pub body_limit: usize,
+    /// How often the config files are checked for changes; `None` never.
+    pub reload_every: Option<Duration>,
+    /// Whether gRPC answers carry the rate-limit headers in
+    /// `response_headers_to_add` (off by default, as in envoyproxy/ratelimit).
+    pub grpc_headers: bool,
+    /// `X-RateLimit-*` on HTTP answers (and gRPC ones, when on), with this
+    /// flavour of `-Reset`.
+    pub legacy_headers: Option<LegacyReset>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            config: Vec::new(),
+            http: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            grpc: SocketAddr::from(([127, 0, 0, 1], 8081)),
+            budget: Budget::bytes(256 << 20),
+            input: InputLimits::default(),
+            body_limit: 64 << 10,
+            reload_every: Some(Duration::from_secs(1)),
+            grpc_headers: false,
+            legacy_headers: None,
+        }
+    }
+}
+
+/// Why the service could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// The config did not load.
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    /// An address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// What the HTTP and gRPC front ends share.
+pub struct Shared<C> {
+    pub(crate) engine: Engine<C>,
+    pub(crate) metrics: Metrics,
+    pub(crate) grpc_headers: HeaderOptions,
+    pub(crate) http_headers: HeaderOptions,
+    pub(crate) body_limit: usize,
+    paths: Vec<PathBuf>,
+}
+
+impl<C: Clock> Shared<C> {
+    /// Loads the config files again and, if they are valid, serves them
+    /// from now on; if not, the old config keeps serving. Either way the
+    /// reload is counted.
+    ///
+    /// # Errors
+    ///
+    /// The [`ConfigError`] of the new files.
+    pub fn reload(&self) -> Result<(), ConfigError> {
+        match Config::load(&self.paths) {
+            Ok(config) => {
+                self.engine.replace_config(config);
+                self.metrics.reload(true);
+                tracing::info!(domains = self.engine.config().domains().count(), "config reloaded");
+                Ok(())
+            }
+            Err(e) => {
+                self.metrics.reload(false);
+                tracing::error!(error = %e, "config reload failed; the previous config stays in force");
+                Err(e)
+            }
+        }
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Engine<C> {
+        &self.engine
+    }
+
+    /// The metrics in text form.
+    pub fn metrics_text(&self) -> String {
+        self.metrics.render(&self.engine.stats())
+    }
+}
+
+/// A running service.
+pub struct Running<C> {
+    /// Where HTTP listens.
+    pub http: SocketAddr,
+    /// Where gRPC listens.
+    pub grpc: SocketAddr,
+    shared: Arc<Shared<C>>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl<C: Clock> Running<C> {
+    /// What the front ends share (the engine, the metrics, `reload`).
+    pub fn shared(&self) -> &Arc<Shared<C>> {
+        &self.shared
+    }
+
+    /// Stops accepting, lets the requests in flight finish, and returns
+    /// when both servers have stopped.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+
+    /// Runs until `signal` resolves, then shuts down gracefully.
+    pub async fn run_until(self, signal: impl Future<Output = ()>) {
+        signal.await;
+        tracing::info!("shutting down: finishing the requests in flight");
+        self.shutdown().await;
+    }
+}
+
+/// A fingerprint of the config files: their names, lengths and
+/// modification times, to notice a change.
+fn fingerprint(paths: &[PathBuf]) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
+    let mut out = Vec::new();
+    for path in paths {
+        let mut files = vec![path.clone()];
+        if let Ok(dir) = std::fs::read_dir(path) {
+            files = dir.filter_map(|e| e.ok().map(|e| e.path())).collect();
+            files.sort();
+        }
+        for file in files {
+            let meta = std::fs::metadata(&file).ok();
+            let len = meta.as_ref().map_or(0, std::fs::Metadata::len);
+            let modified = meta.and_then(|m| m.modified().ok());
+            out.push((file, len, modified));
+        }
+    }
+    out
+}
+
+/// Starts the service: loads the config, binds both addresses, serves, and
+/// watches the config files.
+///
+/// # Errors
+///
+/// [`StartError`] if the config does not load or an address cannot be
+/// bound.
+pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C) -> Result<Running<C>, StartError> {
+    let config = Config::load(&options.config)?;
+    let http_listener = TcpListener::bind(options.http)
+        .await
+        .map_err(|source| StartError::Bind {
+            addr: options.http,
+            source,
+        })?;
+    let grpc_listener = TcpListener::bind(options.grpc)
+        .await
+        .map_err(|source| StartError::Bind {
+            addr: options.grpc,
+            source,
+        })?;
+    let http = http_listener.local_addr().unwrap_or(options.http);
+    let grpc = grpc_listener.local_addr().unwrap_or(options.grpc);
+    let shared = Arc::new(Shared {
+        engine: Engine::new(config, clock, options.budget, options.input),
+        metrics: Metrics::new(),
+        grpc_headers: HeaderOptions {
+            draft: options.grpc_headers,
+            legacy: options.legacy_headers.filter(|_| options.grpc_headers),
+        },
+        http_headers: HeaderOptions {
+            draft: true,
+            legacy: options.legacy_headers,
+        },
+        body_limit: options.body_limit,
+        paths: options.config.clone(),
+    });
+    let (stop, stopped) = watch::channel(false);
+    let until_stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|&s| s).await;
+    };
+
+    let mut tasks = Vec::new();
+    let router = crate::http::router(Arc::clone(&shared));
+    let http_stop = until_stopped(stopped.clone());
+    tasks.push(tokio::spawn(async move {
+        let served = axum::serve(http_listener, router)
+            .with_graceful_shutdown(http_stop)
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "the HTTP server stopped");
+        }
+    }));
+
+    let grpc_service = Grpc::service(Arc::clone(&shared));
+    let grpc_stop = until_stopped(stopped.clone());
+    tasks.push(tokio::spawn(async move {
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(grpc_listener);
+        let served = tonic::transport::Server::builder()
+            .add_service(grpc_service)
+            .serve_with_incoming_shutdown(incoming, grpc_stop)
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "the gRPC server stopped");
+        }
+    }));
+
+    if let Some(every) = options.reload_every.filter(|_| !options.config.is_empty()) {
+        let watched = Arc::clone(&shared);
+        let mut stopped = stopped.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut seen = fingerprint(&watched.paths);
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = stopped.wait_for(|&s| s) => return,
+                }
+                let now = fingerprint(&watched.paths);
+                if now != seen {
+                    seen = now;
+                    let _ = watched.reload();
+                }
+            }
+        }));
+    }
+    tracing::info!(%http, %grpc, "serving");
+    Ok(Running {
+        http,
+        grpc,
+        shared,
+        stop,
+        tasks,
+    })
+}
+
+/// Resolves on SIGTERM or SIGINT (Ctrl-C).
+pub async fn shutdown_signal() {
+    let interrupt = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => {}
+        () = terminate => {}
+    }
+}

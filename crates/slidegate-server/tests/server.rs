@@ -1,0 +1,783 @@
+//! The real server on ephemeral loopback ports, over real sockets: gRPC
+//! through the client generated from the project's proto files, HTTP
+//! through hyper's client. Time is a manual clock.
+//!
+//! One test per row of the behaviour table of Envoy's rate limit service
+//! (`envoy-rls-v3.md` in the project's reference), then the HTTP API, the
+//! example config, reloads and shutdown.
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use slidegate_core::ManualClock;
+use slidegate_server::proto::descriptor::RateLimitDescriptor;
+use slidegate_server::proto::descriptor::rate_limit_descriptor::{Entry, RateLimitOverride};
+use slidegate_server::proto::rls::rate_limit_response::{Code, rate_limit};
+use slidegate_server::proto::rls::rate_limit_service_client::RateLimitServiceClient;
+use slidegate_server::proto::rls::{RateLimitRequest, RateLimitResponse};
+use slidegate_server::server::{self, Options, Running};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tonic::transport::Channel;
+
+/// A fresh directory under the system's temporary one, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> Self {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("slidegate-server-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+struct Harness {
+    running: Running<ManualClock>,
+    clock: ManualClock,
+    grpc: RateLimitServiceClient<Channel>,
+    dir: TempDir,
+}
+
+impl Harness {
+    async fn start(yaml: &str) -> Harness {
+        Harness::start_with(yaml, |_| {}).await
+    }
+
+    /// Serves `yaml` (one domain file in a fresh folder, unless empty) with
+    /// the options changed by `tweak`.
+    async fn start_with(yaml: &str, tweak: impl FnOnce(&mut Options)) -> Harness {
+        let dir = TempDir::new();
+        let mut options = Options {
+            http: "127.0.0.1:0".parse().unwrap(),
+            grpc: "127.0.0.1:0".parse().unwrap(),
+            reload_every: None,
+            ..Options::default()
+        };
+        if !yaml.is_empty() {
+            dir.write("domain.yaml", yaml);
+            options.config = vec![dir.0.clone()];
+        }
+        tweak(&mut options);
+        let clock = ManualClock::new(1_000_000_000_000);
+        let running = server::start(options, clock.clone()).await.unwrap();
+        let channel = Channel::from_shared(format!("http://{}", running.grpc))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        Harness {
+            running,
+            clock,
+            grpc: RateLimitServiceClient::new(channel),
+            dir,
+        }
+    }
+
+    async fn rls(&mut self, request: RateLimitRequest) -> Result<RateLimitResponse, tonic::Status> {
+        self.grpc
+            .should_rate_limit(request)
+            .await
+            .map(tonic::Response::into_inner)
+    }
+
+    async fn post(&self, path: &str, body: &str) -> (StatusCode, HeaderMap, String) {
+        http_post(self.running.http, path, body).await
+    }
+
+    async fn get(&self, path: &str) -> (StatusCode, String) {
+        let stream = TcpStream::connect(self.running.http).await.unwrap();
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        let request = Request::get(path)
+            .header("host", "localhost")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let response = sender.send_request(request).await.unwrap();
+        let status = response.status();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (status, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    /// The value of one metric line, as written in /metrics.
+    async fn metric(&self, line_start: &str) -> Option<f64> {
+        let (_, text) = self.get("/metrics").await;
+        text.lines()
+            .find(|l| l.starts_with(line_start))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    }
+}
+
+async fn http_post(addr: SocketAddr, path: &str, body: &str) -> (StatusCode, HeaderMap, String) {
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let request = Request::post(path)
+        .header("host", "localhost")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body.to_owned())))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    let (parts, body) = response.into_parts();
+    let bytes = body.collect().await.unwrap().to_bytes();
+    (parts.status, parts.headers, String::from_utf8(bytes.to_vec()).unwrap())
+}
+
+fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(k, v)| Entry {
+                key: (*k).to_owned(),
+                value: (*v).to_owned(),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.to_owned(),
+        descriptors,
+        hits_addend: 0,
+    }
+}
+
+fn one(domain: &str, entries: &[(&str, &str)]) -> RateLimitRequest {
+    request(domain, vec![descriptor(entries)])
+}
+
+fn codes(response: &RateLimitResponse) -> Vec<Code> {
+    response.statuses.iter().map(|s| s.code()).collect()
+}
+
+const BASIC: &str = "
+domain: d
+descriptors:
+  - key: a
+    rate_limit: { unit: second, requests_per_unit: 2, algorithm: sliding_log }
+  - key: open
+  - key: free
+    rate_limit: { unlimited: true }
+  - key: shadow
+    shadow_mode: true
+    rate_limit: { unit: second, requests_per_unit: 1 }
+  - key: q1
+    quota_mode: true
+    rate_limit: { unit: second, requests_per_unit: 1 }
+  - key: q2
+    quota_mode: true
+    rate_limit: { unit: second, requests_per_unit: 1 }
+";
+
+/// Row "statuses": one per request descriptor, in the same order; and row
+/// "descriptor matches no rule": OK with no current_limit.
+#[tokio::test]
+async fn one_status_per_descriptor_in_order() {
+    let mut h = Harness::start(BASIC).await;
+    let r = request(
+        "d",
+        vec![
+            descriptor(&[("a", "1")]),
+            descriptor(&[("nothing", "x")]),
+            descriptor(&[("open", "y")]),
+            descriptor(&[("a", "2")]),
+        ],
+    );
+    let response = h.rls(r).await.unwrap();
+    assert_eq!(response.overall_code(), Code::Ok);
+    assert_eq!(codes(&response), vec![Code::Ok; 4]);
+    let limit = response.statuses[0].current_limit.as_ref().unwrap();
+    assert_eq!((limit.requests_per_unit, limit.unit()), (2, rate_limit::Unit::Second));
+    assert_eq!(response.statuses[0].limit_remaining, 1);
+    assert!(response.statuses[1].current_limit.is_none());
+    assert!(response.statuses[2].current_limit.is_none());
+    assert_eq!(response.statuses[3].limit_remaining, 1);
+    // A domain with no config limits nothing.
+    let response = h.rls(one("elsewhere", &[("a", "1")])).await.unwrap();
+    assert_eq!(response.overall_code(), Code::Ok);
+    assert!(response.statuses[0].current_limit.is_none());
+}
+
+/// Row "overall_code": OVER_LIMIT if any status not in shadow mode is;
+/// quota-mode descriptors only if all of them are.
+#[tokio::test]
+async fn overall_code_with_shadow_and_quota_modes() {
+    let mut h = Harness::start(BASIC).await;
+    for _ in 0..2 {
+        h.rls(one("d", &[("a", "1")])).await.unwrap();
+    }
+    let over = h
+        .rls(request("d", vec![descriptor(&[("a", "1")]), descriptor(&[("a", "2")])]))
+        .await
+        .unwrap();
+    assert_eq!(over.overall_code(), Code::OverLimit);
+    assert_eq!(codes(&over), vec![Code::OverLimit, Code::Ok]);
+
+    // Shadow mode: counted, refused in the metrics only.
+    assert_eq!(
+        h.rls(one("d", &[("shadow", "s")])).await.unwrap().overall_code(),
+        Code::Ok
+    );
+    let shadowed = h.rls(one("d", &[("shadow", "s")])).await.unwrap();
+    assert_eq!((shadowed.overall_code(), codes(&shadowed)), (Code::Ok, vec![Code::Ok]));
+    assert_eq!(
+        h.metric("slidegate_shadow_mode_refusals_total{domain=\"d\"}").await,
+        Some(1.0)
+    );
+
+    // Quota mode: one of two quota descriptors over is not enough.
+    let both = || request("d", vec![descriptor(&[("q1", "x")]), descriptor(&[("q2", "x")])]);
+    h.rls(one("d", &[("q1", "x")])).await.unwrap();
+    let half = h.rls(both()).await.unwrap();
+    assert_eq!(codes(&half), vec![Code::OverLimit, Code::Ok]);
+    assert_eq!(half.overall_code(), Code::Ok);
+    let all = h.rls(both()).await.unwrap();
+    assert_eq!(codes(&all), vec![Code::OverLimit, Code::OverLimit]);
+    assert_eq!(all.overall_code(), Code::OverLimit);
+}
+
+/// Row "`unlimited: true` rule": OK, limit_remaining = 4294967295.
+#[tokio::test]
+async fn unlimited_rules_answer_the_largest_remaining() {
+    let mut h = Harness::start(BASIC).await;
+    for _ in 0..5 {
+        let response = h.rls(one("d", &[("free", "z")])).await.unwrap();
+        assert_eq!(response.overall_code(), Code::Ok);
+        assert_eq!(response.statuses[0].limit_remaining, u32::MAX);
+        assert!(response.statuses[0].current_limit.is_none());
+    }
+}
+
+/// Row "hits": a request's hits_addend 0 counts as 1; a descriptor's
+/// hits_addend, when set, wins and may be 0 (a peek).
+#[tokio::test]
+async fn hits_addend_rules() {
+    let mut h = Harness::start(
+        "domain: h\ndescriptors:\n  - key: k\n    rate_limit: { unit: minute, requests_per_unit: 10 }\n",
+    )
+    .await;
+    let mut r = one("h", &[("k", "v")]);
+    assert_eq!(h.rls(r.clone()).await.unwrap().statuses[0].limit_remaining, 9);
+    r.hits_addend = 3;
+    assert_eq!(h.rls(r.clone()).await.unwrap().statuses[0].limit_remaining, 6);
+    let mut peek = r.clone();
+    peek.descriptors[0].hits_addend = Some(pbjson_types::UInt64Value { value: 0 });
+    for _ in 0..3 {
+        assert_eq!(h.rls(peek.clone()).await.unwrap().statuses[0].limit_remaining, 6);
+    }
+    let mut two = r.clone();
+    two.descriptors[0].hits_addend = Some(pbjson_types::UInt64Value { value: 2 });
+    assert_eq!(h.rls(two).await.unwrap().statuses[0].limit_remaining, 4);
+    // More hits than remain: refused and not counted.
+    r.hits_addend = 5;
+    let refused = h.rls(r).await.unwrap();
+    assert_eq!(
+        (refused.overall_code(), refused.statuses[0].limit_remaining),
+        (Code::OverLimit, 4)
+    );
+}
+
+/// Row "descriptor `limit` override": replaces the configured limit.
+#[tokio::test]
+async fn a_limit_override_replaces_the_configured_limit() {
+    let mut h = Harness::start(
+        "domain: o\ndescriptors:\n  - key: k\n    rate_limit: { unit: second, requests_per_unit: 100 }\n",
+    )
+    .await;
+    let mut r = one("o", &[("k", "v")]);
+    r.descriptors[0].limit = Some(RateLimitOverride {
+        requests_per_unit: 1,
+        unit: 2, // MINUTE
+    });
+    let first = h.rls(r.clone()).await.unwrap();
+    let limit = first.statuses[0].current_limit.clone().unwrap();
+    assert_eq!((limit.requests_per_unit, limit.unit()), (1, rate_limit::Unit::Minute));
+    assert_eq!(h.rls(r.clone()).await.unwrap().overall_code(), Code::OverLimit);
+    // The configured limit, counted apart, is untouched.
+    assert_eq!(
+        h.rls(one("o", &[("k", "v")])).await.unwrap().statuses[0].limit_remaining,
+        99
+    );
+    // An override with an unknown unit is invalid.
+    r.descriptors[0].limit = Some(RateLimitOverride {
+        requests_per_unit: 1,
+        unit: 0,
+    });
+    assert_eq!(h.rls(r).await.unwrap_err().code(), tonic::Code::InvalidArgument);
+}
+
+/// Row "duration_until_reset": for a sliding window, until the next unit
+/// frees.
+#[tokio::test]
+async fn duration_until_reset_is_when_quota_frees() {
+    let mut h = Harness::start(BASIC).await;
+    h.rls(one("d", &[("a", "t")])).await.unwrap();
+    h.clock.advance(Duration::from_millis(300));
+    h.rls(one("d", &[("a", "t")])).await.unwrap();
+    h.clock.advance(Duration::from_millis(100));
+    let refused = h.rls(one("d", &[("a", "t")])).await.unwrap();
+    assert_eq!(refused.overall_code(), Code::OverLimit);
+    let wait = refused.statuses[0].duration_until_reset.unwrap();
+    // The first hit leaves the window 1 s after it came: 600 ms from now.
+    assert_eq!((wait.seconds, wait.nanos), (0, 600_000_000));
+    h.clock.advance(Duration::from_millis(600));
+    assert_eq!(h.rls(one("d", &[("a", "t")])).await.unwrap().overall_code(), Code::Ok);
+}
+
+/// Row "empty domain or no descriptors": INVALID_ARGUMENT; and the input
+/// limits, named in the message.
+#[tokio::test]
+async fn invalid_requests_are_invalid_argument() {
+    let mut h = Harness::start_with(BASIC, |o| o.input.descriptors = 2).await;
+    let empty_domain = h.rls(one("", &[("a", "1")])).await.unwrap_err();
+    assert_eq!(empty_domain.code(), tonic::Code::InvalidArgument);
+    assert!(empty_domain.message().contains("domain"), "{empty_domain:?}");
+    let none = h.rls(request("d", vec![])).await.unwrap_err();
+    assert_eq!(none.code(), tonic::Code::InvalidArgument);
+    let many = h
+        .rls(request("d", vec![descriptor(&[("a", "1")]); 3]))
+        .await
+        .unwrap_err();
+    assert_eq!(many.code(), tonic::Code::InvalidArgument);
+    assert!(many.message().contains("over the limit of 2"), "{many:?}");
+    let long = "x".repeat(2000);
+    let too_long = h.rls(one("d", &[("a", &long)])).await.unwrap_err();
+    assert!(too_long.message().contains("1024 bytes"), "{too_long:?}");
+    let no_entries = h.rls(request("d", vec![descriptor(&[])])).await.unwrap_err();
+    assert_eq!(no_entries.code(), tonic::Code::InvalidArgument);
+    assert_eq!(
+        h.metric("slidegate_requests_total{api=\"grpc\",outcome=\"invalid\"}")
+            .await,
+        Some(5.0)
+    );
+}
+
+/// Row "headers": RateLimit headers in response_headers_to_add, when on.
+#[tokio::test]
+async fn headers_in_the_grpc_answer_when_enabled() {
+    let mut off = Harness::start(BASIC).await;
+    assert!(
+        off.rls(one("d", &[("a", "1")]))
+            .await
+            .unwrap()
+            .response_headers_to_add
+            .is_empty()
+    );
+    let mut on = Harness::start_with(BASIC, |o| o.grpc_headers = true).await;
+    let response = on.rls(one("d", &[("a", "1")])).await.unwrap();
+    let headers: Vec<(&str, &str)> = response
+        .response_headers_to_add
+        .iter()
+        .map(|h| (h.key.as_str(), h.value.as_str()))
+        .collect();
+    assert!(headers.contains(&("ratelimit-policy", "\"d0\";q=2;w=1")), "{headers:?}");
+    assert!(headers.contains(&("ratelimit", "\"d0\";r=1;t=1")), "{headers:?}");
+}
+
+/// `POST /json` as envoyproxy/ratelimit serves it.
+#[tokio::test]
+async fn post_json_speaks_proto3_json() {
+    let h = Harness::start(BASIC).await;
+    let body = r#"{"domain":"d","descriptors":[{"entries":[{"key":"a","value":"j"}]}],"hitsAddend":2}"#;
+    let (status, headers, text) = h.post("/json", body).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(answer["overallCode"], "OK");
+    assert_eq!(answer["statuses"][0]["currentLimit"]["requestsPerUnit"], 2);
+    assert_eq!(answer["statuses"][0]["currentLimit"]["unit"], "SECOND");
+    assert_eq!(headers["ratelimit"], "\"d0\";r=0;t=1");
+    let (status, headers, text) = h.post("/json", body).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(answer["overallCode"], "OVER_LIMIT");
+    assert_eq!(answer["statuses"][0]["code"], "OVER_LIMIT");
+    assert_eq!(headers["retry-after"], "1");
+    // Not a RateLimitRequest: 400 naming the problem.
+    let (status, _, text) = h
+        .post("/json", r#"{"domain":"d","descriptors":[{"entries":[{"kee":"a"}]}]}"#)
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(text.contains("kee"), "{text}");
+}
+
+/// `POST /v1/check` with an ad-hoc key: decision, headers, peek and reset.
+#[tokio::test]
+async fn ad_hoc_checks_peeks_and_resets() {
+    let h = Harness::start("").await;
+    let check =
+        |cost: u64| format!(r#"{{"key":"user-1","limit":2,"window":"10s","algorithm":"sliding_log","cost":{cost}}}"#);
+    let (status, headers, text) = h.post("/v1/check", &check(1)).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let d: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!((d["allowed"].as_bool(), d["remaining"].as_u64()), (Some(true), Some(1)));
+    assert_eq!(headers["ratelimit-policy"], "\"key\";q=2;w=10");
+    assert_eq!(headers["ratelimit"], "\"key\";r=1;t=10");
+    h.clock.advance(Duration::from_millis(2_500));
+    h.post("/v1/check", &check(1)).await;
+    // A peek changes nothing.
+    for _ in 0..2 {
+        let (status, _, text) = h.post("/v1/check", &check(0)).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(text.contains("\"remaining\":0"), "{text}");
+    }
+    let (status, headers, text) = h.post("/v1/check", &check(1)).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(text.contains("\"retry_after_ms\":7500"), "{text}");
+    assert_eq!(headers["retry-after"], "8");
+    // Reset, then the key is fresh.
+    let reset = r#"{"key":"user-1","limit":2,"window":"10s","algorithm":"sliding_log"}"#;
+    let (status, _, text) = h.post("/v1/reset", reset).await;
+    assert_eq!((status, text.as_str()), (StatusCode::OK, r#"{"reset":1}"#));
+    assert_eq!(h.post("/v1/check", &check(1)).await.0, StatusCode::OK);
+}
+
+/// `POST /v1/check` with descriptors of a configured domain.
+#[tokio::test]
+async fn descriptor_checks_answer_slidegate_json() {
+    let h = Harness::start(BASIC).await;
+    let body = r#"{"domain":"d","descriptors":[{"entries":[{"key":"a","value":"c"}]}],"hits_addend":2}"#;
+    let (status, headers, text) = h.post("/v1/check", body).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let d: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(d["allowed"], true);
+    assert_eq!(d["statuses"][0]["limits"][0]["algorithm"], "sliding_log");
+    assert_eq!(d["statuses"][0]["limits"][0]["remaining"], 0);
+    assert_eq!(headers["ratelimit"], "\"d0\";r=0;t=1");
+    assert_eq!(h.post("/v1/check", body).await.0, StatusCode::TOO_MANY_REQUESTS);
+    let (status, _, text) = h
+        .post(
+            "/v1/reset",
+            r#"{"domain":"d","descriptors":[{"entries":[{"key":"a","value":"c"}]}]}"#,
+        )
+        .await;
+    assert_eq!((status, text.as_str()), (StatusCode::OK, r#"{"reset":1}"#));
+    assert_eq!(h.post("/v1/check", body).await.0, StatusCode::OK);
+}
+
+/// Bad HTTP input: a clear 400 or 413, never a panic.
+#[tokio::test]
+async fn bad_http_input_is_refused_with_the_reason() {
+    let h = Harness::start_with("", |o| o.body_limit = 256).await;
+    let (status, headers, text) = h
+        .post("/v1/check", &format!(r#"{{"key":"{}"}}"#, "k".repeat(300)))
+        .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(headers["content-type"], "application/problem+json");
+    assert!(text.contains("limit of 256 bytes"), "{text}");
+    for (body, needle) in [
+        ("{", "not JSON"),
+        (r#"{"key":"k","limit":1,"window":"1s","colour":"red"}"#, "colour"),
+        (r#"{"key":"k","limit":0,"window":"1s"}"#, "limit"),
+        (r#"{"key":"k","limit":1,"window":"soon"}"#, "window"),
+        (r#"{"key":"k","limit":1,"window":"1s","algorithm":"magic"}"#, "magic"),
+        (
+            r#"{"key":"k","limit":1,"window":"1s","algorithm":"gcra","buckets":4}"#,
+            "buckets",
+        ),
+        (r#"{"key":"k","limit":-1,"window":"1s"}"#, "limit"),
+        (r#"[1,2]"#, "key"),
+    ] {
+        let (status, _, text) = h.post("/v1/check", body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {text}");
+        assert!(text.contains(needle), "{body}: {text}");
+    }
+    let (status, _, _) = h
+        .post(
+            "/v1/check",
+            &format!(r#"{{"key":"{}","limit":1,"window":"1s"}}"#, "k".repeat(200)),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+/// The example of the YAML reference behaves as its comments say.
+#[tokio::test]
+async fn the_reference_example_behaves_as_documented() {
+    let example = "
+domain: edge_proxy
+descriptors:
+  - key: remote_address               # 10 per second per client address
+    rate_limit: { unit: second, requests_per_unit: 10 }
+  - key: remote_address               # one address blocked
+    value: 50.0.0.5
+    rate_limit: { unit: second, requests_per_unit: 0 }
+  - key: message_type                 # nested: 5 marketing messages a day per number
+    value: marketing
+    descriptors:
+      - key: to_number
+        rate_limit: { unit: day, requests_per_unit: 5 }
+  - key: path                         # one shared counter for a wildcard
+    value: /files/*
+    share_threshold: true
+    rate_limit: { unit: hour, requests_per_unit: 100 }
+  - key: category
+    value: account
+    rate_limit: { name: account_default, unit: minute, requests_per_unit: 4 }
+  - key: client
+    value: vip
+    rate_limit:
+      replaces: [ { name: account_default } ]
+      unit: minute
+      requests_per_unit: 40
+  - key: ldap
+    rate_limit: { unlimited: true }
+";
+    let mut h = Harness::start(example).await;
+    let mut rls = async |entries: &[(&str, &str)]| h.rls(one("edge_proxy", entries)).await.unwrap();
+    // 10 per second per address, counted apart.
+    for i in 0..10 {
+        assert_eq!(
+            rls(&[("remote_address", "10.0.0.1")]).await.statuses[0].limit_remaining,
+            9 - i
+        );
+    }
+    assert_eq!(
+        rls(&[("remote_address", "10.0.0.1")]).await.overall_code(),
+        Code::OverLimit
+    );
+    assert_eq!(rls(&[("remote_address", "10.0.0.2")]).await.overall_code(), Code::Ok);
+    // The blocked address.
+    assert_eq!(
+        rls(&[("remote_address", "50.0.0.5")]).await.overall_code(),
+        Code::OverLimit
+    );
+    // 5 marketing messages a day per number.
+    for _ in 0..5 {
+        assert_eq!(
+            rls(&[("message_type", "marketing"), ("to_number", "111")])
+                .await
+                .overall_code(),
+            Code::Ok
+        );
+    }
+    let sixth = rls(&[("message_type", "marketing"), ("to_number", "111")]).await;
+    assert_eq!(sixth.overall_code(), Code::OverLimit);
+    assert_eq!(
+        sixth.statuses[0].current_limit.as_ref().unwrap().unit(),
+        rate_limit::Unit::Day
+    );
+    assert_eq!(
+        rls(&[("message_type", "marketing"), ("to_number", "222")])
+            .await
+            .overall_code(),
+        Code::Ok
+    );
+    // One counter for every path under /files/.
+    assert_eq!(rls(&[("path", "/files/a")]).await.statuses[0].limit_remaining, 99);
+    assert_eq!(rls(&[("path", "/files/b")]).await.statuses[0].limit_remaining, 98);
+    assert!(rls(&[("path", "/other")]).await.statuses[0].current_limit.is_none());
+    // 4 a minute per account; vip replaces it with 40 when both match.
+    let account = || descriptor(&[("category", "account")]);
+    let vip = || descriptor(&[("client", "vip")]);
+    for _ in 0..4 {
+        h.rls(request("edge_proxy", vec![account()])).await.unwrap();
+    }
+    assert_eq!(
+        h.rls(request("edge_proxy", vec![account()]))
+            .await
+            .unwrap()
+            .overall_code(),
+        Code::OverLimit
+    );
+    let both = h.rls(request("edge_proxy", vec![account(), vip()])).await.unwrap();
+    assert_eq!(both.overall_code(), Code::Ok);
+    assert!(both.statuses[0].current_limit.is_none());
+    assert_eq!(both.statuses[1].current_limit.as_ref().unwrap().requests_per_unit, 40);
+    // ldap is unlimited.
+    let ldap = h.rls(one("edge_proxy", &[("ldap", "cn=x")])).await.unwrap();
+    assert_eq!(ldap.statuses[0].limit_remaining, u32::MAX);
+}
+
+/// A good new config replaces the old one without resetting the limits
+/// that did not change; a bad one is refused and the old one keeps
+/// serving; both are counted.
+#[tokio::test]
+async fn reload_good_and_bad_files() {
+    let first = "domain: r\ndescriptors:\n  - key: keep\n    rate_limit: { unit: minute, requests_per_unit: 5 }\n  - key: change\n    rate_limit: { unit: minute, requests_per_unit: 5 }\n";
+    let mut h = Harness::start(first).await;
+    for _ in 0..3 {
+        h.rls(request(
+            "r",
+            vec![descriptor(&[("keep", "x")]), descriptor(&[("change", "x")])],
+        ))
+        .await
+        .unwrap();
+    }
+    let second = "domain: r\ndescriptors:\n  - key: keep\n    rate_limit: { unit: minute, requests_per_unit: 5 }\n  - key: change\n    rate_limit: { unit: minute, requests_per_unit: 50 }\n  - key: new\n    rate_limit: { unit: minute, requests_per_unit: 1 }\n";
+    h.dir.write("domain.yaml", second);
+    h.running.shared().reload().unwrap();
+    let after = h
+        .rls(request(
+            "r",
+            vec![
+                descriptor(&[("keep", "x")]),
+                descriptor(&[("change", "x")]),
+                descriptor(&[("new", "x")]),
+            ],
+        ))
+        .await
+        .unwrap();
+    // `keep` went on counting (5 − 4); `change` started afresh (50 − 1).
+    let remaining: Vec<u32> = after.statuses.iter().map(|s| s.limit_remaining).collect();
+    assert_eq!(remaining, vec![1, 49, 0]);
+
+    h.dir.write(
+        "domain.yaml",
+        "domain: r\ndescriptors:\n  - key: keep\n    rate_limit: { unit: fortnight, requests_per_unit: 5 }\n",
+    );
+    let error = h.running.shared().reload().unwrap_err();
+    assert_eq!((error.line, error.column), (4, 25), "{error}");
+    // The old config still serves.
+    let still = h.rls(one("r", &[("new", "y")])).await.unwrap();
+    assert_eq!(still.statuses[0].current_limit.as_ref().unwrap().requests_per_unit, 1);
+    assert_eq!(
+        h.metric("slidegate_config_reloads_total{result=\"success\"}").await,
+        Some(1.0)
+    );
+    assert_eq!(
+        h.metric("slidegate_config_reloads_total{result=\"failure\"}").await,
+        Some(1.0)
+    );
+}
+
+/// The watcher notices a changed file by itself.
+#[tokio::test]
+async fn the_watcher_reloads_a_changed_file() {
+    let yaml = "domain: w\ndescriptors:\n  - key: k\n    rate_limit: { unit: minute, requests_per_unit: 5 }\n";
+    let mut h = Harness::start_with(yaml, |o| o.reload_every = Some(Duration::from_millis(20))).await;
+    assert_eq!(
+        h.rls(one("w", &[("k", "v")])).await.unwrap().statuses[0].limit_remaining,
+        4
+    );
+    h.dir.write("domain.yaml", &yaml.replace("5 }", "500 }"));
+    // Wait for the event (bounded), not for a fixed time.
+    let mut reloaded = false;
+    for _ in 0..500 {
+        if h.metric("slidegate_config_reloads_total{result=\"success\"}").await == Some(1.0) {
+            reloaded = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(reloaded, "the watcher did not reload within 5 s");
+    assert_eq!(
+        h.rls(one("w", &[("k", "v")])).await.unwrap().statuses[0].limit_remaining,
+        499
+    );
+}
+
+/// A config error at start names the file, line and column.
+#[tokio::test]
+async fn a_bad_config_does_not_start() {
+    let dir = TempDir::new();
+    let path = dir.write("bad.yaml", "domain: b\ndescriptors:\n  - key: k\n    rate_limits: 7\n");
+    let options = Options {
+        config: vec![path],
+        http: "127.0.0.1:0".parse().unwrap(),
+        grpc: "127.0.0.1:0".parse().unwrap(),
+        ..Options::default()
+    };
+    let error = server::start(options, ManualClock::new(0))
+        .await
+        .err()
+        .expect("a config error");
+    let text = error.to_string();
+    assert!(text.contains("bad.yaml:4:"), "{text}");
+    assert!(text.contains("rate_limits"), "{text}");
+}
+
+/// `GET /healthz` and `GET /metrics`.
+#[tokio::test]
+async fn health_and_metrics() {
+    let mut h = Harness::start(BASIC).await;
+    assert_eq!(h.get("/healthz").await, (StatusCode::OK, "OK\n".to_owned()));
+    h.rls(one("d", &[("a", "m")])).await.unwrap();
+    h.rls(one("nowhere", &[("a", "m")])).await.unwrap();
+    let (status, text) = h.get("/metrics").await;
+    assert_eq!(status, StatusCode::OK);
+    for line in [
+        "slidegate_requests_total{api=\"grpc\",outcome=\"ok\"} 2",
+        "slidegate_descriptor_decisions_total{domain=\"d\",outcome=\"ok\"} 1",
+        "slidegate_descriptor_decisions_total{domain=\"unknown\",outcome=\"ok\"} 1",
+        "slidegate_keys 1",
+        "slidegate_decision_seconds_count 2",
+        "slidegate_evictions_total 0",
+        "slidegate_store_errors_total 0",
+    ] {
+        assert!(text.contains(line), "{line} not in\n{text}");
+    }
+}
+
+/// Shutdown stops accepting and finishes the request in flight.
+#[tokio::test]
+async fn shutdown_finishes_requests_in_flight() {
+    let h = Harness::start("").await;
+    let addr = h.running.http;
+    // A request whose body is still on its way.
+    let body = r#"{"key":"k","limit":5,"window":"1m"}"#;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /v1/check HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(&body.as_bytes()[..10]).await.unwrap();
+    // Wait until the server is reading it (bounded): one in flight besides
+    // the /metrics request asking.
+    let mut reading = false;
+    for _ in 0..500 {
+        if h.metric("slidegate_http_requests_in_flight").await == Some(2.0) {
+            reading = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(reading, "the server never started reading the request");
+    let shutdown = tokio::spawn(h.running.shutdown());
+    // New connections are refused once the listener is closed (bounded wait).
+    let mut refused = false;
+    for _ in 0..500 {
+        if TcpStream::connect(addr).await.is_err() {
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(refused, "still accepting after shutdown");
+    stream.write_all(&body.as_bytes()[10..]).await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    assert!(answer.contains("\"remaining\":4"), "{answer}");
+    tokio::time::timeout(Duration::from_secs(10), shutdown)
+        .await
+        .unwrap()
+        .unwrap();
+}

@@ -1,0 +1,126 @@
+//! `slidegate serve`: the rate limit service.
+
+use anyhow::Context as _;
+use clap::Args as ClapArgs;
+use slidegate_core::MonotonicClock;
+use slidegate_core::duration::parse_positive_duration;
+use slidegate_memory::Budget;
+use slidegate_server::engine::InputLimits;
+use slidegate_server::server::{self, Options};
+use slidegate_tower::LegacyReset;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Every flag is also read from the environment variable named beside it.
+#[derive(ClapArgs, Debug)]
+pub(crate) struct Args {
+    /// A YAML config file (envoyproxy/ratelimit's format), or a folder of
+    /// them (one domain per file); repeat for more. Without one, only the
+    /// ad-hoc API of `POST /v1/check` limits anything. In the environment,
+    /// separate paths with `:`.
+    #[arg(long, env = "SLIDEGATE_CONFIG", value_delimiter = ':')]
+    config: Vec<PathBuf>,
+    /// The HTTP address (`POST /json`, `/v1/check`, `/v1/reset`, `GET
+    /// /healthz`, `/metrics`).
+    #[arg(long, env = "SLIDEGATE_HTTP", default_value = "127.0.0.1:8080")]
+    http: SocketAddr,
+    /// The gRPC address (Envoy's `RateLimitService`).
+    #[arg(long, env = "SLIDEGATE_GRPC", default_value = "127.0.0.1:8081")]
+    grpc: SocketAddr,
+    /// Memory for counters, in MiB; the store never holds more (the
+    /// soonest-expiring counters are evicted to make room).
+    #[arg(long, env = "SLIDEGATE_MEMORY_MIB", default_value_t = 256)]
+    memory_mib: usize,
+    /// How often the config files are checked for changes (`0s` never).
+    #[arg(long, env = "SLIDEGATE_RELOAD_EVERY", default_value = "1s", value_parser = parse_interval)]
+    reload_every: Duration,
+    /// Largest HTTP request body, in bytes.
+    #[arg(long, env = "SLIDEGATE_MAX_BODY", default_value_t = 65_536)]
+    max_body: usize,
+    /// Most descriptors in one request.
+    #[arg(long, env = "SLIDEGATE_MAX_DESCRIPTORS", default_value_t = 64)]
+    max_descriptors: usize,
+    /// Most entries in one descriptor.
+    #[arg(long, env = "SLIDEGATE_MAX_ENTRIES", default_value_t = 16)]
+    max_entries: usize,
+    /// Longest domain, entry key or value, or ad-hoc key, in bytes.
+    #[arg(long, env = "SLIDEGATE_MAX_TEXT", default_value_t = 1024)]
+    max_text: usize,
+    /// Put the RateLimit headers in gRPC answers' `response_headers_to_add`.
+    #[arg(long, env = "SLIDEGATE_GRPC_HEADERS")]
+    grpc_headers: bool,
+    /// Add `X-RateLimit-Limit`, `-Remaining` and `-Reset`: `delay` (seconds
+    /// from now) or `epoch` (a Unix time).
+    #[arg(long, env = "SLIDEGATE_LEGACY_HEADERS", value_parser = ["delay", "epoch"])]
+    legacy_headers: Option<String>,
+}
+
+fn parse_interval(s: &str) -> Result<Duration, String> {
+    if s.trim() == "0s" || s.trim() == "0" {
+        return Ok(Duration::ZERO);
+    }
+    parse_positive_duration(s).map_err(|e| e.to_string())
+}
+
+impl Args {
+    fn options(&self) -> anyhow::Result<Options> {
+        let bytes = self
+            .memory_mib
+            .checked_mul(1 << 20)
+            .filter(|&b| b > 0)
+            .with_context(|| {
+                format!(
+                    "--memory-mib {}: must be between 1 and {}",
+                    self.memory_mib,
+                    usize::MAX >> 20
+                )
+            })?;
+        for (flag, value) in [
+            ("--max-body", self.max_body),
+            ("--max-descriptors", self.max_descriptors),
+            ("--max-entries", self.max_entries),
+            ("--max-text", self.max_text),
+        ] {
+            anyhow::ensure!(value > 0, "{flag} {value}: must be at least 1");
+        }
+        Ok(Options {
+            config: self.config.clone(),
+            http: self.http,
+            grpc: self.grpc,
+            budget: Budget::bytes(bytes),
+            input: InputLimits {
+                descriptors: self.max_descriptors,
+                entries: self.max_entries,
+                text: self.max_text,
+            },
+            body_limit: self.max_body,
+            reload_every: (!self.reload_every.is_zero()).then_some(self.reload_every),
+            grpc_headers: self.grpc_headers,
+            legacy_headers: match self.legacy_headers.as_deref() {
+                Some("epoch") => Some(LegacyReset::EpochSeconds),
+                Some(_) => Some(LegacyReset::DelaySeconds),
+                None => None,
+            },
+        })
+    }
+}
+
+/// Serves until SIGTERM or SIGINT.
+pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
+    let options = args.options()?;
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        let running = server::start(options, MonotonicClock::new()).await?;
+        eprintln!("slidegate: HTTP on {}, gRPC on {}", running.http, running.grpc);
+        running.run_until(server::shutdown_signal()).await;
+        anyhow::Ok(())
+    })
+}
