@@ -4,7 +4,7 @@
 use crate::config::{Config, DEFAULT_ALGORITHM, Limit, Unit};
 use parking_lot::RwLock;
 use slidegate_core::{Algorithm, Clock, Decision, Policy, State, Weighting};
-use slidegate_memory::{Budget, Stats, Store, StoreError, Timed};
+use slidegate_memory::{Budget, KeyState, Ring8, Stats, Store, StoreError, Timed};
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
@@ -166,23 +166,62 @@ pub struct AdHoc {
     pub cost: u64,
 }
 
-/// Decides requests against a config, counting in one bounded store.
+/// The counters: sliding windows of 2 to 8 buckets with limits that fit
+/// 32 bits (the default algorithm) inline in their slot, every other
+/// policy in the core's `State`. Each store is bounded by its own budget.
+struct Counters {
+    ring: Store<u64, Timed<Ring8<u32>>>,
+    other: Store<u64, Timed<State>>,
+}
+
+impl Counters {
+    fn check(&self, policy: &Policy, key: u64, now: u64, cost: u64) -> Result<Decision, StoreError> {
+        if Timed::<Ring8<u32>>::suits(policy) {
+            self.ring.check(policy, &key, now, cost)
+        } else {
+            self.other.check(policy, &key, now, cost)
+        }
+    }
+
+    fn reset(&self, key: u64) -> bool {
+        // A key lives in one store; asking both is cheaper than knowing which.
+        self.ring.reset(&key) | self.other.reset(&key)
+    }
+
+    fn stats(&self) -> Stats {
+        let (a, b) = (self.ring.stats(), self.other.stats());
+        Stats {
+            keys: a.keys + b.keys,
+            capacity: a.capacity + b.capacity,
+            evictions: a.evictions + b.evictions,
+            reclaimed: a.reclaimed + b.reclaimed,
+            bytes: a.bytes + b.bytes,
+        }
+    }
+}
+
+/// Decides requests against a config, counting in bounded stores.
 pub struct Engine<C> {
     config: RwLock<Arc<Config>>,
-    counters: Store<u128, Timed<State>>,
+    counters: Counters,
     clock: C,
-    hash: [foldhash::fast::RandomState; 2],
+    hash: foldhash::fast::RandomState,
     limits: InputLimits,
 }
 
 impl<C: Clock> Engine<C> {
-    /// An engine serving `config`, counting within `budget`.
-    pub fn new(config: Config, clock: C, budget: Budget, limits: InputLimits) -> Self {
+    /// An engine serving `config`, counting sliding windows of up to 8
+    /// buckets (the default algorithm) within `budget` and every other
+    /// algorithm within `other_budget`.
+    pub fn new(config: Config, clock: C, budget: Budget, other_budget: Budget, limits: InputLimits) -> Self {
         Engine {
             config: RwLock::new(Arc::new(config)),
-            counters: Store::new(budget),
+            counters: Counters {
+                ring: Store::new(budget),
+                other: Store::new(other_budget),
+            },
             clock,
-            hash: [Default::default(), Default::default()],
+            hash: Default::default(),
             limits,
         }
     }
@@ -209,16 +248,14 @@ impl<C: Clock> Engine<C> {
         self.limits
     }
 
-    /// A 128-bit key for a counter: two independently seeded hashes, so
-    /// that two counters share a slot with a probability of about
-    /// `keys² / 2¹²⁹`.
-    fn key(&self, parts: impl Fn(&mut dyn Hasher)) -> u128 {
-        let [a, b] = &self.hash;
-        let mut ha = a.build_hasher();
-        parts(&mut ha);
-        let mut hb = b.build_hasher();
-        parts(&mut hb);
-        (u128::from(ha.finish()) << 64) | u128::from(hb.finish())
+    /// A 64-bit key for a counter, from a hash seeded at random when the
+    /// engine is built: two counters share a key with a probability of
+    /// about `keys² / 2⁶⁵` (one in 17 million with a million keys held), and
+    /// a client cannot aim for a collision without knowing the seed.
+    fn key(&self, parts: impl Fn(&mut dyn Hasher)) -> u64 {
+        let mut h = self.hash.build_hasher();
+        parts(&mut h);
+        h.finish()
     }
 
     fn check_text(&self, what: &str, text: &str) -> Result<(), EngineError> {
@@ -377,7 +414,7 @@ impl<C: Clock> Engine<C> {
         hits: u64,
         now: u64,
     ) -> Result<Status, EngineError> {
-        let keys: Vec<u128> = limits
+        let keys: Vec<u64> = limits
             .iter()
             .map(|l| {
                 self.key(|h| {
@@ -386,12 +423,12 @@ impl<C: Clock> Engine<C> {
                 })
             })
             .collect();
-        let check = |l: &Limit, key: u128, cost: u64| -> Result<Option<Decision>, EngineError> {
+        let check = |l: &Limit, key: u64, cost: u64| -> Result<Option<Decision>, EngineError> {
             match &l.policy {
                 None => Ok(None),
                 Some(p) => self
                     .counters
-                    .check(p, &key, now, cost)
+                    .check(p, key, now, cost)
                     .map(Some)
                     .map_err(|e| store_error(&e)),
             }
@@ -473,13 +510,13 @@ impl<C: Clock> Engine<C> {
         self.check_text("the key", &ad_hoc.key)?;
         let key = self.ad_hoc_key(&ad_hoc.key, &ad_hoc.policy);
         self.counters
-            .check(&ad_hoc.policy, &key, self.clock.now(), ad_hoc.cost)
+            .check(&ad_hoc.policy, key, self.clock.now(), ad_hoc.cost)
             .map_err(|e| store_error(&e))
     }
 
     /// Forgets an ad-hoc key's counts; true if it was held.
     pub fn reset_ad_hoc(&self, key: &str, policy: &Policy) -> bool {
-        self.counters.reset(&self.ad_hoc_key(key, policy))
+        self.counters.reset(self.ad_hoc_key(key, policy))
     }
 
     /// Forgets the counts of every limit a descriptor of `domain` matches;
@@ -521,12 +558,12 @@ impl<C: Clock> Engine<C> {
                 counter.hash(&mut HashAdapter(h));
                 policy_fingerprint(l, &mut HashAdapter(h));
             });
-            held += usize::from(self.counters.reset(&key));
+            held += usize::from(self.counters.reset(key));
         }
         Ok(held)
     }
 
-    fn ad_hoc_key(&self, key: &str, policy: &Policy) -> u128 {
+    fn ad_hoc_key(&self, key: &str, policy: &Policy) -> u64 {
         self.key(|h| {
             // A tag no config counter key starts with.
             0xad_u8.hash(&mut HashAdapter(h));

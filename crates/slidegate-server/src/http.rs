@@ -5,6 +5,7 @@
 use crate::engine::{AdHoc, Answer, Code, EngineError, Request as EngineRequest};
 use crate::grpc::{answer_headers, answer_to_wire, decide, request_from_wire};
 use crate::metrics::{Api, Outcome};
+use crate::proto::descriptor::RateLimitDescriptor;
 use crate::proto::rls::RateLimitRequest;
 use crate::server::Shared;
 use axum::Router;
@@ -14,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use http::{HeaderMap, HeaderValue, StatusCode};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use slidegate_core::duration::parse_positive_duration;
 use slidegate_core::{Algorithm, Clock, Decision, Policy};
@@ -152,13 +153,24 @@ async fn json<C: Clock + Send + Sync + 'static>(
     ))
 }
 
-/// An ad-hoc key with its own policy.
+/// The body of `/v1/check` and `/v1/reset`, read in one pass: either a
+/// domain with descriptors (the descriptors in proto3 JSON), or an ad-hoc
+/// key with its own policy.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct AdHocBody {
-    key: String,
-    limit: u64,
-    window: String,
+struct CheckFields {
+    #[serde(default)]
+    domain: Option<String>,
+    #[serde(default)]
+    descriptors: Option<Vec<RateLimitDescriptor>>,
+    #[serde(default, alias = "hitsAddend")]
+    hits_addend: Option<u32>,
+    #[serde(default)]
+    key: Option<String>,
+    #[serde(default)]
+    limit: Option<u64>,
+    #[serde(default)]
+    window: Option<String>,
     #[serde(default)]
     algorithm: Option<String>,
     #[serde(default)]
@@ -166,6 +178,17 @@ struct AdHocBody {
     #[serde(default)]
     weighting: Option<String>,
     #[serde(default)]
+    cost: Option<u64>,
+}
+
+/// An ad-hoc key with its own policy.
+struct AdHocBody {
+    key: String,
+    limit: u64,
+    window: String,
+    algorithm: Option<String>,
+    buckets: Option<u32>,
+    weighting: Option<String>,
     cost: Option<u64>,
 }
 
@@ -200,17 +223,29 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
 }
 
-fn decision_json(decision: &Decision) -> Value {
-    let mut out = json!({
-        "allowed": decision.allowed(),
-        "limit": decision.limit(),
-        "remaining": decision.remaining(),
-        "reset_after_ms": millis(decision.reset_after()),
-    });
-    if let Some(retry) = decision.retry_after() {
-        out["retry_after_ms"] = json!(millis(retry));
+/// The answer to an ad-hoc check.
+#[derive(Serialize)]
+struct DecisionBody<'a> {
+    allowed: bool,
+    key: &'a str,
+    limit: u64,
+    remaining: u64,
+    reset_after_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_after_ms: Option<u64>,
+}
+
+impl<'a> DecisionBody<'a> {
+    fn new(key: &'a str, decision: &Decision) -> Self {
+        DecisionBody {
+            allowed: decision.allowed(),
+            key,
+            limit: decision.limit(),
+            remaining: decision.remaining(),
+            reset_after_ms: millis(decision.reset_after()),
+            retry_after_ms: decision.retry_after().map(millis),
+        }
     }
-    out
 }
 
 fn answer_json(answer: &Answer) -> Value {
@@ -264,19 +299,69 @@ enum CheckBody {
 }
 
 fn parse_check_body(bytes: &[u8]) -> Result<CheckBody, Problem> {
-    let value: Value =
-        serde_json::from_slice(bytes).map_err(|e| Problem::bad_request(format!("the body is not JSON: {e}")))?;
-    if value.get("domain").is_some() {
-        let wire: RateLimitRequest = serde_json::from_value(value)
-            .map_err(|e| Problem::bad_request(format!("a body with `domain` must be a RateLimitRequest: {e}")))?;
-        Ok(CheckBody::Descriptors(request_from_wire(wire)))
-    } else {
-        let ad_hoc: AdHocBody = serde_json::from_value(value).map_err(|e| {
-            Problem::bad_request(format!(
-                "the body must have `domain` and `descriptors`, or `key`, `limit` and `window`: {e}"
-            ))
-        })?;
-        Ok(CheckBody::AdHoc(ad_hoc))
+    if bytes
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|&b| b != b'{')
+    {
+        return Err(Problem::bad_request("the body must be a JSON object"));
+    }
+    let mut json = serde_json::Deserializer::from_slice(bytes);
+    let fields: CheckFields = serde_path_to_error::deserialize(&mut json).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if inner.is_syntax() || inner.is_eof() {
+            Problem::bad_request(format!("the body is not JSON: {inner}"))
+        } else if path == "." {
+            Problem::bad_request(format!("the body is not a check: {inner}"))
+        } else {
+            Problem::bad_request(format!("the body is not a check: `{path}`: {inner}"))
+        }
+    })?;
+    let ad_hoc = [
+        fields.key.is_some(),
+        fields.limit.is_some(),
+        fields.window.is_some(),
+        fields.algorithm.is_some(),
+        fields.buckets.is_some(),
+        fields.weighting.is_some(),
+        fields.cost.is_some(),
+    ];
+    match (fields.domain, fields.descriptors) {
+        (Some(domain), descriptors) => {
+            if ad_hoc.iter().any(|&given| given) {
+                return Err(Problem::bad_request(
+                    "a body with `domain` takes `descriptors` and `hits_addend`, not the ad-hoc `key`, `limit`, `window`, `algorithm`, `buckets`, `weighting` or `cost`",
+                ));
+            }
+            Ok(CheckBody::Descriptors(request_from_wire(RateLimitRequest {
+                domain,
+                descriptors: descriptors.unwrap_or_default(),
+                hits_addend: fields.hits_addend.unwrap_or(0),
+            })))
+        }
+        (None, Some(_)) => Err(Problem::bad_request("`descriptors` needs a `domain`")),
+        (None, None) => {
+            if fields.hits_addend.is_some() {
+                return Err(Problem::bad_request(
+                    "`hits_addend` needs a `domain`; an ad-hoc key takes `cost`",
+                ));
+            }
+            let missing = |name: &str| {
+                Problem::bad_request(format!(
+                    "the body must have `domain` and `descriptors`, or `key`, `limit` and `window`: `{name}` is missing"
+                ))
+            };
+            Ok(CheckBody::AdHoc(AdHocBody {
+                key: fields.key.ok_or_else(|| missing("key"))?,
+                limit: fields.limit.ok_or_else(|| missing("limit"))?,
+                window: fields.window.ok_or_else(|| missing("window"))?,
+                algorithm: fields.algorithm,
+                buckets: fields.buckets,
+                weighting: fields.weighting,
+                cost: fields.cost,
+            }))
+        }
     }
 }
 
@@ -334,9 +419,11 @@ async fn check<C: Clock + Send + Sync + 'static>(
             } else {
                 StatusCode::TOO_MANY_REQUESTS
             };
-            let mut body = decision_json(&decision);
-            body["key"] = json!(ad_hoc.key);
-            Ok(json_response(status, &body, headers))
+            Ok(json_response(
+                status,
+                &DecisionBody::new(&ad_hoc.key, &decision),
+                headers,
+            ))
         }
     }
 }

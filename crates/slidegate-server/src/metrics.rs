@@ -83,6 +83,15 @@ pub struct Metrics {
     store_errors: Counter,
     reloads: Family<ReloadLabels, Counter>,
     in_flight: Gauge,
+    /// The descriptor counters of each domain seen, by name.
+    domains: parking_lot::RwLock<std::collections::HashMap<String, DomainCounters>>,
+}
+
+/// One domain's counters (handles on the same atomics as the families').
+struct DomainCounters {
+    ok: Counter,
+    over: Counter,
+    shadow: Counter,
 }
 
 impl Default for Metrics {
@@ -143,6 +152,7 @@ impl Metrics {
             in_flight.clone(),
         );
         Metrics {
+            domains: Default::default(),
             in_flight,
             registry,
             requests,
@@ -172,25 +182,41 @@ impl Metrics {
     /// "unknown" for a domain that is not configured, so that clients
     /// cannot grow the label set).
     pub fn answer(&self, domain: &str, answer: &Answer) {
-        for status in &answer.statuses {
-            let outcome = match status.code {
-                Code::Ok => Outcome::Ok,
-                Code::OverLimit => Outcome::OverLimit,
-            };
-            self.descriptors
-                .get_or_create(&DescriptorLabels {
-                    domain: domain.to_owned(),
-                    outcome,
-                })
-                .inc();
-            if status.shadow_refused {
-                self.shadow
-                    .get_or_create(&DomainLabel {
-                        domain: domain.to_owned(),
-                    })
-                    .inc();
-            }
+        let over = answer.statuses.iter().filter(|s| s.code == Code::OverLimit).count() as u64;
+        let ok = answer.statuses.len() as u64 - over;
+        let shadow = answer.statuses.iter().filter(|s| s.shadow_refused).count() as u64;
+        let add = |c: &DomainCounters| {
+            c.ok.inc_by(ok);
+            c.over.inc_by(over);
+            c.shadow.inc_by(shadow);
+        };
+        // The counters of a domain are looked up by `&str`: no label to
+        // build on the hot path once a domain has been seen.
+        if let Some(counters) = self.domains.read().get(domain) {
+            add(counters);
+            return;
         }
+        // One statement each: `get_or_create` holds the family's lock until
+        // its guard drops, and creating the next series needs that lock.
+        let label = |outcome| DescriptorLabels {
+            domain: domain.to_owned(),
+            outcome,
+        };
+        let ok_counter = self.descriptors.get_or_create(&label(Outcome::Ok)).clone();
+        let over_counter = self.descriptors.get_or_create(&label(Outcome::OverLimit)).clone();
+        let shadow_counter = self
+            .shadow
+            .get_or_create(&DomainLabel {
+                domain: domain.to_owned(),
+            })
+            .clone();
+        let counters = DomainCounters {
+            ok: ok_counter,
+            over: over_counter,
+            shadow: shadow_counter,
+        };
+        add(&counters);
+        self.domains.write().insert(domain.to_owned(), counters);
     }
 
     /// An HTTP request started; it ends when the guard drops.

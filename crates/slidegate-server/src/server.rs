@@ -26,8 +26,11 @@ pub struct Options {
     pub http: SocketAddr,
     /// The gRPC address.
     pub grpc: SocketAddr,
-    /// The counter store's budget.
+    /// The budget of the counters of sliding windows of up to 8 buckets
+    /// (the default algorithm).
     pub budget: Budget,
+    /// The budget of the counters of every other algorithm.
+    pub other_budget: Budget,
     /// Limits on what a request may carry.
     pub input: InputLimits,
     /// Largest HTTP body, in bytes.
@@ -49,6 +52,7 @@ impl Default for Options {
             http: SocketAddr::from(([127, 0, 0, 1], 8080)),
             grpc: SocketAddr::from(([127, 0, 0, 1], 8081)),
             budget: Budget::bytes(256 << 20),
+            other_budget: Budget::bytes(32 << 20),
             input: InputLimits::default(),
             body_limit: 64 << 10,
             reload_every: Some(Duration::from_secs(1)),
@@ -198,7 +202,7 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
     let http = http_listener.local_addr().unwrap_or(options.http);
     let grpc = grpc_listener.local_addr().unwrap_or(options.grpc);
     let shared = Arc::new(Shared {
-        engine: Engine::new(config, clock, options.budget, options.input),
+        engine: Engine::new(config, clock, options.budget, options.other_budget, options.input),
         metrics: Metrics::new(),
         grpc_headers: HeaderOptions {
             draft: options.grpc_headers,

@@ -501,7 +501,9 @@ async fn bad_http_input_is_refused_with_the_reason() {
             "buckets",
         ),
         (r#"{"key":"k","limit":-1,"window":"1s"}"#, "limit"),
-        (r#"[1,2]"#, "key"),
+        (r#"[1,2]"#, "JSON object"),
+        (r#"{"key":"k","limit":1}"#, "`window` is missing"),
+        (r#"{"domain":"d","key":"k"}"#, "not the ad-hoc"),
     ] {
         let (status, _, text) = h.post("/v1/check", body).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {text}");

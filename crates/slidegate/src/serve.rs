@@ -28,10 +28,14 @@ pub(crate) struct Args {
     /// The gRPC address (Envoy's `RateLimitService`).
     #[arg(long, env = "SLIDEGATE_GRPC", default_value = "127.0.0.1:8081")]
     grpc: SocketAddr,
-    /// Memory for counters, in MiB; the store never holds more (the
-    /// soonest-expiring counters are evicted to make room).
+    /// Memory for the counters of sliding windows of up to 8 buckets (the
+    /// default algorithm), in MiB; never more is held (the soonest-expiring
+    /// counters are evicted to make room).
     #[arg(long, env = "SLIDEGATE_MEMORY_MIB", default_value_t = 256)]
     memory_mib: usize,
+    /// Memory for the counters of every other algorithm, in MiB.
+    #[arg(long, env = "SLIDEGATE_OTHER_MEMORY_MIB", default_value_t = 32)]
+    other_memory_mib: usize,
     /// How often the config files are checked for changes (`0s` never).
     #[arg(long, env = "SLIDEGATE_RELOAD_EVERY", default_value = "1s", value_parser = parse_interval)]
     reload_every: Duration,
@@ -65,17 +69,13 @@ fn parse_interval(s: &str) -> Result<Duration, String> {
 
 impl Args {
     fn options(&self) -> anyhow::Result<Options> {
-        let bytes = self
-            .memory_mib
-            .checked_mul(1 << 20)
-            .filter(|&b| b > 0)
-            .with_context(|| {
-                format!(
-                    "--memory-mib {}: must be between 1 and {}",
-                    self.memory_mib,
-                    usize::MAX >> 20
-                )
-            })?;
+        let mib = |flag: &str, mib: usize| {
+            mib.checked_mul(1 << 20)
+                .filter(|&b| b > 0)
+                .with_context(|| format!("{flag} {mib}: must be between 1 and {}", usize::MAX >> 20))
+        };
+        let bytes = mib("--memory-mib", self.memory_mib)?;
+        let other_bytes = mib("--other-memory-mib", self.other_memory_mib)?;
         for (flag, value) in [
             ("--max-body", self.max_body),
             ("--max-descriptors", self.max_descriptors),
@@ -89,6 +89,7 @@ impl Args {
             http: self.http,
             grpc: self.grpc,
             budget: Budget::bytes(bytes),
+            other_budget: Budget::bytes(other_bytes),
             input: InputLimits {
                 descriptors: self.max_descriptors,
                 entries: self.max_entries,
@@ -112,6 +113,7 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
