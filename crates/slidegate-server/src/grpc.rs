@@ -195,8 +195,51 @@ impl<C: Clock + Send + Sync + 'static> RateLimitService for Grpc<C> {
         let request = request_from_wire(request.into_inner());
         match decide(&self.shared, Api::Grpc, &request) {
             Ok(answer) => Ok(tonic::Response::new(answer_to_wire(&answer, self.shared.grpc_headers))),
-            Err(EngineError::Invalid(message)) => Err(tonic::Status::invalid_argument(message)),
-            Err(e) => Err(tonic::Status::unavailable(e.to_string())),
+            Err(e) => Err(grpc_status(e)),
         }
+    }
+}
+
+/// A request that could not be decided, as gRPC says it: a bad request is
+/// `INVALID_ARGUMENT`; a store that cannot count is `UNAVAILABLE`, never a
+/// silent OK, so that Envoy's `failure_mode_deny` decides.
+fn grpc_status(e: EngineError) -> tonic::Status {
+    match e {
+        EngineError::Invalid(message) => tonic::Status::invalid_argument(message),
+        e @ EngineError::Unavailable(_) => tonic::Status::unavailable(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_map_to_grpc_codes() {
+        let invalid = grpc_status(EngineError::Invalid("the domain is empty".to_owned()));
+        assert_eq!(invalid.code(), tonic::Code::InvalidArgument);
+        assert_eq!(invalid.message(), "the domain is empty");
+        let down = grpc_status(EngineError::Unavailable("the store is full".to_owned()));
+        assert_eq!(down.code(), tonic::Code::Unavailable);
+        assert!(down.message().contains("the store is full"));
+    }
+
+    #[test]
+    fn units_go_both_ways() {
+        for (wire, unit) in [
+            (RateLimitUnit::Second, Unit::Second),
+            (RateLimitUnit::Minute, Unit::Minute),
+            (RateLimitUnit::Hour, Unit::Hour),
+            (RateLimitUnit::Day, Unit::Day),
+            (RateLimitUnit::Week, Unit::Week),
+            (RateLimitUnit::Month, Unit::Month),
+            (RateLimitUnit::Year, Unit::Year),
+        ] {
+            assert_eq!(unit_from_wire(wire as i32), Some(unit));
+            assert_eq!(unit_to_wire(Some(unit)).as_str_name(), wire.as_str_name());
+        }
+        assert_eq!(unit_from_wire(0), None);
+        assert_eq!(unit_from_wire(99), None);
+        assert_eq!(unit_to_wire(None), rate_limit::Unit::Unknown);
     }
 }

@@ -115,13 +115,12 @@ async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<byte
     })
 }
 
-fn json_response(status: StatusCode, body: &impl serde::Serialize, headers: HeaderMap) -> Response {
-    let text = serde_json::to_string(body).unwrap_or_else(|_| "{}".to_owned());
-    let mut response = (status, text).into_response();
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    response.headers_mut().extend(headers);
+fn json_response(status: StatusCode, body: &impl serde::Serialize, mut headers: HeaderMap) -> Response {
+    let bytes = serde_json::to_vec(body).unwrap_or_else(|_| b"{}".to_vec());
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    let mut response = Response::new(Body::from(bytes));
+    *response.status_mut() = status;
+    *response.headers_mut() = headers;
     response
 }
 
@@ -306,18 +305,12 @@ fn parse_check_body(bytes: &[u8]) -> Result<CheckBody, Problem> {
     {
         return Err(Problem::bad_request("the body must be a JSON object"));
     }
-    let mut json = serde_json::Deserializer::from_slice(bytes);
-    let fields: CheckFields = serde_path_to_error::deserialize(&mut json).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        if inner.is_syntax() || inner.is_eof() {
-            Problem::bad_request(format!("the body is not JSON: {inner}"))
-        } else if path == "." {
-            Problem::bad_request(format!("the body is not a check: {inner}"))
-        } else {
-            Problem::bad_request(format!("the body is not a check: `{path}`: {inner}"))
-        }
-    })?;
+    // The fast path; on an error, parse again to name the field at fault.
+    let fields: CheckFields = match serde_json::from_slice(bytes) {
+        Ok(fields) => fields,
+        Err(_) => return Err(check_body_error(bytes)),
+    };
+
     let ad_hoc = [
         fields.key.is_some(),
         fields.limit.is_some(),
@@ -361,6 +354,25 @@ fn parse_check_body(bytes: &[u8]) -> Result<CheckBody, Problem> {
                 weighting: fields.weighting,
                 cost: fields.cost,
             }))
+        }
+    }
+}
+
+/// Why a `/v1/check` or `/v1/reset` body does not parse, naming the field.
+fn check_body_error(bytes: &[u8]) -> Problem {
+    let mut json = serde_json::Deserializer::from_slice(bytes);
+    match serde_path_to_error::deserialize::<_, CheckFields>(&mut json) {
+        Ok(_) => Problem::bad_request("the body is not JSON: characters follow the object"),
+        Err(e) => {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            if inner.is_syntax() || inner.is_eof() {
+                Problem::bad_request(format!("the body is not JSON: {inner}"))
+            } else if path == "." {
+                Problem::bad_request(format!("the body is not a check: {inner}"))
+            } else {
+                Problem::bad_request(format!("the body is not a check: `{path}`: {inner}"))
+            }
         }
     }
 }

@@ -3,7 +3,6 @@
 
 use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use slidegate_core::{Decision, Policy};
-use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// `RateLimit-Policy`.
@@ -116,7 +115,10 @@ pub(crate) fn policy_value<'a>(limits: impl Iterator<Item = (&'a str, &'a Policy
             out.push_str(", ");
         }
         out.push_str(quoted);
-        let _ = write!(out, ";q={};w={}", policy.limit(), ceil_secs(policy.window_ns()).max(1));
+        out.push_str(";q=");
+        push_u64(&mut out, policy.limit());
+        out.push_str(";w=");
+        push_u64(&mut out, ceil_secs(policy.window_ns()).max(1));
     }
     HeaderValue::try_from(out).ok()
 }
@@ -209,6 +211,27 @@ pub(crate) fn retry_after(outcomes: &[Outcome<'_>]) -> Option<u64> {
     most
 }
 
+/// `name` quoted as a Structured Field string, with every character that
+/// is not printable ASCII written as `?` (and `?` for an empty name).
+fn quote_printable(name: &str) -> String {
+    if !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
+    {
+        let mut out = String::with_capacity(name.len() + 2);
+        out.push('"');
+        out.push_str(name);
+        out.push('"');
+        return out;
+    }
+    let printable: String = name
+        .chars()
+        .map(|c| if (' '..='~').contains(&c) { c } else { '?' })
+        .collect();
+    sf_string(if printable.is_empty() { "?" } else { &printable })
+}
+
 /// One limit's decision, for [`write_headers`].
 #[derive(Clone, Copy, Debug)]
 pub struct LimitOutcome<'a> {
@@ -231,17 +254,7 @@ pub fn write_headers(limits: &[LimitOutcome<'_>], legacy: Option<LegacyReset>, h
     if limits.is_empty() {
         return;
     }
-    let names: Vec<String> = limits
-        .iter()
-        .map(|l| {
-            let printable: String = l
-                .name
-                .chars()
-                .map(|c| if (' '..='~').contains(&c) { c } else { '?' })
-                .collect();
-            sf_string(if printable.is_empty() { "?" } else { &printable })
-        })
-        .collect();
+    let names: Vec<String> = limits.iter().map(|l| quote_printable(l.name)).collect();
     let outcomes: Vec<Outcome<'_>> = limits
         .iter()
         .zip(&names)

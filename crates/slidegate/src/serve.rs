@@ -120,9 +120,10 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async {
+        let signal = server::shutdown_signal().context("cannot install the SIGTERM and SIGINT handlers")?;
         let running = server::start(options, MonotonicClock::new()).await?;
         eprintln!("slidegate: HTTP on {}, gRPC on {}", running.http, running.grpc);
-        running.run_until(server::shutdown_signal()).await;
+        running.run_until(signal).await;
         anyhow::Ok(())
     })
 }
