@@ -467,6 +467,43 @@ impl Match<'_> {
     }
 }
 
+impl Match<'_> {
+    /// The rule's name in the metrics, as envoyproxy/ratelimit names its
+    /// per-rule stats: one `key` or `key_value` per level, joined by `.`.
+    /// A level shows the rule's value (exact, or the wildcard pattern); a
+    /// rule without a value shows the request's value only with
+    /// `value_to_metric`; with `detailed_metric` on the matched rule every
+    /// level shows the request's value. Without those two keys the name
+    /// comes from the config alone, so clients cannot grow the label set.
+    pub fn metric_key(&self, entries: &[(&str, &str)]) -> String {
+        let detailed = self.rule.detailed_metric;
+        let mut out = String::new();
+        let mut rules = self.root;
+        for (level, &(key, value)) in entries.iter().enumerate() {
+            if level > 0 {
+                out.push('.');
+            }
+            out.push_str(key);
+            let step = step(rules, key, value);
+            let shown = match step {
+                _ if detailed => Some(value),
+                Some((rule, _)) => match &rule.value {
+                    Some(pattern) => Some(pattern.as_str()),
+                    None if rule.value_to_metric => Some(value),
+                    None => None,
+                },
+                None => None,
+            };
+            if let Some(shown) = shown {
+                out.push('_');
+                out.push_str(shown);
+            }
+            rules = step.map_or(&[], |(rule, _)| rule.children.as_slice());
+        }
+        out
+    }
+}
+
 fn push_part(out: &mut String, separator: char, text: &str) {
     use std::fmt::Write;
     // Writing to a String cannot fail.

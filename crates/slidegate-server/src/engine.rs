@@ -117,6 +117,10 @@ pub struct Status {
     pub tightest: Option<usize>,
     /// The rule was in shadow mode and would have refused.
     pub shadow_refused: bool,
+    /// The matched rule's name in the metrics
+    /// ([`Match::metric_key`](crate::config::Match::metric_key)), when a
+    /// rule with a limit (or `unlimited`) matched.
+    pub metric: Option<String>,
 }
 
 impl Status {
@@ -128,6 +132,7 @@ impl Status {
             until_reset: None,
             tightest: None,
             shadow_refused: false,
+            metric: None,
         }
     }
 }
@@ -362,7 +367,10 @@ impl<C: Clock> Engine<C> {
             };
             let rule = m.rule;
             if rule.unlimited {
-                statuses.push(Status::unlimited());
+                statuses.push(Status {
+                    metric: Some(m.metric_key(entries)),
+                    ..Status::unlimited()
+                });
                 continue;
             }
             let overridden;
@@ -384,6 +392,7 @@ impl<C: Clock> Engine<C> {
             let counter = m.counter_key(&request.domain, entries);
             let hits = descriptor.hits_addend.unwrap_or(hits);
             let mut status = self.charge(i, &counter, &limits, hits, now)?;
+            status.metric = Some(m.metric_key(entries));
             if status.code == Code::OverLimit && rule.shadow_mode {
                 status.code = Code::Ok;
                 status.shadow_refused = true;
@@ -497,6 +506,7 @@ impl<C: Clock> Engine<C> {
             until_reset,
             tightest,
             shadow_refused: false,
+            metric: None,
         })
     }
 

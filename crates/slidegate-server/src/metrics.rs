@@ -52,6 +52,18 @@ struct DescriptorLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RuleLabels {
+    domain: String,
+    rule: String,
+    outcome: Outcome,
+}
+
+/// Most rule series kept; beyond, decisions count under `rule="overflow"`
+/// (only `detailed_metric` and `value_to_metric` can name rules after
+/// request values).
+const MAX_RULE_SERIES: usize = 10_000;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DomainLabel {
     domain: String,
 }
@@ -83,8 +95,19 @@ pub struct Metrics {
     store_errors: Counter,
     reloads: Family<ReloadLabels, Counter>,
     in_flight: Gauge,
+    rules: Family<RuleLabels, Counter>,
+    /// The rule counters seen (ok, over limit), by domain and rule name.
+    rule_counters: parking_lot::RwLock<RuleCounters>,
     /// The descriptor counters of each domain seen, by name.
     domains: parking_lot::RwLock<std::collections::HashMap<String, DomainCounters>>,
+}
+
+/// The rule counters seen (ok, over limit): by domain, then by rule name,
+/// with the number of rules in all.
+#[derive(Default)]
+struct RuleCounters {
+    by_domain: std::collections::HashMap<String, std::collections::HashMap<String, (Counter, Counter)>>,
+    len: usize,
 }
 
 /// One domain's counters (handles on the same atomics as the families').
@@ -111,6 +134,12 @@ impl Metrics {
             "descriptor_decisions",
             "Descriptor decisions by configured domain (\"unknown\" for others) and outcome",
             descriptors.clone(),
+        );
+        let rules = Family::<RuleLabels, Counter>::default();
+        registry.register(
+            "rule_decisions",
+            "Descriptor decisions by domain, matched rule (named as envoyproxy/ratelimit names its stats) and outcome",
+            rules.clone(),
         );
         let shadow = Family::<DomainLabel, Counter>::default();
         registry.register(
@@ -152,6 +181,8 @@ impl Metrics {
             in_flight.clone(),
         );
         Metrics {
+            rules,
+            rule_counters: Default::default(),
             domains: Default::default(),
             in_flight,
             registry,
@@ -182,6 +213,11 @@ impl Metrics {
     /// "unknown" for a domain that is not configured, so that clients
     /// cannot grow the label set).
     pub fn answer(&self, domain: &str, answer: &Answer) {
+        for status in &answer.statuses {
+            if let Some(rule) = &status.metric {
+                self.rule(domain, rule, status.code == Code::OverLimit);
+            }
+        }
         let over = answer.statuses.iter().filter(|s| s.code == Code::OverLimit).count() as u64;
         let ok = answer.statuses.len() as u64 - over;
         let shadow = answer.statuses.iter().filter(|s| s.shadow_refused).count() as u64;
@@ -217,6 +253,48 @@ impl Metrics {
         };
         add(&counters);
         self.domains.write().insert(domain.to_owned(), counters);
+    }
+
+    /// Counts one decision of `rule` in `domain`.
+    fn rule(&self, domain: &str, rule: &str, over: bool) {
+        let inc = |(ok, over_limit): &(Counter, Counter)| {
+            if over {
+                over_limit.inc();
+            } else {
+                ok.inc();
+            }
+        };
+        if let Some(counters) = self
+            .rule_counters
+            .read()
+            .by_domain
+            .get(domain)
+            .and_then(|m| m.get(rule))
+        {
+            inc(counters);
+            return;
+        }
+        let mut known = self.rule_counters.write();
+        let rule = if known.len >= MAX_RULE_SERIES { "overflow" } else { rule };
+        if let Some(counters) = known.by_domain.get(domain).and_then(|m| m.get(rule)) {
+            inc(counters);
+            return;
+        }
+        let label = |outcome| RuleLabels {
+            domain: domain.to_owned(),
+            rule: rule.to_owned(),
+            outcome,
+        };
+        let ok = self.rules.get_or_create(&label(Outcome::Ok)).clone();
+        let over_limit = self.rules.get_or_create(&label(Outcome::OverLimit)).clone();
+        let counters = (ok, over_limit);
+        inc(&counters);
+        known
+            .by_domain
+            .entry(domain.to_owned())
+            .or_default()
+            .insert(rule.to_owned(), counters);
+        known.len += 1;
     }
 
     /// An HTTP request started; it ends when the guard drops.

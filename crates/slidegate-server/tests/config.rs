@@ -1117,3 +1117,34 @@ fn from_domains() {
     assert!(e.message.contains("`a`"), "{e}");
     assert_eq!(Config::default().domains().count(), 0);
 }
+
+#[test]
+fn metric_keys_as_envoyproxy_ratelimit_names_its_stats() {
+    let d = edge_proxy();
+    let key = |entries: &[(&str, &str)]| d.find(entries).unwrap().metric_key(entries);
+    // A rule without a value hides the request's value: no label per client.
+    assert_eq!(key(&[("remote_address", "10.0.0.1")]), "remote_address");
+    assert_eq!(key(&[("remote_address", "50.0.0.5")]), "remote_address_50.0.0.5");
+    assert_eq!(
+        key(&[("message_type", "marketing"), ("to_number", "123")]),
+        "message_type_marketing.to_number"
+    );
+    assert_eq!(key(&[("path", "/files/a")]), "path_/files/*");
+
+    let d = parse(
+        "domain: m
+descriptors:
+  - key: user
+    value_to_metric: true
+    rate_limit: { unit: second, requests_per_unit: 1 }
+  - key: tenant
+    descriptors:
+      - key: route
+        detailed_metric: true
+        rate_limit: { unit: second, requests_per_unit: 1 }
+",
+    );
+    let key = |entries: &[(&str, &str)]| d.find(entries).unwrap().metric_key(entries);
+    assert_eq!(key(&[("user", "alice")]), "user_alice");
+    assert_eq!(key(&[("tenant", "t1"), ("route", "/a")]), "tenant_t1.route_/a");
+}

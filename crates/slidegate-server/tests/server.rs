@@ -728,6 +728,7 @@ async fn health_and_metrics() {
         "slidegate_descriptor_decisions_total{domain=\"d\",outcome=\"ok\"} 1",
         "slidegate_descriptor_decisions_total{domain=\"unknown\",outcome=\"ok\"} 1",
         "slidegate_keys 1",
+        "slidegate_rule_decisions_total{domain=\"d\",rule=\"a\",outcome=\"ok\"} 1",
         "slidegate_decision_seconds_count 2",
         "slidegate_evictions_total 0",
         "slidegate_store_errors_total 0",
