@@ -262,6 +262,28 @@ pub struct Rule {
     pub column: usize,
 }
 
+impl Rule {
+    /// A rule at `line`, `column` with no key, value, limits, flags or
+    /// children yet.
+    pub(crate) fn at(line: usize, column: usize) -> Rule {
+        Rule {
+            key: String::new(),
+            value: None,
+            limits: Vec::new(),
+            unlimited: false,
+            shadow_mode: false,
+            quota_mode: false,
+            share_threshold: false,
+            detailed_metric: false,
+            value_to_metric: false,
+            metadata: None,
+            children: Vec::new(),
+            line,
+            column,
+        }
+    }
+}
+
 /// A rule's `value`: exact, or with `*` wildcards.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ValuePattern {
@@ -580,17 +602,8 @@ mod tests {
         Rule {
             key: key.to_owned(),
             value: value.map(ValuePattern::new),
-            limits: Vec::new(),
-            unlimited: false,
-            shadow_mode: false,
-            quota_mode: false,
-            share_threshold: false,
-            detailed_metric: false,
-            value_to_metric: false,
-            metadata: None,
             children,
-            line: 0,
-            column: 0,
+            ..Rule::at(0, 0)
         }
     }
 

@@ -87,6 +87,8 @@ pub struct Shared<C> {
     pub(crate) http_headers: HeaderOptions,
     pub(crate) body_limit: usize,
     paths: Vec<PathBuf>,
+    /// Reloads tried so far, good or bad.
+    reloads: watch::Sender<u64>,
 }
 
 impl<C: Clock> Shared<C> {
@@ -98,6 +100,17 @@ impl<C: Clock> Shared<C> {
     ///
     /// The [`ConfigError`] of the new files.
     pub fn reload(&self) -> Result<(), ConfigError> {
+        let result = self.load_again();
+        self.reloads.send_modify(|n| *n += 1);
+        result
+    }
+
+    /// Reloads tried so far (good or bad), to wait on.
+    pub fn reloads(&self) -> watch::Receiver<u64> {
+        self.reloads.subscribe()
+    }
+
+    fn load_again(&self) -> Result<(), ConfigError> {
         match Config::load(&self.paths) {
             Ok(config) => {
                 self.engine.replace_config(config);
@@ -214,6 +227,7 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
         },
         body_limit: options.body_limit,
         paths: options.config.clone(),
+        reloads: watch::Sender::new(0),
     });
     let (stop, stopped) = watch::channel(false);
     let until_stopped = |mut rx: watch::Receiver<bool>| async move {

@@ -6,6 +6,9 @@ use slidegate_server::config::{Config, ConfigError, DEFAULT_ALGORITHM, Domain, L
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+mod common;
+use common::TempDir;
+
 fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)
 }
@@ -1019,34 +1022,6 @@ fn no_input_panics() {
 }
 
 // ---------------------------------------------------------------- files
-
-/// A fresh directory under the system's temporary directory, removed when
-/// dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let dir = std::env::temp_dir().join(format!("slidegate-config-{name}-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn write(&self, name: &str, text: &str) -> PathBuf {
-        let path = self.0.join(name);
-        std::fs::write(&path, text).unwrap();
-        path
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 #[test]
 fn load_a_directory() {

@@ -18,38 +18,13 @@ use slidegate_server::proto::rls::rate_limit_service_client::RateLimitServiceCli
 use slidegate_server::proto::rls::{RateLimitRequest, RateLimitResponse};
 use slidegate_server::server::{self, Options, Running};
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tonic::transport::Channel;
 
-/// A fresh directory under the system's temporary one, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> Self {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("slidegate-server-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn write(&self, name: &str, text: &str) -> PathBuf {
-        let path = self.0.join(name);
-        std::fs::write(&path, text).unwrap();
-        path
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+mod common;
+use common::TempDir;
 
 struct Harness {
     running: Running<ManualClock>,
@@ -66,7 +41,7 @@ impl Harness {
     /// Serves `yaml` (one domain file in a fresh folder, unless empty) with
     /// the options changed by `tweak`.
     async fn start_with(yaml: &str, tweak: impl FnOnce(&mut Options)) -> Harness {
-        let dir = TempDir::new();
+        let dir = TempDir::new("server");
         let mut options = Options {
             http: "127.0.0.1:0".parse().unwrap(),
             grpc: "127.0.0.1:0".parse().unwrap(),
@@ -678,16 +653,14 @@ async fn the_watcher_reloads_a_changed_file() {
         4
     );
     h.dir.write("domain.yaml", &yaml.replace("5 }", "500 }"));
-    // Wait for the event (bounded), not for a fixed time.
-    let mut reloaded = false;
-    for _ in 0..500 {
-        if h.metric("slidegate_config_reloads_total{result=\"success\"}").await == Some(1.0) {
-            reloaded = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(reloaded, "the watcher did not reload within 5 s");
+    // Wait for the reload itself (bounded), not for a fixed time.
+    let mut reloads = h.running.shared().reloads();
+    let reloaded = tokio::time::timeout(Duration::from_secs(10), reloads.wait_for(|&n| n >= 1)).await;
+    assert!(reloaded.is_ok(), "the watcher did not reload within 10 s");
+    assert_eq!(
+        h.metric("slidegate_config_reloads_total{result=\"success\"}").await,
+        Some(1.0)
+    );
     assert_eq!(
         h.rls(one("w", &[("k", "v")])).await.unwrap().statuses[0].limit_remaining,
         499
@@ -697,7 +670,7 @@ async fn the_watcher_reloads_a_changed_file() {
 /// A config error at start names the file, line and column.
 #[tokio::test]
 async fn a_bad_config_does_not_start() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("server");
     let path = dir.write("bad.yaml", "domain: b\ndescriptors:\n  - key: k\n    rate_limits: 7\n");
     let options = Options {
         config: vec![path],
@@ -754,23 +727,22 @@ async fn shutdown_finishes_requests_in_flight() {
     // Wait until the server is reading it (bounded): one in flight besides
     // the /metrics request asking.
     let mut reading = false;
-    for _ in 0..500 {
+    for _ in 0..5_000 {
         if h.metric("slidegate_http_requests_in_flight").await == Some(2.0) {
             reading = true;
             break;
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(reading, "the server never started reading the request");
     let shutdown = tokio::spawn(h.running.shutdown());
     // New connections are refused once the listener is closed (bounded wait).
     let mut refused = false;
-    for _ in 0..500 {
+    for _ in 0..100_000 {
         if TcpStream::connect(addr).await.is_err() {
             refused = true;
             break;
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        tokio::task::yield_now().await;
     }
     assert!(refused, "still accepting after shutdown");
     stream.write_all(&body.as_bytes()[10..]).await.unwrap();

@@ -7,7 +7,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Starts `slidegate serve` on free loopback ports; returns the child and
 /// its HTTP address, read from the line it prints once it listens.
@@ -46,30 +46,33 @@ fn get(addr: &str, path: &str) -> String {
     answer
 }
 
-/// Waits (bounded) for the child to exit.
-fn exit_code(child: &mut std::process::Child) -> Option<i32> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status.code();
+/// Waits (bounded: 20 s) for the child to exit; kills it if it does not.
+fn exit_code(mut child: std::process::Child) -> Option<i32> {
+    let pid = child.id();
+    let (done, exited) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(child.wait().ok().and_then(|s| s.code()));
+    });
+    match exited.recv_timeout(Duration::from_secs(20)) {
+        Ok(code) => code,
+        Err(_) => {
+            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+            None
         }
-        std::thread::sleep(Duration::from_millis(20));
     }
-    let _ = child.kill();
-    None
 }
 
 #[test]
 fn stops_cleanly_on_sigterm_and_sigint() {
     for signal in ["TERM", "INT"] {
-        let (mut child, addr) = serve(&[]);
+        let (child, addr) = serve(&[]);
         assert!(get(&addr, "/healthz").starts_with("HTTP/1.1 200 OK"));
         let killed = Command::new("kill")
             .args([format!("-{signal}"), child.id().to_string()])
             .status()
             .unwrap();
         assert!(killed.success());
-        assert_eq!(exit_code(&mut child), Some(0), "after SIG{signal}");
+        assert_eq!(exit_code(child), Some(0), "after SIG{signal}");
     }
 }
 
@@ -112,8 +115,9 @@ fn flags_come_from_the_environment_too() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    assert_eq!(exit_code(&mut child), Some(2));
+    let mut pipe = child.stderr.take().unwrap();
+    assert_eq!(exit_code(child), Some(2));
     let mut stderr = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    pipe.read_to_string(&mut stderr).unwrap();
     assert!(stderr.contains("nope"), "{stderr}");
 }

@@ -469,21 +469,7 @@ impl Parser<'_> {
 
     fn rule(&mut self, map: &MarkedMappingNode, depth: usize) -> Result<Rule, ConfigError> {
         let pos = map_pos(map);
-        let mut rule = Rule {
-            key: String::new(),
-            value: None,
-            limits: Vec::new(),
-            unlimited: false,
-            shadow_mode: false,
-            quota_mode: false,
-            share_threshold: false,
-            detailed_metric: false,
-            value_to_metric: false,
-            metadata: None,
-            children: Vec::new(),
-            line: pos.line,
-            column: pos.column,
-        };
+        let mut rule = Rule::at(pos.line, pos.column);
         let mut unlimited_at = None;
         let mut limited = false;
         for (field, key, value) in self.fields(map, "", RULE_KEYS)? {
