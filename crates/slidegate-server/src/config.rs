@@ -527,9 +527,9 @@ impl Match<'_> {
 }
 
 fn push_part(out: &mut String, separator: char, text: &str) {
-    use std::fmt::Write;
-    // Writing to a String cannot fail.
-    let _ = write!(out, "{}{separator}{text}", text.len());
+    out.push_str(itoa::Buffer::new().format(text.len()));
+    out.push(separator);
+    out.push_str(text);
 }
 
 /// The rule among `rules` for one entry: the exact `key`+`value` rule, else

@@ -442,6 +442,11 @@ impl<C: Clock> Engine<C> {
                     .map_err(|e| store_error(&e)),
             }
         };
+        if let [only] = limits {
+            // One limit: a refused check charges nothing, so no peek is needed.
+            let decision = check(only, keys[0], hits)?;
+            return Ok(status_of(vec![applied(index, 0, 1, only, decision)]));
+        }
         let peeks: Vec<Option<Decision>> = limits
             .iter()
             .zip(&keys)
@@ -460,54 +465,9 @@ impl<C: Clock> Engine<C> {
                 // It would admit, but another limit refuses: not charged.
                 peek
             };
-            let name = match &l.name {
-                Some(name) => name.clone(),
-                None if limits.len() == 1 => format!("d{index}"),
-                None => format!("d{index}.{j}"),
-            };
-            applied.push(Applied {
-                name,
-                requests_per_unit: l.requests_per_unit,
-                unit: l.unit,
-                policy: l.policy,
-                decision,
-            });
+            applied.push(self::applied(index, j, limits.len(), l, decision));
         }
-        let allowed = applied.iter().all(Applied::allowed);
-        // The tightest limit: a refusing one with the longest wait, or the
-        // one with the least remaining.
-        let tightest = if allowed {
-            (0..applied.len()).min_by_key(|&j| applied[j].remaining())
-        } else {
-            (0..applied.len()).filter(|&j| !applied[j].allowed()).max_by_key(|&j| {
-                applied[j]
-                    .decision
-                    .as_ref()
-                    .map_or(Duration::MAX, |d| d.retry_after().unwrap_or(Duration::MAX))
-            })
-        };
-        let (remaining, until_reset) = match tightest.map(|j| &applied[j]) {
-            Some(a) => (
-                a.remaining(),
-                a.decision.as_ref().map(|d| {
-                    if d.allowed() {
-                        d.reset_after()
-                    } else {
-                        d.retry_after().unwrap_or(d.reset_after())
-                    }
-                }),
-            ),
-            None => (u64::from(u32::MAX), None),
-        };
-        Ok(Status {
-            code: if allowed { Code::Ok } else { Code::OverLimit },
-            applied,
-            remaining,
-            until_reset,
-            tightest,
-            shadow_refused: false,
-            metric: None,
-        })
+        Ok(status_of(applied))
     }
 
     /// Decides an ad-hoc key with its own policy.
@@ -580,6 +540,62 @@ impl<C: Clock> Engine<C> {
             key.hash(&mut HashAdapter(h));
             fingerprint(policy, &mut HashAdapter(h));
         })
+    }
+}
+
+/// A limit's part of a status: its name in the headers (the configured
+/// name, or `d<i>`, with `.j` for the j-th of several unnamed limits).
+fn applied(index: usize, j: usize, of: usize, l: &Limit, decision: Option<Decision>) -> Applied {
+    let name = match &l.name {
+        Some(name) => name.clone(),
+        None if of == 1 => format!("d{index}"),
+        None => format!("d{index}.{j}"),
+    };
+    Applied {
+        name,
+        requests_per_unit: l.requests_per_unit,
+        unit: l.unit,
+        policy: l.policy,
+        decision,
+    }
+}
+
+/// A descriptor's status from its limits' decisions.
+fn status_of(applied: Vec<Applied>) -> Status {
+    let allowed = applied.iter().all(Applied::allowed);
+    // The tightest limit: a refusing one with the longest wait, or the
+    // one with the least remaining.
+    let tightest = if allowed {
+        (0..applied.len()).min_by_key(|&j| applied[j].remaining())
+    } else {
+        (0..applied.len()).filter(|&j| !applied[j].allowed()).max_by_key(|&j| {
+            applied[j]
+                .decision
+                .as_ref()
+                .map_or(Duration::MAX, |d| d.retry_after().unwrap_or(Duration::MAX))
+        })
+    };
+    let (remaining, until_reset) = match tightest.map(|j| &applied[j]) {
+        Some(a) => (
+            a.remaining(),
+            a.decision.as_ref().map(|d| {
+                if d.allowed() {
+                    d.reset_after()
+                } else {
+                    d.retry_after().unwrap_or(d.reset_after())
+                }
+            }),
+        ),
+        None => (u64::from(u32::MAX), None),
+    };
+    Status {
+        code: if allowed { Code::Ok } else { Code::OverLimit },
+        applied,
+        remaining,
+        until_reset,
+        tightest,
+        shadow_refused: false,
+        metric: None,
     }
 }
 
