@@ -58,14 +58,29 @@ pub enum Traffic {
     /// a fifth of the clients send more than their limit and more sit near
     /// it; each client is Poisson at its rate.
     Clients,
+    /// `clients` clients as in [`Traffic::Clients`] but with rates of
+    /// Pareto(α = [`PARETO_ALPHA`]) times [`MANY_SOURCES_SCALE`]`·L/W`
+    /// (capped at `10·L/W`): many sources, few near their limit (about
+    /// 0.3 % above `0.8·L/W`), resembling the traffic of Cloudflare's
+    /// published measurement.
+    ManySources,
 }
+
+/// The rate scale of [`Traffic::ManySources`], relative to `L/W`.
+pub const MANY_SOURCES_SCALE: f64 = 0.005;
 
 impl Traffic {
     /// Every model, in the order of [`Traffic::NAMES`].
-    pub const ALL: [Traffic; 4] = [Traffic::Poisson, Traffic::Bursty, Traffic::Adversary, Traffic::Clients];
+    pub const ALL: [Traffic; 5] = [
+        Traffic::Poisson,
+        Traffic::Bursty,
+        Traffic::Adversary,
+        Traffic::Clients,
+        Traffic::ManySources,
+    ];
 
     /// Every model's name, as used in the CLI and in [`crate::Row`].
-    pub const NAMES: [&'static str; 4] = ["poisson", "bursty", "adversary", "clients"];
+    pub const NAMES: [&'static str; 5] = ["poisson", "bursty", "adversary", "clients", "many-sources"];
 
     /// The model's name.
     pub fn name(self) -> &'static str {
@@ -74,6 +89,7 @@ impl Traffic {
             Traffic::Bursty => "bursty",
             Traffic::Adversary => "adversary",
             Traffic::Clients => "clients",
+            Traffic::ManySources => "many-sources",
         }
     }
 
@@ -84,6 +100,7 @@ impl Traffic {
             Traffic::Bursty => 2,
             Traffic::Adversary => 3,
             Traffic::Clients => 4,
+            Traffic::ManySources => 5,
         }
     }
 }
@@ -111,7 +128,7 @@ impl FromStr for Traffic {
 /// arguments on every platform. Every model depends on the policy's limit
 /// and window only, except [`Traffic::Adversary`], which also depends on
 /// the algorithm (its bucket width and ring). `clients` is used by
-/// [`Traffic::Clients`] only.
+/// [`Traffic::Clients`] and [`Traffic::ManySources`] only.
 ///
 /// # Errors
 ///
@@ -162,7 +179,7 @@ pub fn generate(
             }
         }
         Traffic::Adversary => adversary(policy, duration_ns, &mut out)?,
-        Traffic::Clients => {
+        Traffic::Clients | Traffic::ManySources => {
             if clients == 0 {
                 return Err(SimError::NoClients);
             }
@@ -172,7 +189,12 @@ pub fn generate(
                     max: MAX_CLIENTS,
                 });
             }
-            let rates = client_rates(&mut rng(u32::MAX), clients, at_limit);
+            let scale = if traffic == Traffic::Clients {
+                0.25
+            } else {
+                MANY_SOURCES_SCALE
+            };
+            let rates = client_rates(&mut rng(u32::MAX), clients, scale * at_limit, 10.0 * at_limit);
             check(rates.iter().sum::<f64>() * duration)?;
             for (client, &rate) in (0..clients).zip(&rates) {
                 poisson(&mut rng(client), client, rate, 0.0, duration, &mut out).map_err(too_many)?;
@@ -208,10 +230,11 @@ fn bucket_and_ring(policy: &Policy) -> (u128, u128) {
     }
 }
 
-/// Per-client rates (requests per ns) of the `clients` model.
-fn client_rates(rng: &mut StdRng, clients: u32, at_limit: f64) -> Vec<f64> {
+/// Per-client rates (requests per ns) of the `clients` and `many-sources`
+/// models: Pareto times `scale`, at most `cap`.
+fn client_rates(rng: &mut StdRng, clients: u32, scale: f64, cap: f64) -> Vec<f64> {
     (0..clients)
-        .map(|_| 0.25 * at_limit * pareto(rng, PARETO_ALPHA).min(40.0))
+        .map(|_| (scale * pareto(rng, PARETO_ALPHA)).min(cap))
         .collect()
 }
 
@@ -336,6 +359,31 @@ mod tests {
     const TEN_MINUTES: u64 = 600_000_000_000;
 
     #[test]
+    fn many_sources_puts_few_near_their_limit() {
+        let p = policy(Algorithm::TWO_BUCKETS);
+        let reqs = generate(Traffic::ManySources, &p, TEN_MINUTES, 20_000, 3).unwrap();
+        let mut per_client = vec![0u64; 20_000];
+        for r in &reqs {
+            per_client[r.client as usize] += 1;
+        }
+        // Ten windows: a client at 0.8·L/W sends about 800.
+        let near = per_client.iter().filter(|&&n| n >= 800).count();
+        assert!(near > 0, "nobody near the limit");
+        assert!(near * 100 < 20_000, "{near} of 20000 near the limit");
+        // The mean rate is about scale · α/(α − 1) = 0.03 L/W: 30 per client.
+        let mean = reqs.len() as f64 / 20_000.0;
+        assert!((20.0..40.0).contains(&mean), "mean {mean}");
+        // The `clients` model, for contrast, puts far more near the limit.
+        let dense = generate(Traffic::Clients, &p, TEN_MINUTES / 10, 20_000, 3).unwrap();
+        let mut dense_per_client = vec![0u64; 20_000];
+        for r in &dense {
+            dense_per_client[r.client as usize] += 1;
+        }
+        // One window: a client at 0.8·L/W sends about 80.
+        assert!(dense_per_client.iter().filter(|&&n| n >= 80).count() > 10 * near);
+    }
+
+    #[test]
     fn deterministic_sorted_and_in_range() {
         let p = policy(Algorithm::TWO_BUCKETS);
         for traffic in Traffic::ALL {
@@ -365,11 +413,20 @@ mod tests {
     #[test]
     fn a_noticeable_share_of_clients_is_near_or_over_the_limit() {
         let at_limit = 100.0 / 60e9;
-        let rates = client_rates(&mut StdRng::seed_from_u64(1), 10_000, at_limit);
+        let rates = client_rates(&mut StdRng::seed_from_u64(1), 10_000, 0.25 * at_limit, 10.0 * at_limit);
         let share = |x: f64| rates.iter().filter(|&&r| r >= x * at_limit).count() as f64 / 1e4;
         assert!((0.15..0.25).contains(&share(1.0)), "{}", share(1.0));
         assert!((0.2..0.3).contains(&share(0.8)), "{}", share(0.8));
         assert!(share(0.25) == 1.0);
+        // many-sources: about 0.3 % at 0.8·L/W or more.
+        let sparse = client_rates(
+            &mut StdRng::seed_from_u64(1),
+            100_000,
+            MANY_SOURCES_SCALE * at_limit,
+            10.0 * at_limit,
+        );
+        let sparse_share = sparse.iter().filter(|&&r| r >= 0.8 * at_limit).count() as f64 / 1e5;
+        assert!((0.001..0.005).contains(&sparse_share), "{sparse_share}");
     }
 
     #[test]
@@ -433,7 +490,7 @@ mod tests {
         }
         assert_eq!(
             "flood".parse::<Traffic>().unwrap_err().to_string(),
-            "unknown traffic model `flood`, expected one of: poisson, bursty, adversary, clients"
+            "unknown traffic model `flood`, expected one of: poisson, bursty, adversary, clients, many-sources"
         );
     }
 }
