@@ -60,11 +60,21 @@
 
 mod metrics;
 mod oracle;
+mod series;
+mod trace;
 mod traffic;
 
 pub use metrics::{Metrics, evaluate};
 pub use oracle::{ExactWindow, max_window_sum};
-pub use traffic::{FEW_CLIENTS, MAX_CLIENTS, MAX_REQUESTS, PARETO_ALPHA, Request, Traffic, generate};
+pub use series::{ClientSeries, Point, busiest_clients, count_series};
+pub use trace::{
+    BadLine, CsvLine, KeyBy, LineError, LogLine, OnError, REPORTED_BAD_LINES, Trace, TraceError, TraceFormat,
+    TraceOptions, is_csv_header, parse_clf_line, parse_clf_time, parse_combined_line, parse_csv_line, parse_csv_time,
+    read_trace,
+};
+pub use traffic::{
+    FEW_CLIENTS, MANY_SOURCES_SCALE, MAX_CLIENTS, MAX_REQUESTS, PARETO_ALPHA, Request, Traffic, generate,
+};
 
 use serde::Serialize;
 use slidegate_core::{Algorithm, Policy};
@@ -226,6 +236,32 @@ pub fn run_many(policies: &[Policy], scenarios: &[Scenario], threads: usize) -> 
         );
     }
     Ok(rows)
+}
+
+/// Evaluates every policy on one request stream, such as a [`Trace`]'s:
+/// one row per policy, in the order given, each named `traffic`, exactly as
+/// `Row::new(policy, traffic, evaluate(policy, requests))` would give it.
+///
+/// The policies are evaluated on up to `threads` threads (at least one);
+/// `done` is called once each policy is evaluated, from the thread that
+/// evaluated it (for a progress bar: pass `&|| {}` for none).
+pub fn run_requests(
+    policies: &[Policy],
+    traffic: &str,
+    requests: &[Request],
+    threads: usize,
+    done: &(dyn Fn() + Sync),
+) -> Vec<Row> {
+    let metrics = parallel_map(policies.len(), threads, |p| {
+        let m = evaluate(&policies[p], requests);
+        done();
+        m
+    });
+    policies
+        .iter()
+        .zip(metrics)
+        .map(|(policy, m)| Row::new(policy, traffic, m))
+        .collect()
 }
 
 /// `(0..n).map(f)` on up to `threads` scoped threads, in order.

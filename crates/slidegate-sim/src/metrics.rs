@@ -35,12 +35,41 @@ pub struct Metrics {
     pub max_window_ratio: f64,
 }
 
+/// One client in the measurement view: every request is counted, admitted
+/// or not, in the algorithm's state and in the exact oracle alike.
+pub(crate) struct Measured {
+    /// Every request recorded.
+    state: State,
+    /// The exact count of every request.
+    truth: ExactWindow,
+}
+
+impl Measured {
+    /// A fresh state and oracle for `policy`; the oracle counts over
+    /// `policy.effective_window_ns()`.
+    pub(crate) fn new(policy: &Policy) -> Self {
+        Measured {
+            state: State::new(policy),
+            truth: ExactWindow::new(policy.effective_window_ns()),
+        }
+    }
+
+    /// The algorithm's estimate of the window and the true count of
+    /// `(t − W, t]`, both before the request at `t` is counted; then counts
+    /// it in both.
+    pub(crate) fn observe(&mut self, policy: &Policy, time_ns: u64, cost: u64) -> (f64, u64) {
+        let est = self.state.estimate(policy, time_ns);
+        let truth = self.truth.count(time_ns);
+        self.state.record(policy, time_ns, cost);
+        self.truth.record(time_ns, cost);
+        (est, truth)
+    }
+}
+
 /// One client's states in both views.
 struct Client {
-    /// Measurement view: every request recorded.
-    measured: State,
-    /// Measurement view: the exact count of every request.
-    truth: ExactWindow,
+    /// Measurement view: every request counted.
+    measured: Measured,
     /// Admission view: only admitted requests counted.
     admitting: State,
     /// Admission view: the admitted requests, in time order.
@@ -65,8 +94,7 @@ pub fn evaluate(policy: &Policy, requests: &[Request]) -> Metrics {
         table.resize_with(max_id + 1, || None);
     }
     let new_client = || Client {
-        measured: State::new(policy),
-        truth: ExactWindow::new(window),
+        measured: Measured::new(policy),
         admitting: State::new(policy),
         admitted: Vec::new(),
     };
@@ -78,8 +106,7 @@ pub fn evaluate(policy: &Policy, requests: &[Request]) -> Metrics {
             None => map.entry(r.client).or_insert_with(new_client),
         };
         if measure {
-            let est = c.measured.estimate(policy, r.time_ns);
-            let truth = c.truth.count(r.time_ns);
+            let (est, truth) = c.measured.observe(policy, r.time_ns, r.cost);
             let est_allows = est + r.cost as f64 <= limit as f64;
             let truth_allows = truth.saturating_add(r.cost) <= limit;
             match (est_allows, truth_allows) {
@@ -91,8 +118,6 @@ pub fn evaluate(policy: &Policy, requests: &[Request]) -> Metrics {
                 error_sum += (est - truth as f64).abs() / truth as f64;
                 error_n += 1;
             }
-            c.measured.record(policy, r.time_ns, r.cost);
-            c.truth.record(r.time_ns, r.cost);
         }
         if c.admitting.check(policy, r.time_ns, r.cost).allowed() {
             admitted += 1;

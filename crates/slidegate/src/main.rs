@@ -2,6 +2,8 @@
 //!
 //! Subcommands:
 //!
+//! - `bench`: throughput of the algorithms, the store and the service, each
+//!   beside its baseline in the same run.
 //! - `serve`: the rate limit service (Envoy's gRPC `RateLimitService`,
 //!   envoyproxy/ratelimit's YAML, an HTTP API, metrics).
 //! - `simulate`: runs the algorithms against traffic models and an exact
@@ -10,6 +12,10 @@
 
 #![forbid(unsafe_code)]
 
+mod bench;
+mod bench_clients;
+mod plots;
+mod progress;
 mod serve;
 mod simulate;
 
@@ -32,6 +38,15 @@ enum Command {
     /// watches them and reloads them when they change; the counters live in
     /// a bounded in-memory store. Stops gracefully on SIGTERM or SIGINT.
     Serve(serve::Args),
+    /// Measure decisions per second, each case beside its baseline in the same run
+    ///
+    /// algorithms: every algorithm's decision on one key, reading the
+    /// monotonic clock, against governor's direct limiter; store: the keyed
+    /// in-memory store on one hot key and over --keys keys, against
+    /// governor's keyed limiter (one thread each); service: `slidegate
+    /// serve` started in this process on loopback, HTTP `POST /v1/check` and
+    /// gRPC `ShouldRateLimit` from --concurrency clients in this process.
+    Bench(bench::Args),
     /// Simulate the algorithms on traffic models against an exact oracle
     ///
     /// Every client has its own limit. Measurement view: every request is
@@ -50,6 +65,7 @@ fn main() -> ExitCode {
     let mut stdout = std::io::stdout().lock();
     let result = match &cli.command {
         Command::Serve(args) => serve::run(args),
+        Command::Bench(args) => bench::run(args, &mut stdout),
         Command::Simulate(args) => simulate::run(args, &mut stdout),
     };
     match result {

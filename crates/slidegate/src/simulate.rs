@@ -1,21 +1,51 @@
 //! `slidegate simulate`: every chosen algorithm against every chosen traffic
-//! model, in the measurement and the admission view.
+//! model, or against access logs replayed with `--trace`, in the measurement
+//! and the admission view.
 
 use anyhow::{Context, Result};
 use clap::builder::PossibleValuesParser;
 use clap::{ValueEnum, value_parser};
 use slidegate_core::duration::{format_duration, parse_positive_duration};
 use slidegate_core::{Algorithm, Policy, Weighting};
-use slidegate_sim::{MAX_CLIENTS, Row, Scenario, Traffic};
-use std::io::Write;
+use slidegate_sim::{
+    KeyBy, MAX_CLIENTS, OnError, Row, Scenario, Trace, TraceError, TraceFormat, TraceOptions, Traffic,
+};
+use std::fs::File;
+use std::io::{BufReader, IsTerminal, Write};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Flags of `slidegate simulate`.
 #[derive(clap::Args, Debug)]
 pub(crate) struct Args {
     /// Traffic model; repeat or separate with commas [default: all]
-    #[arg(long, value_name = "MODEL", value_delimiter = ',', value_parser = PossibleValuesParser::new(Traffic::NAMES))]
+    #[arg(long, value_name = "MODEL", value_delimiter = ',', value_parser = PossibleValuesParser::new(Traffic::NAMES),
+          conflicts_with = "trace")]
     traffic: Vec<String>,
+
+    /// Replay an access log instead of the traffic models; repeat for several files, each its own traffic row
+    ///
+    /// Common Log Format, Combined Log Format or `timestamp,key` CSV. Every
+    /// line is a request of cost 1; time 0 is the earliest request.
+    #[arg(long, value_name = "FILE")]
+    trace: Vec<PathBuf>,
+
+    /// Format of the --trace files (auto: from each file's first non-empty line)
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = TraceFormatArg::Auto, requires = "trace")]
+    trace_format: TraceFormatArg,
+
+    /// The field of a --trace line that is its client (the rate-limit key)
+    #[arg(long, value_enum, value_name = "FIELD", default_value_t = KeyByArg::Client, requires = "trace")]
+    key_by: KeyByArg,
+
+    /// What a malformed --trace line does
+    #[arg(long, value_enum, value_name = "ACTION", default_value_t = OnErrorArg::Skip, requires = "trace")]
+    on_error: OnErrorArg,
+
+    /// Most distinct keys one --trace file may have
+    #[arg(long, value_name = "N", default_value_t = MAX_CLIENTS, requires = "trace",
+          value_parser = value_parser!(u32).range(1..))]
+    max_clients: u32,
 
     /// Algorithm; repeat or separate with commas [default: all]
     #[arg(long, value_name = "NAME", value_delimiter = ',', value_parser = PossibleValuesParser::new(Algorithm::NAMES))]
@@ -29,25 +59,26 @@ pub(crate) struct Args {
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_positive_duration)]
     window: Duration,
 
-    /// Sub-buckets of sliding_window (2 is the classic two-bucket estimate)
-    #[arg(long, value_name = "N", default_value_t = 2)]
-    buckets: u32,
+    /// Sub-buckets of sliding_window (2 is the classic two-bucket estimate); several give rows side by side
+    #[arg(long, value_name = "N", value_delimiter = ',', default_value = "2")]
+    buckets: Vec<u32>,
 
     /// How sliding_window weighs its oldest bucket
     #[arg(long, value_enum, default_value_t = WeightingArg::Both)]
     weighting: WeightingArg,
 
-    /// Clients of the `clients` traffic model
+    /// Clients of the `clients` traffic model (not with --trace)
     #[arg(long, value_name = "N", default_value_t = 100,
-          value_parser = value_parser!(u32).range(1..=i64::from(MAX_CLIENTS)))]
+          value_parser = value_parser!(u32).range(1..=i64::from(MAX_CLIENTS)), conflicts_with = "trace")]
     clients: u32,
 
-    /// Simulated time
-    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_positive_duration)]
+    /// Simulated time (not with --trace, which lasts as long as its log)
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_positive_duration,
+          conflicts_with = "trace")]
     duration: Duration,
 
-    /// Seed of the traffic models' random numbers
-    #[arg(long, value_name = "N", default_value_t = 1)]
+    /// Seed of the traffic models' random numbers (not with --trace)
+    #[arg(long, value_name = "N", default_value_t = 1, conflicts_with = "trace")]
     seed: u64,
 
     /// Burst of gcra [default: the limit]
@@ -61,6 +92,12 @@ pub(crate) struct Args {
     /// Output format
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
+
+    /// Write plots (SVG and PNG) of each traffic into this folder: true
+    /// against estimated count for the busiest clients, wrong decisions
+    /// against buckets, the most admitted in a window per algorithm
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
 }
 
 /// `--weighting`.
@@ -84,6 +121,69 @@ impl WeightingArg {
     }
 }
 
+/// `--trace-format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum TraceFormatArg {
+    /// Each file's format from its first non-empty line
+    Auto,
+    /// Common Log Format: host, ident, authuser, time in brackets, quoted request, status, bytes
+    Clf,
+    /// Combined Log Format: CLF and "referer" "user-agent"
+    Combined,
+    /// timestamp,key lines: Unix seconds or RFC 3339, and a key
+    Csv,
+}
+
+impl TraceFormatArg {
+    fn format(self) -> Option<TraceFormat> {
+        match self {
+            TraceFormatArg::Auto => None,
+            TraceFormatArg::Clf => Some(TraceFormat::Clf),
+            TraceFormatArg::Combined => Some(TraceFormat::Combined),
+            TraceFormatArg::Csv => Some(TraceFormat::Csv),
+        }
+    }
+}
+
+/// `--key-by`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum KeyByArg {
+    /// The remote host (clf, combined) or the key column (csv)
+    Client,
+    /// The authenticated user (clf, combined)
+    User,
+    /// The request path without its query string (clf, combined)
+    Path,
+    /// The user agent (combined)
+    UserAgent,
+    /// The referer (combined)
+    Referer,
+    /// The key column (csv)
+    Key,
+}
+
+impl KeyByArg {
+    fn key_by(self) -> KeyBy {
+        match self {
+            KeyByArg::Client => KeyBy::Client,
+            KeyByArg::User => KeyBy::User,
+            KeyByArg::Path => KeyBy::Path,
+            KeyByArg::UserAgent => KeyBy::UserAgent,
+            KeyByArg::Referer => KeyBy::Referer,
+            KeyByArg::Key => KeyBy::Key,
+        }
+    }
+}
+
+/// `--on-error`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum OnErrorArg {
+    /// Report the line on stderr (the first 20, then a count) and go on
+    Skip,
+    /// End the run with the line's file, number and reason
+    Stop,
+}
+
 /// `--format`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Format {
@@ -95,9 +195,18 @@ enum Format {
     Json,
 }
 
-/// Runs the simulation and writes the rows to `out`.
+/// Runs the simulation and writes the rows to `out`; progress bars go to
+/// stderr when it is a terminal.
 pub(crate) fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
+    execute(args, out, std::io::stderr().is_terminal())
+}
+
+/// [`run`], with progress bars on stderr or not.
+fn execute(args: &Args, out: &mut dyn Write, progress: bool) -> Result<()> {
     let policies = policies(args)?;
+    if !args.trace.is_empty() {
+        return replay(args, &policies, out, progress);
+    }
     let traffics = chosen(&args.traffic, &Traffic::NAMES)
         .iter()
         .map(|name| name.parse::<Traffic>())
@@ -115,27 +224,190 @@ pub(crate) fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
         .collect();
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
     let rows = slidegate_sim::run_many(&policies, &scenarios, threads)?;
-    match args.format {
+    if let (Some(dir), Some(first)) = (&args.plot, policies.first()) {
+        for scenario in &scenarios {
+            let name = scenario.traffic.name();
+            let requests = scenario.requests(first)?;
+            let traffic_rows: Vec<Row> = rows.iter().filter(|r| r.traffic == name).cloned().collect();
+            let files =
+                crate::plots::traffic_plots(dir, name, &requests, &policies, &traffic_rows, &|c| c.to_string())?;
+            report_plots(&files);
+        }
+    }
+    let heading = format!(
+        "limit {} per {}, {} simulated, seed {}, {} clients in the `clients` model",
+        args.limit,
+        format_duration(args.window),
+        format_duration(args.duration),
+        args.seed,
+        args.clients
+    );
+    write_rows(args.format, &heading, &rows, out)
+}
+
+/// The rows in `format`; `heading` above the table.
+fn write_rows(format: Format, heading: &str, rows: &[Row], out: &mut dyn Write) -> Result<()> {
+    match format {
         Format::Json => {
-            let json = serde_json::to_string_pretty(&rows).context("serialising the rows")?;
+            let json = serde_json::to_string_pretty(rows).context("serialising the rows")?;
             writeln!(out, "{json}")?;
         }
-        Format::Csv => write_csv(&rows, out)?,
+        Format::Csv => write_csv(rows, out)?,
         Format::Table => {
-            writeln!(
-                out,
-                "limit {} per {}, {} simulated, seed {}, {} clients in the `clients` model",
-                args.limit,
-                format_duration(args.window),
-                format_duration(args.duration),
-                args.seed,
-                args.clients
-            )?;
-            write_table(&rows, out)?;
+            writeln!(out, "{heading}")?;
+            write_table(rows, out)?;
         }
     }
     out.flush()?;
     Ok(())
+}
+
+/// `--trace`: reads every file (all of them first, so that a bad one fails
+/// before any long evaluation), then evaluates every policy on each, one
+/// traffic row per file named by its file name.
+fn replay(args: &Args, policies: &[Policy], out: &mut dyn Write, progress: bool) -> Result<()> {
+    let options = TraceOptions {
+        format: args.trace_format.format(),
+        key_by: args.key_by.key_by(),
+        on_error: match args.on_error {
+            OnErrorArg::Skip => OnError::Skip,
+            OnErrorArg::Stop => OnError::Stop,
+        },
+        max_clients: args.max_clients,
+    };
+    let paths = unique(&args.trace);
+    let names = traffic_names(&paths);
+    let mut traces = Vec::with_capacity(paths.len());
+    for path in &paths {
+        let trace = read_trace_file(path, &options, progress)?;
+        report_skipped(&trace);
+        traces.push(trace);
+    }
+    let threads = std::thread::available_parallelism().map_or(1, usize::from);
+    let bar = crate::progress::bar(
+        progress,
+        (policies.len() * traces.len()) as u64,
+        "evaluating {msg} [{bar:30}] {pos}/{len} policies",
+    );
+    let mut rows = Vec::with_capacity(policies.len() * traces.len());
+    for (trace, name) in traces.iter().zip(&names) {
+        bar.set_message(name.clone());
+        rows.extend(slidegate_sim::run_requests(
+            policies,
+            name,
+            &trace.requests,
+            threads,
+            &|| bar.inc(1),
+        ));
+    }
+    bar.finish_and_clear();
+    if let Some(dir) = &args.plot {
+        for (trace, name) in traces.iter().zip(&names) {
+            let traffic_rows: Vec<Row> = rows.iter().filter(|r| &r.traffic == name).cloned().collect();
+            let key = |c: u32| trace.keys.get(c as usize).cloned().unwrap_or_else(|| c.to_string());
+            let files = crate::plots::traffic_plots(dir, name, &trace.requests, policies, &traffic_rows, &key)?;
+            report_plots(&files);
+        }
+    }
+    let mut heading = format!(
+        "limit {} per {}, traces keyed by {}",
+        args.limit,
+        format_duration(args.window),
+        options.key_by
+    );
+    for (trace, name) in traces.iter().zip(&names) {
+        heading.push_str(&format!(
+            "\n{name}: {}, {} requests from {} clients over {}",
+            trace.format,
+            trace.requests.len(),
+            trace.clients,
+            format_span(trace.span_ns())
+        ));
+        if trace.skipped > 0 {
+            heading.push_str(&format!(", {} malformed lines skipped", trace.skipped));
+        }
+    }
+    write_rows(args.format, &heading, &rows, out)
+}
+
+/// The paths given, without repeats.
+fn unique(paths: &[PathBuf]) -> Vec<&Path> {
+    let mut seen: Vec<&Path> = Vec::new();
+    for path in paths {
+        if !seen.contains(&path.as_path()) {
+            seen.push(path);
+        }
+    }
+    seen
+}
+
+/// Each trace's row name: its file name, or its path as given when two
+/// traces share a file name.
+fn traffic_names(paths: &[&Path]) -> Vec<String> {
+    let file_name = |p: &Path| {
+        p.file_name()
+            .map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into_owned())
+    };
+    paths
+        .iter()
+        .map(|&p| {
+            let name = file_name(p);
+            if paths.iter().filter(|&&q| file_name(q) == name).count() > 1 {
+                p.display().to_string()
+            } else {
+                name
+            }
+        })
+        .collect()
+}
+
+/// Reads one `--trace` file, with a progress bar over its bytes.
+fn read_trace_file(path: &Path, options: &TraceOptions, progress: bool) -> Result<Trace> {
+    let shown = path.display().to_string();
+    let file = File::open(path).with_context(|| format!("reading {shown}"))?;
+    let size = file.metadata().map_or(0, |m| m.len());
+    let bar = crate::progress::bar(progress, size, "reading {msg} [{bar:30}] {bytes}/{total_bytes}");
+    bar.set_message(shown.clone());
+    let read = slidegate_sim::read_trace(&shown, BufReader::with_capacity(1 << 16, file), options, &mut |n| {
+        bar.set_position(n)
+    });
+    bar.finish_and_clear();
+    read.map_err(|e| match e {
+        TraceError::TooManyClients { .. } => anyhow::anyhow!("{e}: raise --max-clients to replay it"),
+        e => e.into(),
+    })
+}
+
+/// Reports the malformed lines skipped on stderr: the first ones kept, then
+/// how many more.
+fn report_skipped(trace: &Trace) {
+    for bad in &trace.bad_lines {
+        eprintln!("warning: {}:{}: {}", trace.name, bad.line, bad.error);
+    }
+    let more = trace.skipped - trace.bad_lines.len() as u64;
+    if more > 0 {
+        eprintln!(
+            "warning: {}: {more} more malformed lines skipped, {} in all",
+            trace.name, trace.skipped
+        );
+    }
+}
+
+/// Says on stderr which plot files were written.
+fn report_plots(files: &[PathBuf]) {
+    for file in files {
+        eprintln!("wrote {}", file.display());
+    }
+}
+
+/// A trace's span: as a duration when whole seconds, else in seconds with
+/// milliseconds.
+fn format_span(ns: u64) -> String {
+    if ns.is_multiple_of(1_000_000_000) {
+        format_duration(Duration::from_nanos(ns))
+    } else {
+        format!("{:.3}s", ns as f64 / 1e9)
+    }
 }
 
 /// The names given, without repeats, or all of them when none was given.
@@ -156,14 +428,24 @@ fn chosen<'a>(given: &'a [String], all: &'a [&'static str]) -> Vec<&'a str> {
 /// so that a bad value fails fast with its name.
 fn policies(args: &Args) -> Result<Vec<Policy>> {
     let mut algorithms = Vec::new();
+    let mut buckets: Vec<u32> = Vec::new();
+    for &n in &args.buckets {
+        if !buckets.contains(&n) {
+            buckets.push(n);
+        }
+    }
     for name in chosen(&args.algorithm, &Algorithm::NAMES) {
         match Algorithm::with_defaults(name, args.limit)? {
-            Algorithm::SlidingWindow { .. } => algorithms.extend(args.weighting.weightings().iter().map(
-                |&weighting| Algorithm::SlidingWindow {
-                    buckets: args.buckets,
-                    weighting,
-                },
-            )),
+            Algorithm::SlidingWindow { .. } => {
+                for &n in &buckets {
+                    algorithms.extend(
+                        args.weighting
+                            .weightings()
+                            .iter()
+                            .map(|&weighting| Algorithm::SlidingWindow { buckets: n, weighting }),
+                    );
+                }
+            }
             Algorithm::Gcra { burst } => algorithms.push(Algorithm::Gcra {
                 burst: args.burst.unwrap_or(burst),
             }),
@@ -308,7 +590,7 @@ mod tests {
     fn output(argv: &[&str]) -> Result<String> {
         let cli = Cli::try_parse_from(std::iter::once("simulate").chain(argv.iter().copied()))?;
         let mut out = Vec::new();
-        run(&cli.args, &mut out)?;
+        execute(&cli.args, &mut out, false)?;
         Ok(String::from_utf8(out)?)
     }
 
@@ -384,5 +666,118 @@ mod tests {
             "sliding_log",
         ]);
         assert!(e.starts_with("traffic model `poisson` would send about"), "{e}");
+    }
+
+    const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../slidegate-sim/tests/data/access.log");
+
+    #[test]
+    fn several_bucket_counts_side_by_side() {
+        let csv = output(&[
+            "--trace",
+            FIXTURE,
+            "--algorithm",
+            "sliding_window",
+            "--buckets",
+            "2,4",
+            "--buckets",
+            "8,2",
+            "--weighting",
+            "interpolated",
+            "--limit",
+            "5",
+            "--window",
+            "10s",
+            "--format",
+            "csv",
+        ])
+        .unwrap();
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines.len(), 1 + 3, "{csv}");
+        for (line, n) in lines[1..].iter().zip([2, 4, 8]) {
+            assert!(
+                line.starts_with(&format!("sliding_window,{n},interpolated,,,access.log,5,10000000000,")),
+                "{line}"
+            );
+        }
+        // n = 2: 31 of the 36 requests admitted, one wrong decision each way,
+        // 8 admitted in one window.
+        // The mean relative error, recounted by hand: 0.12750535659626570…
+        let (figures, mean) = lines[1].rsplit_once(',').unwrap();
+        assert!(figures.ends_with(",3,36,31,1,1,8,1.6"), "{}", lines[1]);
+        assert!(
+            (mean.parse::<f64>().unwrap() - 0.127_505_356_596_265_7).abs() < 1e-12,
+            "{mean}"
+        );
+    }
+
+    #[test]
+    fn traces_have_a_heading_and_one_row_set_each() {
+        let dir = std::env::temp_dir().join(format!("slidegate-simulate-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("a")).unwrap();
+        let csv = dir.join("a").join("access.log");
+        std::fs::write(
+            &csv,
+            "timestamp,key\n1700000000,x\n1700000000.5,\"y,z\"\n1700000002,x\n",
+        )
+        .unwrap();
+        let csv = csv.to_str().unwrap();
+        let table = output(&[
+            "--trace",
+            FIXTURE,
+            "--trace",
+            csv,
+            "--trace",
+            FIXTURE,
+            "--algorithm",
+            "sliding_log",
+            "--limit",
+            "5",
+            "--window",
+            "10s",
+        ])
+        .unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines[0], "limit 5 per 10s, traces keyed by client");
+        // Two files called access.log: named by their paths.
+        assert_eq!(
+            lines[1],
+            format!("{FIXTURE}: combined, 36 requests from 3 clients over 31s, 3 malformed lines skipped")
+        );
+        assert_eq!(lines[2], format!("{csv}: csv, 3 requests from 2 clients over 2s"));
+        assert!(lines[3].starts_with("traffic"), "{table}");
+        assert_eq!(lines.len(), 6, "{table}");
+        assert!(lines[4].starts_with(FIXTURE) && lines[4].contains(" 36 "), "{table}");
+        assert!(lines[5].starts_with(csv) && lines[5].contains(" 3 "), "{table}");
+    }
+
+    #[test]
+    fn trace_errors_are_named() {
+        let err = |argv: &[&str]| format!("{:#}", output(argv).unwrap_err());
+        assert_eq!(
+            err(&["--trace", FIXTURE, "--on-error", "stop"]),
+            format!("{FIXTURE}:16: missing `[` before the time, found `10/Oct/2023:13:55:10`")
+        );
+        assert_eq!(
+            err(&["--trace", FIXTURE, "--max-clients", "2"]),
+            format!(
+                "{FIXTURE} has 3 distinct keys by client, more than the 2 clients allowed: raise --max-clients to \
+                 replay it"
+            )
+        );
+        assert!(err(&["--trace", "/nonexistent/x.log"]).starts_with("reading /nonexistent/x.log: "));
+        assert!(err(&["--trace", FIXTURE, "--key-by", "key"]).starts_with("key `key` is not a field of"));
+        // Trace flags need --trace, and the traffic models' flags do not go
+        // with it.
+        assert!(err(&["--key-by", "user"]).contains("--trace"));
+        for flag in [
+            ["--traffic", "poisson"],
+            ["--duration", "1m"],
+            ["--clients", "3"],
+            ["--seed", "2"],
+        ] {
+            let e = err(&["--trace", FIXTURE, flag[0], flag[1]]);
+            assert!(e.contains("cannot be used with"), "{flag:?}: {e}");
+        }
     }
 }

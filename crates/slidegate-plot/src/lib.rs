@@ -1,0 +1,212 @@
+//! Accuracy plots for slidegate's simulations, written as SVG and PNG.
+//!
+//! Three plots, each from plain data (no simulation types, so that any
+//! caller can convert its own results):
+//!
+//! - [`count_over_time`]: the true and the estimated count of one key's
+//!   window over time, with the limit drawn across;
+//! - [`error_rates_by_buckets`]: wrongly allowed and wrongly denied
+//!   requests (% of requests) against the number of buckets, on a log scale;
+//! - [`max_window_ratio`]: the most any key got admitted in one window,
+//!   divided by the limit, one bar per algorithm, with the limit (1.0) drawn
+//!   across.
+//!
+//! Each writes `<stem>.svg` and `<stem>.png` ([`WIDTH`] × [`HEIGHT`] pixels)
+//! and returns both paths. Every plot has a title, axes labelled with their
+//! units, a legend beside the plot naming every series, and one colour per
+//! series (the Okabe–Ito palette, which colour-blind readers can tell apart).
+//!
+//! Text is drawn with DejaVu Sans, embedded in the crate: no system font is
+//! read at run time. It is registered with plotters (process-wide) as the
+//! `sans-serif` family on the first plot; the SVG keeps its text as text,
+//! in that family. Both files are drawn in memory first: nothing is written
+//! when the input is refused.
+//!
+//! ```no_run
+//! use slidegate_plot::{Line, count_over_time};
+//! use std::path::Path;
+//!
+//! let truth = Line::new("exact count", vec![(0.0, 0.0), (1.0, 40.0), (2.0, 95.0)]);
+//! let estimate = Line::new("2 buckets, interpolated", vec![(0.0, 0.0), (1.0, 35.5), (2.0, 101.0)]);
+//! let written = count_over_time(Path::new("plots/count"), "One client", 100.0, &truth, &[estimate])?;
+//! assert_eq!(written.len(), 2); // plots/count.svg and plots/count.png
+//! # Ok::<(), slidegate_plot::PlotError>(())
+//! ```
+
+#![forbid(unsafe_code)]
+
+mod bitmap;
+mod draw;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// Width of every plot, in pixels (the PNG's; the SVG's in user units).
+pub const WIDTH: u32 = 1200;
+/// Height of every plot, in pixels.
+pub const HEIGHT: u32 = 700;
+
+/// One named series of `(x, y)` points, drawn in the order given.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Line {
+    /// The name shown in the legend.
+    pub label: String,
+    /// The points, `(x, y)`; every value must be finite.
+    pub points: Vec<(f64, f64)>,
+}
+
+impl Line {
+    /// A series named `label`.
+    pub fn new(label: impl Into<String>, points: Vec<(f64, f64)>) -> Line {
+        Line {
+            label: label.into(),
+            points,
+        }
+    }
+}
+
+/// Why a plot could not be made: nothing to draw, a value that is not a
+/// finite number, or a file that could not be written. Never a panic.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlotError {
+    message: String,
+}
+
+impl PlotError {
+    pub(crate) fn new(message: impl Into<String>) -> PlotError {
+        PlotError {
+            message: message.into(),
+        }
+    }
+
+    /// What went wrong, in a sentence for a person.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for PlotError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for PlotError {}
+
+/// True vs estimated count over time for one key: x in seconds, y in
+/// requests; the limit drawn as a horizontal line.
+///
+/// `truth` is drawn thick and black under the `estimates`, which get one
+/// colour each; the limit is a dashed dark-red line named `limit (…)` in
+/// the legend. The points are samples (one per request): a line is broken
+/// where x jumps by more than 2% of the time axis and ten times its median
+/// step, rather than drawn straight across a silence where the count is
+/// not known. Writes `<path_stem>.svg` and `<path_stem>.png` and returns
+/// their paths, SVG first.
+///
+/// # Errors
+///
+/// No estimate, a series without points, a value or a limit that is not
+/// finite, values too far apart (or too close) for an axis, or a file that
+/// cannot be written.
+pub fn count_over_time(
+    path_stem: &Path,
+    title: &str,
+    limit: f64,
+    truth: &Line,
+    estimates: &[Line],
+) -> Result<Vec<PathBuf>, PlotError> {
+    if !limit.is_finite() {
+        return Err(PlotError::new(format!(
+            "the limit must be a finite number, not {limit}"
+        )));
+    }
+    if estimates.is_empty() {
+        return Err(PlotError::new("no estimate to plot against the truth"));
+    }
+    check_line(truth)?;
+    estimates.iter().try_for_each(check_line)?;
+    draw::render(
+        path_stem,
+        &draw::CountOverTime {
+            title,
+            limit,
+            truth,
+            estimates,
+        },
+    )
+}
+
+/// Wrongly allowed and wrongly denied (% of requests) against the number of
+/// buckets `n`, one line per (rate, weighting): x is `n` on a log₂ scale,
+/// with a tick at every `n` that occurs (at the powers of two when there are
+/// too many), y is the percentage of requests.
+///
+/// Each line gets its own colour and marker shape. Writes
+/// `<path_stem>.svg` and `<path_stem>.png` and returns their paths, SVG
+/// first.
+///
+/// # Errors
+///
+/// No line, a line without points, a value that is not finite, a number of
+/// buckets that is not above zero, values too far apart (or too close) for
+/// an axis, or a file that cannot be written.
+pub fn error_rates_by_buckets(path_stem: &Path, title: &str, lines: &[Line]) -> Result<Vec<PathBuf>, PlotError> {
+    if lines.is_empty() {
+        return Err(PlotError::new("no line to plot"));
+    }
+    lines.iter().try_for_each(check_line)?;
+    for line in lines {
+        if let Some(&(n, _)) = line.points.iter().find(|&&(n, _)| n <= 0.0) {
+            return Err(PlotError::new(format!(
+                "series `{}`: buckets must be above zero for a log scale, got {n}",
+                line.label
+            )));
+        }
+    }
+    draw::render(path_stem, &draw::ErrorRates { title, lines })
+}
+
+/// The most admitted in any window divided by the limit, per algorithm:
+/// one horizontal bar per `(name, ratio)`, top to bottom in the order given,
+/// with the value printed at its end, and a dashed reference line at 1.0.
+///
+/// Bars at or below 1.0 are blue, bars above it (the algorithm let a key
+/// exceed its limit in some window) are vermilion. Writes
+/// `<path_stem>.svg` and `<path_stem>.png` and returns their paths, SVG
+/// first.
+///
+/// # Errors
+///
+/// No bar, a ratio that is negative, not finite or too large for an axis,
+/// or a file that cannot be written.
+pub fn max_window_ratio(path_stem: &Path, title: &str, bars: &[(String, f64)]) -> Result<Vec<PathBuf>, PlotError> {
+    if bars.is_empty() {
+        return Err(PlotError::new("no bar to plot"));
+    }
+    for (name, ratio) in bars {
+        if !ratio.is_finite() || *ratio < 0.0 {
+            return Err(PlotError::new(format!(
+                "bar `{name}`: the ratio must be a finite number at or above zero, not {ratio}"
+            )));
+        }
+    }
+    draw::render(path_stem, &draw::MaxWindowRatio { title, bars })
+}
+
+/// A series must have points, all finite.
+fn check_line(line: &Line) -> Result<(), PlotError> {
+    if line.points.is_empty() {
+        return Err(PlotError::new(format!("series `{}` has no points", line.label)));
+    }
+    match line.points.iter().position(|(x, y)| !x.is_finite() || !y.is_finite()) {
+        Some(i) => {
+            let (x, y) = line.points[i];
+            Err(PlotError::new(format!(
+                "series `{}`: point {i} is ({x}, {y}), not finite numbers",
+                line.label
+            )))
+        }
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,1140 @@
+//! Access logs as traffic: parsers for the Common Log Format, the Combined
+//! Log Format and `timestamp,key` CSV, and the conversion of a log into a
+//! time-sorted request stream (see [`read_trace`]).
+//!
+//! Nothing here panics on any input: every malformed line gives a
+//! [`LineError`] that says why.
+
+use crate::traffic::{MAX_CLIENTS, Request};
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fmt;
+use std::io::BufRead;
+
+/// How many malformed lines a [`Trace`] keeps the details of (in
+/// [`Trace::bad_lines`]); the rest are only counted.
+pub const REPORTED_BAD_LINES: usize = 20;
+
+/// The format of an access log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TraceFormat {
+    /// Common Log Format: `host ident authuser [10/Oct/2000:13:55:36 -0700]
+    /// "GET /apache_pb.gif HTTP/1.0" 200 2326`.
+    Clf,
+    /// Combined Log Format: the Common Log Format followed by `"referer"
+    /// "user-agent"`.
+    Combined,
+    /// `timestamp,key` lines, with an optional `timestamp,key` header line;
+    /// the timestamp is Unix seconds with an optional fraction
+    /// (`1700000000.250`) or RFC 3339 (`2023-11-14T22:13:20.25Z`), and a
+    /// key holding a comma is quoted with double quotes (`""` inside stands
+    /// for one).
+    Csv,
+}
+
+impl TraceFormat {
+    /// Every format, in the order of [`TraceFormat::NAMES`].
+    pub const ALL: [TraceFormat; 3] = [TraceFormat::Clf, TraceFormat::Combined, TraceFormat::Csv];
+
+    /// Every format's name.
+    pub const NAMES: [&'static str; 3] = ["clf", "combined", "csv"];
+
+    /// The format's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            TraceFormat::Clf => "clf",
+            TraceFormat::Combined => "combined",
+            TraceFormat::Csv => "csv",
+        }
+    }
+
+    /// The keys a line of this format has.
+    pub fn keys(self) -> &'static [KeyBy] {
+        match self {
+            TraceFormat::Clf => &[KeyBy::Client, KeyBy::User, KeyBy::Path],
+            TraceFormat::Combined => &[
+                KeyBy::Client,
+                KeyBy::User,
+                KeyBy::Path,
+                KeyBy::UserAgent,
+                KeyBy::Referer,
+            ],
+            TraceFormat::Csv => &[KeyBy::Client, KeyBy::Key],
+        }
+    }
+
+    /// The format of a log whose first non-empty line is `line`.
+    ///
+    /// A line that parses as a Combined, Common Log Format or CSV line (or
+    /// is the CSV header `timestamp,key`) gives that format. Otherwise the
+    /// line is malformed, and its shape decides, so that a bad first line
+    /// does not hide the format of the others: a `[` or `]` and at least
+    /// two double quotes make a log line (Combined with six quotes or more),
+    /// a comma makes CSV. `None` when nothing fits.
+    pub fn detect(line: &str) -> Option<TraceFormat> {
+        if parse_combined_line(line).is_ok() {
+            return Some(TraceFormat::Combined);
+        }
+        if parse_clf_line(line).is_ok() {
+            return Some(TraceFormat::Clf);
+        }
+        if is_csv_header(line) || parse_csv_line(line).is_ok() {
+            return Some(TraceFormat::Csv);
+        }
+        let quotes = line.bytes().filter(|&b| b == b'"').count();
+        if line.contains(['[', ']']) && quotes >= 2 {
+            Some(if quotes >= 6 {
+                TraceFormat::Combined
+            } else {
+                TraceFormat::Clf
+            })
+        } else if line.contains(',') {
+            Some(TraceFormat::Csv)
+        } else {
+            None
+        }
+    }
+}
+
+impl fmt::Display for TraceFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Which field of a log line is the client (the rate-limit key).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum KeyBy {
+    /// The remote host (CLF and Combined), or the key column (CSV).
+    #[default]
+    Client,
+    /// The authenticated user (CLF and Combined).
+    User,
+    /// The request's path: its target without the query string, or the
+    /// whole request when it has no target, as `-` (CLF and Combined).
+    Path,
+    /// The user agent (Combined).
+    UserAgent,
+    /// The referer (Combined).
+    Referer,
+    /// The key column (CSV).
+    Key,
+}
+
+impl KeyBy {
+    /// Every key, in the order of [`KeyBy::NAMES`].
+    pub const ALL: [KeyBy; 6] = [
+        KeyBy::Client,
+        KeyBy::User,
+        KeyBy::Path,
+        KeyBy::UserAgent,
+        KeyBy::Referer,
+        KeyBy::Key,
+    ];
+
+    /// Every key's name.
+    pub const NAMES: [&'static str; 6] = ["client", "user", "path", "user-agent", "referer", "key"];
+
+    /// The key's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            KeyBy::Client => "client",
+            KeyBy::User => "user",
+            KeyBy::Path => "path",
+            KeyBy::UserAgent => "user-agent",
+            KeyBy::Referer => "referer",
+            KeyBy::Key => "key",
+        }
+    }
+}
+
+impl fmt::Display for KeyBy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What to do with a malformed line.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum OnError {
+    /// Count it, keep the first [`REPORTED_BAD_LINES`] in
+    /// [`Trace::bad_lines`], and go on.
+    #[default]
+    Skip,
+    /// Stop at it with [`TraceError::BadLine`].
+    Stop,
+}
+
+/// How to read a trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TraceOptions {
+    /// The format, or `None` to detect it from the first non-empty line
+    /// (see [`TraceFormat::detect`]).
+    pub format: Option<TraceFormat>,
+    /// Which field is the client.
+    pub key_by: KeyBy,
+    /// What to do with a malformed line.
+    pub on_error: OnError,
+    /// The most distinct keys the trace may have.
+    pub max_clients: u32,
+}
+
+impl Default for TraceOptions {
+    /// Detected format, keyed by client, malformed lines skipped, at most
+    /// [`MAX_CLIENTS`] clients.
+    fn default() -> Self {
+        TraceOptions {
+            format: None,
+            key_by: KeyBy::Client,
+            on_error: OnError::Skip,
+            max_clients: MAX_CLIENTS,
+        }
+    }
+}
+
+/// Why one line of a trace is malformed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LineError {
+    /// The line is not UTF-8.
+    InvalidUtf8 {
+        /// The 1-based position in the line of the first byte that is not.
+        byte: usize,
+    },
+    /// Not as many fields as the format has.
+    FieldCount {
+        /// The format's number of fields.
+        expected: usize,
+        /// The line's.
+        found: usize,
+    },
+    /// A log line's time does not start with `[`.
+    MissingBracket {
+        /// What stands where the time should (clipped).
+        found: String,
+    },
+    /// A log line's time has no closing `]`.
+    UnclosedBracket,
+    /// A double-quoted field has no closing quote.
+    UnclosedQuote,
+    /// A field that is not what its place needs.
+    BadField {
+        /// The field's name.
+        field: &'static str,
+        /// Its value (clipped).
+        value: String,
+        /// What it should be.
+        expected: &'static str,
+    },
+    /// A log line's date has a month that is not `Jan` … `Dec`.
+    UnknownMonth {
+        /// The month as written (clipped).
+        month: String,
+    },
+    /// A log line's date that is not `dd/Mon/yyyy:HH:MM:SS ±hhmm`, or not a
+    /// real time.
+    BadDate {
+        /// The date as written (clipped).
+        date: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A CSV timestamp that is neither Unix seconds nor RFC 3339.
+    BadTimestamp {
+        /// The timestamp as written (clipped).
+        timestamp: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A CSV line with text after a quoted field's closing quote.
+    TextAfterQuote,
+    /// A CSV line whose key is empty.
+    EmptyKey,
+}
+
+impl fmt::Display for LineError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LineError::InvalidUtf8 { byte } => write!(f, "invalid UTF-8 at byte {byte}"),
+            LineError::FieldCount { expected, found } => {
+                write!(f, "wrong field count: expected {expected}, found {found}")
+            }
+            LineError::MissingBracket { found } => write!(f, "missing `[` before the time, found `{found}`"),
+            LineError::UnclosedBracket => f.write_str("missing `]` after the time"),
+            LineError::UnclosedQuote => f.write_str("a quoted field has no closing `\"`"),
+            LineError::BadField { field, value, expected } => {
+                write!(f, "bad {field} `{value}`: expected {expected}")
+            }
+            LineError::UnknownMonth { month } => write!(f, "unknown month `{month}`"),
+            LineError::BadDate { date, reason } => write!(f, "bad date `{date}`: {reason}"),
+            LineError::BadTimestamp { timestamp, reason } => write!(f, "bad timestamp `{timestamp}`: {reason}"),
+            LineError::TextAfterQuote => f.write_str("text after a quoted field's closing `\"`"),
+            LineError::EmptyKey => f.write_str("empty key"),
+        }
+    }
+}
+
+impl std::error::Error for LineError {}
+
+/// At most 60 characters of `s`, for messages.
+fn clip(s: &str) -> String {
+    const MAX: usize = 60;
+    match s.char_indices().nth(MAX) {
+        Some((at, _)) => format!("{}…", &s[..at]),
+        None => s.to_string(),
+    }
+}
+
+/// One line of a Common or Combined Log Format log, its fields borrowed from
+/// the line (quoted fields without their quotes, escapes left as they are).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogLine<'a> {
+    /// The time, in nanoseconds since the Unix epoch (UTC).
+    pub time_unix_ns: i64,
+    /// The remote host.
+    pub host: &'a str,
+    /// The identity from identd, usually `-`.
+    pub ident: &'a str,
+    /// The authenticated user, `-` when none.
+    pub user: &'a str,
+    /// The request line, as `GET /apache_pb.gif HTTP/1.0`.
+    pub request: &'a str,
+    /// The status code.
+    pub status: &'a str,
+    /// The response size, `-` when none.
+    pub bytes: &'a str,
+    /// Combined only: the referer.
+    pub referer: Option<&'a str>,
+    /// Combined only: the user agent.
+    pub user_agent: Option<&'a str>,
+}
+
+impl<'a> LogLine<'a> {
+    /// The request's target without its query string (`/a` for `GET /a?b
+    /// HTTP/1.1`), or the whole request when it has no target (`-`).
+    pub fn path(&self) -> &'a str {
+        let mut words = self.request.split_ascii_whitespace();
+        match (words.next(), words.next()) {
+            (Some(_), Some(target)) => target.split('?').next().unwrap_or(target),
+            _ => self.request,
+        }
+    }
+
+    /// The field `key` names, `None` for one this line does not have (the
+    /// CSV key, or the referer and user agent of a Common Log Format line).
+    pub fn key(&self, key: KeyBy) -> Option<&'a str> {
+        match key {
+            KeyBy::Client => Some(self.host),
+            KeyBy::User => Some(self.user),
+            KeyBy::Path => Some(self.path()),
+            KeyBy::UserAgent => self.user_agent,
+            KeyBy::Referer => self.referer,
+            KeyBy::Key => None,
+        }
+    }
+}
+
+/// A token of a log line.
+#[derive(Clone, Copy, Debug)]
+enum Token<'a> {
+    /// Up to the next space.
+    Bare(&'a str),
+    /// Between `[` and `]`.
+    Bracketed(&'a str),
+    /// Between double quotes, `\"` and `\\` escaped.
+    Quoted(&'a str),
+}
+
+impl<'a> Token<'a> {
+    fn text(self) -> &'a str {
+        match self {
+            Token::Bare(s) | Token::Bracketed(s) | Token::Quoted(s) => s,
+        }
+    }
+}
+
+/// The next token of a log line and the rest of the line after it.
+fn next_token(s: &str) -> Result<Option<(Token<'_>, &str)>, LineError> {
+    let s = s.trim_start_matches([' ', '\t']);
+    let b = s.as_bytes();
+    // Every index below is that of an ASCII byte (or the end), so a char
+    // boundary.
+    match b.first() {
+        None => Ok(None),
+        Some(b'[') => match b.iter().position(|&c| c == b']' || c == b'"') {
+            Some(end) if b[end] == b']' => Ok(Some((Token::Bracketed(&s[1..end]), &s[end + 1..]))),
+            _ => Err(LineError::UnclosedBracket),
+        },
+        Some(b'"') => {
+            let mut i = 1;
+            while i < b.len() {
+                match b[i] {
+                    b'\\' => i += 2,
+                    b'"' => return Ok(Some((Token::Quoted(&s[1..i]), &s[i + 1..]))),
+                    _ => i += 1,
+                }
+            }
+            Err(LineError::UnclosedQuote)
+        }
+        Some(_) => {
+            let end = b.iter().position(|&c| c == b' ' || c == b'\t').unwrap_or(b.len());
+            Ok(Some((Token::Bare(&s[..end]), &s[end..])))
+        }
+    }
+}
+
+/// The names of a log line's fields, in order.
+const LOG_FIELDS: [&str; 9] = [
+    "host",
+    "ident",
+    "user",
+    "time",
+    "request",
+    "status",
+    "bytes",
+    "referer",
+    "user agent",
+];
+
+fn parse_log(line: &str, combined: bool) -> Result<LogLine<'_>, LineError> {
+    let expected = if combined { 9 } else { 7 };
+    let mut fields = [""; 9];
+    let mut found = 0;
+    let mut rest = line;
+    while let Some((token, after)) = next_token(rest)? {
+        if found < expected {
+            let fits = match found {
+                3 => matches!(token, Token::Bracketed(_)),
+                4 | 7 | 8 => matches!(token, Token::Quoted(_)),
+                _ => matches!(token, Token::Bare(_)),
+            };
+            if !fits {
+                return Err(match found {
+                    3 => LineError::MissingBracket {
+                        found: clip(token.text()),
+                    },
+                    4 | 7 | 8 => LineError::BadField {
+                        field: LOG_FIELDS[found],
+                        value: clip(token.text()),
+                        expected: "a double-quoted field",
+                    },
+                    _ => LineError::BadField {
+                        field: LOG_FIELDS[found],
+                        value: clip(token.text()),
+                        expected: "a field without quotes or brackets",
+                    },
+                });
+            }
+            fields[found] = token.text();
+        }
+        found += 1;
+        rest = after;
+    }
+    if found != expected {
+        return Err(LineError::FieldCount { expected, found });
+    }
+    let time_unix_ns = parse_clf_time(fields[3])?;
+    let [host, ident, user, _, request, status, bytes, referer, user_agent] = fields;
+    if status.is_empty() || !status.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(LineError::BadField {
+            field: "status",
+            value: clip(status),
+            expected: "a number",
+        });
+    }
+    if bytes != "-" && !bytes.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(LineError::BadField {
+            field: "bytes",
+            value: clip(bytes),
+            expected: "a number or -",
+        });
+    }
+    Ok(LogLine {
+        time_unix_ns,
+        host,
+        ident,
+        user,
+        request,
+        status,
+        bytes,
+        referer: combined.then_some(referer),
+        user_agent: combined.then_some(user_agent),
+    })
+}
+
+/// Parses a Common Log Format line: `host ident authuser [dd/Mon/yyyy:HH:MM:SS
+/// ±hhmm] "request" status bytes`, exactly seven fields separated by spaces
+/// or tabs.
+///
+/// # Errors
+///
+/// A [`LineError`] naming the first thing wrong.
+pub fn parse_clf_line(line: &str) -> Result<LogLine<'_>, LineError> {
+    parse_log(line, false)
+}
+
+/// Parses a Combined Log Format line: a Common Log Format line followed by
+/// `"referer" "user-agent"`, exactly nine fields.
+///
+/// # Errors
+///
+/// A [`LineError`] naming the first thing wrong.
+pub fn parse_combined_line(line: &str) -> Result<LogLine<'_>, LineError> {
+    parse_log(line, true)
+}
+
+/// Days from 1970-01-01 to the date (proleptic Gregorian).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+fn days_in_month(year: i64, month: i64) -> i64 {
+    match month {
+        2 if year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// The decimal value of ASCII digits (at most 18 of them).
+fn digits(b: &[u8]) -> Option<i64> {
+    if b.is_empty() || b.len() > 18 || !b.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(b.iter().fold(0, |n, &d| n * 10 + i64::from(d - b'0')))
+}
+
+/// A calendar time and a UTC offset, checked.
+struct Civil {
+    year: i64,
+    month: i64,
+    day: i64,
+    hour: i64,
+    minute: i64,
+    second: i64,
+    nanos: i64,
+    offset_s: i64,
+}
+
+impl Civil {
+    /// Nanoseconds since the Unix epoch, or why not.
+    fn unix_ns(&self) -> Result<i64, &'static str> {
+        if !(1..=12).contains(&self.month) {
+            return Err("month out of range");
+        }
+        if self.day < 1 || self.day > days_in_month(self.year, self.month) {
+            return Err("day out of range for its month");
+        }
+        if self.hour > 23 || self.minute > 59 {
+            return Err("time of day out of range");
+        }
+        // 60: a leap second, counted as the first second of the next minute.
+        if self.second > 60 {
+            return Err("second out of range");
+        }
+        if self.offset_s.abs() >= 24 * 3600 {
+            return Err("time zone offset out of range");
+        }
+        let days = days_from_civil(self.year, self.month, self.day);
+        let seconds = days * 86_400 + self.hour * 3600 + self.minute * 60 + self.second - self.offset_s;
+        i64::try_from(i128::from(seconds) * 1_000_000_000 + i128::from(self.nanos))
+            .map_err(|_| "outside the years 1678 to 2261")
+    }
+}
+
+const MONTHS: [&str; 12] = [
+    "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+];
+
+/// Parses a Common Log Format time, `dd/Mon/yyyy:HH:MM:SS ±hhmm` (the text
+/// between the brackets), into nanoseconds since the Unix epoch (UTC).
+/// Months are English abbreviations in any case.
+///
+/// # Errors
+///
+/// [`LineError::UnknownMonth`] for a month that is not one, and
+/// [`LineError::BadDate`] for any other shape or a time that does not
+/// exist (31 April, 25 o'clock) or is outside the years 1678 to 2261.
+pub fn parse_clf_time(s: &str) -> Result<i64, LineError> {
+    let bad = |reason| LineError::BadDate { date: clip(s), reason };
+    let b = s.as_bytes();
+    const SHAPE: &str = "expected dd/Mon/yyyy:HH:MM:SS ±hhmm";
+    let shaped = b.len() == 26
+        && s.is_ascii()
+        && b[2] == b'/'
+        && b[6] == b'/'
+        && b[11] == b':'
+        && b[14] == b':'
+        && b[17] == b':'
+        && b[20] == b' '
+        && (b[21] == b'+' || b[21] == b'-');
+    if !shaped {
+        return Err(bad(SHAPE));
+    }
+    // ASCII throughout: every index is a char boundary.
+    let number = |from: usize, to: usize| digits(&b[from..to]).ok_or_else(|| bad(SHAPE));
+    let (day, year, hour, minute, second) = (
+        number(0, 2)?,
+        number(7, 11)?,
+        number(12, 14)?,
+        number(15, 17)?,
+        number(18, 20)?,
+    );
+    let (zh, zm) = (number(22, 24)?, number(24, 26)?);
+    let name = &s[3..6];
+    let month = MONTHS
+        .iter()
+        .position(|m| m.eq_ignore_ascii_case(name))
+        .ok_or_else(|| LineError::UnknownMonth {
+            month: name.to_string(),
+        })?;
+    if zm > 59 {
+        return Err(bad("time zone offset out of range"));
+    }
+    let sign = if b[21] == b'-' { -1 } else { 1 };
+    Civil {
+        year,
+        month: month as i64 + 1,
+        day,
+        hour,
+        minute,
+        second,
+        nanos: 0,
+        offset_s: sign * (zh * 3600 + zm * 60),
+    }
+    .unix_ns()
+    .map_err(bad)
+}
+
+const TIMESTAMP_SHAPE: &str = "expected Unix seconds (1700000000.250) or RFC 3339 (2023-11-14T22:13:20.25Z)";
+
+/// Parses a CSV timestamp into nanoseconds since the Unix epoch (UTC):
+/// Unix seconds with an optional fraction (`1700000000.250`; digits past
+/// the ninth are dropped) or RFC 3339 (`2023-11-14T22:13:20.25Z`,
+/// `2023-11-14 23:13:20+01:00`).
+///
+/// # Errors
+///
+/// [`LineError::BadTimestamp`] saying why.
+pub fn parse_csv_time(s: &str) -> Result<i64, LineError> {
+    let bad = |reason| LineError::BadTimestamp {
+        timestamp: clip(s),
+        reason,
+    };
+    let b = s.as_bytes();
+    if !b.is_empty() && b.iter().all(|&c| c.is_ascii_digit() || c == b'.') {
+        let (whole, fraction) = match s.split_once('.') {
+            Some((w, f)) => (w, Some(f)),
+            None => (s, None),
+        };
+        let seconds = digits(whole.as_bytes()).ok_or_else(|| bad(TIMESTAMP_SHAPE))?;
+        let nanos = match fraction {
+            None => 0,
+            Some(f) => fraction_ns(f.as_bytes()).ok_or_else(|| bad(TIMESTAMP_SHAPE))?,
+        };
+        return i64::try_from(i128::from(seconds) * 1_000_000_000 + i128::from(nanos))
+            .map_err(|_| bad("after the year 2261"));
+    }
+    if b.len() >= 4 && b[..4].iter().all(u8::is_ascii_digit) && b.get(4) == Some(&b'-') {
+        return parse_rfc3339(s).map_err(bad);
+    }
+    Err(bad(TIMESTAMP_SHAPE))
+}
+
+/// The nanoseconds of a fraction's digits (`25` is 250 ms); `None` unless
+/// one or more digits.
+fn fraction_ns(f: &[u8]) -> Option<i64> {
+    if f.is_empty() || !f.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let mut ns = 0;
+    for i in 0..9 {
+        ns = ns * 10 + f.get(i).map_or(0, |&d| i64::from(d - b'0'));
+    }
+    Some(ns)
+}
+
+/// `YYYY-MM-DD(T| )HH:MM:SS[.frac](Z|±HH:MM)`.
+fn parse_rfc3339(s: &str) -> Result<i64, &'static str> {
+    const SHAPE: &str = "expected RFC 3339, as 2023-11-14T22:13:20.25Z";
+    let b = s.as_bytes();
+    let shaped = s.is_ascii()
+        && b.len() >= 19
+        && b[4] == b'-'
+        && b[7] == b'-'
+        && matches!(b[10], b'T' | b't' | b' ')
+        && b[13] == b':'
+        && b[16] == b':';
+    if !shaped {
+        return Err(SHAPE);
+    }
+    let number = |from: usize, to: usize| digits(&b[from..to]).ok_or(SHAPE);
+    let (year, month, day) = (number(0, 4)?, number(5, 7)?, number(8, 10)?);
+    let (hour, minute, second) = (number(11, 13)?, number(14, 16)?, number(17, 19)?);
+    let mut rest = &b[19..];
+    let mut nanos = 0;
+    if let Some(f) = rest.strip_prefix(b".") {
+        let len = f.iter().take_while(|d| d.is_ascii_digit()).count();
+        nanos = fraction_ns(&f[..len]).ok_or(SHAPE)?;
+        rest = &f[len..];
+    }
+    let offset_s = match rest {
+        b"Z" | b"z" => 0,
+        [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2] => {
+            let (h, m) = (digits(&[*h1, *h2]).ok_or(SHAPE)?, digits(&[*m1, *m2]).ok_or(SHAPE)?);
+            if m > 59 {
+                return Err("time zone offset out of range");
+            }
+            let sign = if *sign == b'-' { -1 } else { 1 };
+            sign * (h * 3600 + m * 60)
+        }
+        [] => return Err("no time zone: RFC 3339 needs Z or an offset such as +01:00"),
+        _ => return Err(SHAPE),
+    };
+    Civil {
+        year,
+        month,
+        day,
+        hour,
+        minute,
+        second,
+        nanos,
+        offset_s,
+    }
+    .unix_ns()
+}
+
+/// One line of a CSV trace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CsvLine<'a> {
+    /// The time, in nanoseconds since the Unix epoch (UTC).
+    pub time_unix_ns: i64,
+    /// The key: borrowed from the line unless it had `""` escapes.
+    pub key: Cow<'a, str>,
+}
+
+/// The next CSV field and the rest of the line after its comma (`None` when
+/// it was the last). Unquoted fields are trimmed of surrounding white space;
+/// quoted ones are kept as they are, with `""` read as `"`.
+fn next_csv_field(s: &str) -> Result<(Cow<'_, str>, Option<&str>), LineError> {
+    let t = s.trim_start_matches([' ', '\t']);
+    let Some(q) = t.strip_prefix('"') else {
+        return Ok(match t.split_once(',') {
+            Some((field, rest)) => (Cow::Borrowed(field.trim_end()), Some(rest)),
+            None => (Cow::Borrowed(t.trim_end()), None),
+        });
+    };
+    let b = q.as_bytes();
+    let mut owned: Option<String> = None;
+    // Indices are those of `"` (ASCII) or the end: char boundaries.
+    let (mut from, mut i) = (0, 0);
+    loop {
+        let Some(at) = b[i..].iter().position(|&c| c == b'"').map(|p| i + p) else {
+            return Err(LineError::UnclosedQuote);
+        };
+        if b.get(at + 1) == Some(&b'"') {
+            owned.get_or_insert_with(String::new).push_str(&q[from..=at]);
+            i = at + 2;
+            from = i;
+            continue;
+        }
+        let field = match owned {
+            Some(mut o) => {
+                o.push_str(&q[from..at]);
+                Cow::Owned(o)
+            }
+            None => Cow::Borrowed(&q[..at]),
+        };
+        let after = q[at + 1..].trim_start_matches([' ', '\t']);
+        return match after.strip_prefix(',') {
+            Some(rest) => Ok((field, Some(rest))),
+            None if after.trim_end().is_empty() => Ok((field, None)),
+            None => Err(LineError::TextAfterQuote),
+        };
+    }
+}
+
+/// Whether `line` is the CSV header `timestamp,key` (in any case).
+pub fn is_csv_header(line: &str) -> bool {
+    match next_csv_field(line) {
+        Ok((ts, Some(rest))) if ts.eq_ignore_ascii_case("timestamp") => {
+            matches!(next_csv_field(rest), Ok((key, None)) if key.eq_ignore_ascii_case("key"))
+        }
+        _ => false,
+    }
+}
+
+/// Parses a CSV trace line, `timestamp,key` (see [`TraceFormat::Csv`]).
+///
+/// # Errors
+///
+/// [`LineError::FieldCount`] unless two fields, then the errors of
+/// [`parse_csv_time`], [`LineError::EmptyKey`], and the quoting errors
+/// [`LineError::UnclosedQuote`] and [`LineError::TextAfterQuote`].
+pub fn parse_csv_line(line: &str) -> Result<CsvLine<'_>, LineError> {
+    let (timestamp, rest) = next_csv_field(line)?;
+    let Some(rest) = rest else {
+        return Err(LineError::FieldCount { expected: 2, found: 1 });
+    };
+    let (key, mut more) = next_csv_field(rest)?;
+    if more.is_some() {
+        let mut found = 2;
+        while let Some(rest) = more {
+            found += 1;
+            more = next_csv_field(rest)?.1;
+        }
+        return Err(LineError::FieldCount { expected: 2, found });
+    }
+    let time_unix_ns = parse_csv_time(&timestamp)?;
+    if key.is_empty() {
+        return Err(LineError::EmptyKey);
+    }
+    Ok(CsvLine { time_unix_ns, key })
+}
+
+/// A malformed line that was skipped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BadLine {
+    /// Its 1-based line number.
+    pub line: u64,
+    /// Why it is malformed.
+    pub error: LineError,
+}
+
+/// A trace read into a request stream (see [`read_trace`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Trace {
+    /// The name it was read under (for messages).
+    pub name: String,
+    /// Its format, as given or detected.
+    pub format: TraceFormat,
+    /// Its requests, sorted by time (stably: lines at the same time keep
+    /// their order), time 0 being the earliest; each costs 1.
+    pub requests: Vec<Request>,
+    /// Each client's key, by client number.
+    pub keys: Vec<String>,
+    /// Distinct keys: the clients are `0..clients`, numbered in the order
+    /// they first appear in the file.
+    pub clients: u32,
+    /// The time of the earliest request, in nanoseconds since the Unix
+    /// epoch: time 0 of [`Trace::requests`].
+    pub start_unix_ns: i64,
+    /// Lines read, blank ones included.
+    pub lines: u64,
+    /// Malformed lines skipped (with [`OnError::Skip`]).
+    pub skipped: u64,
+    /// The first [`REPORTED_BAD_LINES`] malformed lines skipped.
+    pub bad_lines: Vec<BadLine>,
+}
+
+impl Trace {
+    /// Time from the earliest request to the latest, in nanoseconds.
+    pub fn span_ns(&self) -> u64 {
+        self.requests.last().map_or(0, |r| r.time_ns)
+    }
+}
+
+/// Why a trace could not be read.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum TraceError {
+    /// Reading failed.
+    Io {
+        /// The trace's name.
+        file: String,
+        /// The error.
+        error: std::io::Error,
+    },
+    /// A malformed line, with [`OnError::Stop`].
+    BadLine {
+        /// The trace's name.
+        file: String,
+        /// The 1-based line number.
+        line: u64,
+        /// Why it is malformed.
+        error: LineError,
+    },
+    /// No well-formed line: the trace is empty, blank or all malformed.
+    NoRequests {
+        /// The trace's name.
+        file: String,
+    },
+    /// The format was to be detected, and the first non-empty line fits
+    /// none.
+    UnknownFormat {
+        /// The trace's name.
+        file: String,
+        /// The line's number.
+        line: u64,
+    },
+    /// The key asked for is not a field of the trace's format.
+    KeyNotInFormat {
+        /// The trace's name.
+        file: String,
+        /// The key asked for.
+        key_by: KeyBy,
+        /// The format.
+        format: TraceFormat,
+    },
+    /// More distinct keys than [`TraceOptions::max_clients`].
+    TooManyClients {
+        /// The trace's name.
+        file: String,
+        /// The key.
+        key_by: KeyBy,
+        /// How many distinct keys the trace has.
+        clients: u64,
+        /// The most allowed.
+        max: u32,
+    },
+}
+
+impl fmt::Display for TraceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TraceError::Io { file, error } => write!(f, "reading {file}: {error}"),
+            TraceError::BadLine { file, line, error } => write!(f, "{file}:{line}: {error}"),
+            TraceError::NoRequests { file } => write!(f, "no requests in {file}"),
+            TraceError::UnknownFormat { file, line } => write!(
+                f,
+                "cannot tell the format of {file} from its line {line}: expected a Common or Combined Log Format \
+                 line or `timestamp,key` CSV"
+            ),
+            TraceError::KeyNotInFormat { file, key_by, format } => {
+                let keys: Vec<&str> = format.keys().iter().map(|k| k.name()).collect();
+                write!(
+                    f,
+                    "key `{key_by}` is not a field of {file}, a {format} trace: expected one of {}",
+                    keys.join(", ")
+                )
+            }
+            TraceError::TooManyClients {
+                file,
+                key_by,
+                clients,
+                max,
+            } => write!(
+                f,
+                "{file} has {clients} distinct keys by {key_by}, more than the {max} clients allowed"
+            ),
+        }
+    }
+}
+
+/// The message names the cause itself: there is no `source`.
+impl std::error::Error for TraceError {}
+
+/// How many lines between two calls of the progress callback.
+const PROGRESS_LINES: u64 = 4096;
+
+/// Reads the trace called `name` from `input` into a request stream.
+///
+/// Lines end with `\n` or `\r\n`; blank lines are ignored, and so are a
+/// UTF-8 byte order mark and, in CSV, a `timestamp,key` header as the
+/// first non-empty line. The format is `options.format`, or detected from
+/// the first non-empty line ([`TraceFormat::detect`]). Every well-formed
+/// line is one request of cost 1 from the client its `options.key_by`
+/// field names (a field that is `-` is the key `-`); the clients are
+/// numbered in the order their keys first appear. The requests are sorted
+/// by time, stably, and time 0 is the earliest one's.
+///
+/// `progress` is called now and then, and at the end, with the number of
+/// bytes read so far.
+///
+/// # Errors
+///
+/// - [`TraceError::BadLine`] at the first malformed line with
+///   [`OnError::Stop`] (with [`OnError::Skip`], malformed lines are counted
+///   in [`Trace::skipped`] and the first few kept in [`Trace::bad_lines`]);
+/// - [`TraceError::NoRequests`] when no line is a request;
+/// - [`TraceError::UnknownFormat`], [`TraceError::KeyNotInFormat`],
+///   [`TraceError::TooManyClients`] and [`TraceError::Io`].
+pub fn read_trace(
+    name: &str,
+    mut input: impl BufRead,
+    options: &TraceOptions,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Trace, TraceError> {
+    let file = || name.to_string();
+    let mut format = options.format;
+    let mut checked = false;
+    let mut keys: HashMap<String, u32> = HashMap::new();
+    let mut distinct: u64 = 0;
+    let mut times: Vec<(i64, u32)> = Vec::new();
+    let (mut lines, mut read, mut skipped) = (0u64, 0u64, 0u64);
+    let mut bad_lines = Vec::new();
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        let n = input
+            .read_until(b'\n', &mut buf)
+            .map_err(|error| TraceError::Io { file: file(), error })?;
+        if n == 0 {
+            break;
+        }
+        lines += 1;
+        read += n as u64;
+        if lines.is_multiple_of(PROGRESS_LINES) {
+            progress(read);
+        }
+        let mut bytes = buf.as_slice();
+        if lines == 1 {
+            bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
+        }
+        let bytes = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+        let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let text = std::str::from_utf8(bytes);
+        if !checked {
+            checked = true;
+            let detected = match format {
+                Some(f) => f,
+                None => {
+                    TraceFormat::detect(&String::from_utf8_lossy(bytes)).ok_or_else(|| TraceError::UnknownFormat {
+                        file: file(),
+                        line: lines,
+                    })?
+                }
+            };
+            format = Some(detected);
+            if !detected.keys().contains(&options.key_by) {
+                return Err(TraceError::KeyNotInFormat {
+                    file: file(),
+                    key_by: options.key_by,
+                    format: detected,
+                });
+            }
+            if detected == TraceFormat::Csv && text.is_ok_and(is_csv_header) {
+                continue;
+            }
+        }
+        let parsed = match text {
+            Err(e) => Err(LineError::InvalidUtf8 {
+                byte: e.valid_up_to() + 1,
+            }),
+            Ok(text) => parse(text, format.unwrap_or(TraceFormat::Csv), options.key_by),
+        };
+        match parsed {
+            Ok((time, key)) => {
+                let client = match keys.get(key.as_ref()) {
+                    Some(&client) => client,
+                    None => {
+                        distinct += 1;
+                        let Ok(client) = u32::try_from(keys.len()) else {
+                            return Err(too_many(file(), options, distinct));
+                        };
+                        keys.insert(key.into_owned(), client);
+                        client
+                    }
+                };
+                // Past the limit, only count the keys: the run will fail.
+                if distinct <= u64::from(options.max_clients) {
+                    times.push((time, client));
+                }
+            }
+            Err(error) => match options.on_error {
+                OnError::Stop => {
+                    return Err(TraceError::BadLine {
+                        file: file(),
+                        line: lines,
+                        error,
+                    });
+                }
+                OnError::Skip => {
+                    skipped += 1;
+                    if bad_lines.len() < REPORTED_BAD_LINES {
+                        bad_lines.push(BadLine { line: lines, error });
+                    }
+                }
+            },
+        }
+    }
+    progress(read);
+    if distinct > u64::from(options.max_clients) {
+        return Err(too_many(file(), options, distinct));
+    }
+    let (Some(format), Some(start)) = (format, times.iter().map(|&(t, _)| t).min()) else {
+        return Err(TraceError::NoRequests { file: file() });
+    };
+    times.sort_by_key(|&(t, _)| t);
+    let requests = times
+        .into_iter()
+        .map(|(t, client)| Request {
+            // Both are i64: the difference fits a u64.
+            time_ns: (i128::from(t) - i128::from(start)) as u64,
+            client,
+            cost: 1,
+        })
+        .collect();
+    let mut names = vec![String::new(); keys.len()];
+    for (key, client) in keys {
+        if let Some(slot) = names.get_mut(client as usize) {
+            *slot = key;
+        }
+    }
+    Ok(Trace {
+        name: file(),
+        format,
+        requests,
+        clients: u32::try_from(distinct).unwrap_or(u32::MAX),
+        keys: names,
+        start_unix_ns: start,
+        lines,
+        skipped,
+        bad_lines,
+    })
+}
+
+fn too_many(file: String, options: &TraceOptions, clients: u64) -> TraceError {
+    TraceError::TooManyClients {
+        file,
+        key_by: options.key_by,
+        clients,
+        max: options.max_clients,
+    }
+}
+
+/// The time and key of one line.
+fn parse(line: &str, format: TraceFormat, key_by: KeyBy) -> Result<(i64, Cow<'_, str>), LineError> {
+    match format {
+        TraceFormat::Csv => parse_csv_line(line).map(|l| (l.time_unix_ns, l.key)),
+        TraceFormat::Clf | TraceFormat::Combined => {
+            let l = if format == TraceFormat::Combined {
+                parse_combined_line(line)?
+            } else {
+                parse_clf_line(line)?
+            };
+            // The key was checked against the format: always there.
+            Ok((l.time_unix_ns, Cow::Borrowed(l.key(key_by).unwrap_or("-"))))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_days() {
+        assert_eq!(days_from_civil(1970, 1, 1), 0);
+        assert_eq!(days_from_civil(2000, 3, 1), 11_017);
+        assert_eq!(days_from_civil(1969, 12, 31), -1);
+        assert_eq!(days_from_civil(2024, 2, 29), 19_782);
+    }
+
+    #[test]
+    fn clip_keeps_short_text() {
+        assert_eq!(clip("abc"), "abc");
+        let long = "é".repeat(70);
+        assert_eq!(clip(&long).chars().count(), 61);
+    }
+}

@@ -1,0 +1,309 @@
+//! `slidegate bench`: throughput measured in this process, each case beside
+//! its baseline in the same run: every algorithm's decision against
+//! governor's direct limiter, the keyed in-memory store against governor's
+//! keyed limiter, and the service (HTTP and gRPC) over loopback.
+
+use anyhow::{Context, Result};
+use clap::ValueEnum;
+use governor::{Quota, RateLimiter};
+use serde::Serialize;
+use slidegate_core::duration::parse_positive_duration;
+use slidegate_core::{Algorithm, Clock, LimitState, MonotonicClock, Policy, State, Weighting};
+use slidegate_memory::{Budget, KeyedLimiter};
+use std::hint::black_box;
+use std::io::Write;
+use std::num::NonZeroU32;
+use std::time::{Duration, Instant};
+
+/// Flags of `slidegate bench`.
+#[derive(clap::Args, Debug)]
+pub(crate) struct Args {
+    /// What to measure; repeat or separate with commas [default: all]
+    #[arg(long, value_name = "GROUP", value_delimiter = ',', value_parser = ["algorithms", "store", "service"])]
+    only: Vec<String>,
+
+    /// Measuring time of each case
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_positive_duration)]
+    time: Duration,
+
+    /// Distinct keys of the store's many-key cases
+    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
+    keys: u64,
+
+    /// Concurrent requests of the service cases
+    #[arg(long, value_name = "N", default_value_t = 32)]
+    concurrency: usize,
+
+    /// Output format
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+}
+
+/// `--format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Format {
+    /// Aligned columns
+    Table,
+    /// A JSON array of cases
+    Json,
+}
+
+/// One measured case.
+#[derive(Clone, Debug, Serialize)]
+struct Case {
+    /// `algorithms`, `store` or `service`.
+    group: &'static str,
+    /// What was measured.
+    name: String,
+    /// Decisions per second.
+    per_second: f64,
+    /// The case of the same run this one compares with.
+    baseline: Option<String>,
+    /// `per_second / baseline's per_second`.
+    ratio: Option<f64>,
+    /// Median latency in microseconds (service cases).
+    p50_us: Option<f64>,
+    /// 99th percentile latency in microseconds (service cases).
+    p99_us: Option<f64>,
+}
+
+impl Case {
+    fn new(group: &'static str, name: impl Into<String>, per_second: f64) -> Case {
+        Case {
+            group,
+            name: name.into(),
+            per_second,
+            baseline: None,
+            ratio: None,
+            p50_us: None,
+            p99_us: None,
+        }
+    }
+}
+
+/// Runs `op` in batches until `time` has passed; operations per second.
+fn throughput(time: Duration, mut op: impl FnMut(u64)) -> f64 {
+    const BATCH: u64 = 1024;
+    let start = Instant::now();
+    let mut done = 0u64;
+    loop {
+        for i in 0..BATCH {
+            op(done + i);
+        }
+        done += BATCH;
+        let elapsed = start.elapsed();
+        if elapsed >= time {
+            return done as f64 / elapsed.as_secs_f64();
+        }
+    }
+}
+
+/// A spread of keys: a fixed, cheap permutation of `0..keys`.
+fn key(i: u64, keys: u64) -> u64 {
+    i.wrapping_mul(0x9E37_79B9_7F4A_7C15) % keys.max(1)
+}
+
+fn algorithms() -> Vec<(String, Algorithm)> {
+    vec![
+        ("sliding_window n=2 interpolated".to_owned(), Algorithm::TWO_BUCKETS),
+        (
+            "sliding_window n=8 conservative".to_owned(),
+            Algorithm::SlidingWindow {
+                buckets: 8,
+                weighting: Weighting::Conservative,
+            },
+        ),
+        ("fixed_window".to_owned(), Algorithm::FixedWindow),
+        ("sliding_log".to_owned(), Algorithm::SlidingLog),
+        ("gcra".to_owned(), Algorithm::Gcra { burst: 1_000 }),
+        (
+            "exponential_histogram ε=0.01".to_owned(),
+            Algorithm::ExponentialHistogram { epsilon: 0.01 },
+        ),
+    ]
+}
+
+/// Every algorithm's decision on one key, reading the monotonic clock as in
+/// production, against governor's direct limiter with its own clock.
+fn bench_algorithms(time: Duration, progress: &dyn Fn(&str)) -> Result<Vec<Case>> {
+    // A limit no run reaches, so that every decision admits; sliding_log
+    // keeps every admitted request, so its limit is smaller.
+    let limit = 1_000_000_000;
+    let quota = Quota::per_minute(NonZeroU32::new(u32::MAX).context("a non-zero quota")?);
+    progress("governor direct check");
+    let governor = RateLimiter::direct(quota);
+    let base = throughput(time, |_| {
+        black_box(governor.check().is_ok());
+    });
+    let baseline = "governor direct check".to_owned();
+    let mut cases = vec![Case::new("algorithms", baseline.clone(), base)];
+    let clock = MonotonicClock::new();
+    for (name, algorithm) in algorithms() {
+        progress(&name);
+        let limit = if algorithm == Algorithm::SlidingLog {
+            100_000
+        } else {
+            limit
+        };
+        let policy = Policy::new(limit, Duration::from_secs(60), algorithm)?;
+        let mut state = State::new(&policy);
+        let per_second = throughput(time, |_| {
+            black_box(state.check(&policy, clock.now(), 1).allowed());
+        });
+        let mut case = Case::new("algorithms", format!("{name} check"), per_second);
+        case.ratio = Some(per_second / base);
+        case.baseline = Some(baseline.clone());
+        cases.push(case);
+    }
+    Ok(cases)
+}
+
+/// The keyed store on one hot key and over `keys` keys, against governor's
+/// keyed limiter on a `DashMap`, one thread each.
+fn bench_store(time: Duration, keys: u64, progress: &dyn Fn(&str)) -> Result<Vec<Case>> {
+    let quota = Quota::per_minute(NonZeroU32::new(1_000).context("a non-zero quota")?);
+    let algorithm = Algorithm::SlidingWindow {
+        buckets: 8,
+        weighting: Weighting::Conservative,
+    };
+    let policy = Policy::new(1_000, Duration::from_secs(60), algorithm)?;
+    let slots = usize::try_from(keys.saturating_mul(2)).unwrap_or(usize::MAX);
+    let mut cases = Vec::new();
+    for (label, spread) in [("one hot key", 1), ("many keys", keys)] {
+        let label = if spread == 1 {
+            label.to_owned()
+        } else {
+            format!("{spread} keys")
+        };
+        progress(&format!("governor keyed, {label}"));
+        let governor = RateLimiter::dashmap(quota);
+        let base = throughput(time, |i| {
+            black_box(governor.check_key(&key(i, spread)).is_ok());
+        });
+        let baseline = format!("governor keyed check, {label}");
+        cases.push(Case::new("store", baseline.clone(), base));
+        progress(&format!("slidegate store, {label}"));
+        let ours: KeyedLimiter<u64, MonotonicClock> =
+            KeyedLimiter::new(policy, MonotonicClock::new(), Budget::keys(slots));
+        let per_second = throughput(time, |i| {
+            black_box(ours.check(&key(i, spread), 1).is_ok_and(|d| d.allowed()));
+        });
+        let mut case = Case::new("store", format!("slidegate KeyedLimiter check, {label}"), per_second);
+        case.ratio = Some(per_second / base);
+        case.baseline = Some(baseline);
+        cases.push(case);
+    }
+    Ok(cases)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Option<f64> {
+    let last = sorted.len().checked_sub(1)?;
+    let i = ((sorted.len() as f64 * p) as usize).min(last);
+    Some(sorted[i].as_secs_f64() * 1e6)
+}
+
+/// The service started in this process on loopback, driven by `concurrency`
+/// clients in the same process: HTTP/1.1 keep-alive `POST /v1/check` and
+/// gRPC `ShouldRateLimit`, each on one hot key.
+fn bench_service(time: Duration, concurrency: usize, progress: &dyn Fn(&str)) -> Result<Vec<Case>> {
+    use slidegate_server::server::{self, Options};
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        let dir = std::env::temp_dir().join(format!("slidegate-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).context("a temporary directory")?;
+        let config = dir.join("bench.yaml");
+        std::fs::write(
+            &config,
+            "domain: bench\ndescriptors:\n  - key: k\n    rate_limit: { unit: second, requests_per_unit: 1000000000 }\n",
+        )?;
+        let options = Options {
+            config: vec![config],
+            http: "127.0.0.1:0".parse()?,
+            grpc: "127.0.0.1:0".parse()?,
+            budget: Budget::bytes(16 << 20),
+            other_budget: Budget::bytes(4 << 20),
+            reload_every: None,
+            ..Options::default()
+        };
+        let running = server::start(options, MonotonicClock::new()).await?;
+        progress("service HTTP /v1/check");
+        let http = crate::bench_clients::http(running.http, time, concurrency).await?;
+        progress("service gRPC ShouldRateLimit");
+        let grpc = crate::bench_clients::grpc(running.grpc, time, concurrency).await?;
+        running.shutdown().await;
+        let _ = std::fs::remove_dir_all(&dir);
+        let case = |name: &str, (count, mut latencies): (u64, Vec<Duration>)| {
+            latencies.sort_unstable();
+            let mut case = Case::new("service", name, count as f64 / time.as_secs_f64());
+            case.p50_us = percentile(&latencies, 0.50);
+            case.p99_us = percentile(&latencies, 0.99);
+            case
+        };
+        Ok(vec![
+            case(&format!("HTTP POST /v1/check, one hot key, {concurrency} clients in this process"), http),
+            case(&format!("gRPC ShouldRateLimit, one hot key, {concurrency} calls in flight in this process"), grpc),
+        ])
+    })
+}
+
+fn write_table(cases: &[Case], out: &mut dyn Write) -> Result<()> {
+    let width = cases.iter().map(|c| c.name.chars().count()).max().unwrap_or(4).max(4);
+    writeln!(
+        out,
+        "{:<10}  {:<width$}  {:>14}  {:>8}  {:>10}  {:>10}",
+        "group", "case", "decisions/s", "ratio", "p50 µs", "p99 µs"
+    )?;
+    for c in cases {
+        let opt = |v: Option<f64>, digits: usize| v.map_or_else(|| "—".to_owned(), |v| format!("{v:.digits$}"));
+        writeln!(
+            out,
+            "{:<10}  {:<width$}  {:>14.0}  {:>8}  {:>10}  {:>10}",
+            c.group,
+            c.name,
+            c.per_second,
+            opt(c.ratio, 2),
+            opt(c.p50_us, 1),
+            opt(c.p99_us, 1)
+        )?;
+    }
+    writeln!(
+        out,
+        "ratio: decisions/s of the case over its baseline (the line above it), in the same run"
+    )?;
+    Ok(())
+}
+
+/// Runs the chosen groups and writes the summary.
+pub(crate) fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
+    let chosen = |group: &str| args.only.is_empty() || args.only.iter().any(|g| g == group);
+    anyhow::ensure!(args.keys > 0, "--keys 0: must be at least 1");
+    anyhow::ensure!(args.concurrency > 0, "--concurrency 0: must be at least 1");
+    let steps = [("algorithms", 7), ("store", 4), ("service", 2)]
+        .iter()
+        .filter(|(g, _)| chosen(g))
+        .map(|(_, n)| *n)
+        .sum::<u64>();
+    let shown = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let bar = crate::progress::bar(shown, steps, "{bar:30} {pos}/{len} {msg}");
+    let progress = |step: &str| crate::progress::step(&bar, step);
+    let mut cases = Vec::new();
+    if chosen("algorithms") {
+        cases.extend(bench_algorithms(args.time, &progress)?);
+    }
+    if chosen("store") {
+        cases.extend(bench_store(args.time, args.keys, &progress)?);
+    }
+    if chosen("service") {
+        cases.extend(bench_service(args.time, args.concurrency, &progress)?);
+    }
+    bar.finish_and_clear();
+    match args.format {
+        Format::Json => writeln!(out, "{}", serde_json::to_string_pretty(&cases)?)?,
+        Format::Table => write_table(&cases, out)?,
+    }
+    out.flush()?;
+    Ok(())
+}

@@ -1,0 +1,156 @@
+//! `slidegate simulate --plot DIR`: for each traffic of a run, the true
+//! against the estimated count over time for its busiest clients, the
+//! wrong decisions against the number of buckets for both weightings, and
+//! the most admitted in any window over the limit, per algorithm; each as
+//! SVG and PNG.
+
+use anyhow::{Context, Result};
+use slidegate_core::{Algorithm, Policy, Weighting};
+use slidegate_plot::Line;
+use slidegate_sim::{Request, Row};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Clients drawn in the count-over-time plots.
+const BUSIEST: usize = 3;
+
+/// The bucket counts of the error-rate plot.
+const BUCKETS: [u32; 8] = [2, 3, 4, 6, 8, 12, 16, 32];
+
+/// A row's algorithm and parameters, as the table writes them.
+pub(crate) fn label(row: &Row) -> String {
+    match (row.buckets, &row.weighting, row.burst, row.epsilon) {
+        (Some(n), Some(w), _, _) => format!("{} n={n} {w}", row.algorithm),
+        (_, _, Some(burst), _) => format!("{} burst={burst}", row.algorithm),
+        (_, _, _, Some(eps)) => format!("{} ε={eps}", row.algorithm),
+        _ => row.algorithm.to_owned(),
+    }
+}
+
+fn policy_label(policy: &Policy) -> String {
+    match policy.algorithm() {
+        Algorithm::SlidingWindow { buckets, weighting } => format!("sliding_window n={buckets} {}", weighting.name()),
+        Algorithm::Gcra { burst } => format!("gcra burst={burst}"),
+        Algorithm::ExponentialHistogram { epsilon } => format!("exponential_histogram ε={epsilon}"),
+        other => other.name().to_owned(),
+    }
+}
+
+/// A file-name-safe form of a traffic name.
+fn stem(dir: &Path, traffic: &str, what: &str) -> PathBuf {
+    let safe: String = traffic
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    dir.join(format!("{safe}-{what}"))
+}
+
+/// Writes the plots of one traffic (`requests`, named `traffic`, with the
+/// run's `rows` for it) into `dir`; returns the files written.
+pub(crate) fn traffic_plots(
+    dir: &Path,
+    traffic: &str,
+    requests: &[Request],
+    policies: &[Policy],
+    rows: &[Row],
+    client_name: &dyn Fn(u32) -> String,
+) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let mut written = Vec::new();
+    let Some(first) = policies.first() else {
+        return Ok(written);
+    };
+    let limit = first.limit();
+    let window = Duration::from_nanos(first.window_ns());
+
+    // True against estimated count, for the busiest clients, with every
+    // policy that keeps a window count (gcra keeps none).
+    let counted: Vec<&Policy> = policies
+        .iter()
+        .filter(|p| !matches!(p.algorithm(), Algorithm::Gcra { .. }))
+        .collect();
+    if let Some(truth_policy) = counted.first() {
+        for client in slidegate_sim::busiest_clients(requests, BUSIEST) {
+            let series = |policy: &Policy| {
+                slidegate_sim::count_series(policy, requests, &[client])
+                    .into_iter()
+                    .next()
+                    .map(|s| s.points)
+                    .unwrap_or_default()
+            };
+            let truth_points = series(truth_policy);
+            let truth = Line::new(
+                format!("true count over {}", slidegate_core::duration::format_duration(window)),
+                truth_points
+                    .iter()
+                    .map(|p| (p.time_ns as f64 / 1e9, p.truth as f64))
+                    .collect(),
+            );
+            let estimates: Vec<Line> = counted
+                .iter()
+                .map(|policy| {
+                    Line::new(
+                        policy_label(policy),
+                        series(policy)
+                            .iter()
+                            .map(|p| (p.time_ns as f64 / 1e9, p.estimate))
+                            .collect(),
+                    )
+                })
+                .collect();
+            let name = client_name(client);
+            let title = format!("{traffic}: client {name}, true and estimated count before each request");
+            let files = slidegate_plot::count_over_time(
+                &stem(dir, traffic, &format!("count-client-{client}")),
+                &title,
+                limit as f64,
+                &truth,
+                &estimates,
+            )
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            written.extend(files);
+        }
+    }
+
+    // Wrong decisions against n, both weightings, on the same requests.
+    let mut lines = Vec::new();
+    for weighting in [Weighting::Interpolated, Weighting::Conservative] {
+        let mut allowed = Vec::new();
+        let mut denied = Vec::new();
+        for n in BUCKETS {
+            let algorithm = Algorithm::SlidingWindow { buckets: n, weighting };
+            let policy = Policy::new(limit, window, algorithm)?;
+            let m = slidegate_sim::evaluate(&policy, requests);
+            let pct = |v: Option<u64>| v.unwrap_or(0) as f64 * 100.0 / (m.requests.max(1) as f64);
+            allowed.push((f64::from(n), pct(m.wrongly_allowed)));
+            denied.push((f64::from(n), pct(m.wrongly_denied)));
+        }
+        lines.push(Line::new(format!("wrongly allowed, {}", weighting.name()), allowed));
+        lines.push(Line::new(format!("wrongly denied, {}", weighting.name()), denied));
+    }
+    let title = format!(
+        "{traffic}: wrong decisions of sliding_window against its buckets (limit {limit} per {})",
+        slidegate_core::duration::format_duration(window)
+    );
+    written.extend(
+        slidegate_plot::error_rates_by_buckets(&stem(dir, traffic, "error-rates"), &title, &lines)
+            .map_err(|e| anyhow::anyhow!("{e}"))?,
+    );
+
+    // The most admitted in any window over the limit, per algorithm.
+    let bars: Vec<(String, f64)> = rows.iter().map(|r| (label(r), r.max_window_ratio)).collect();
+    if !bars.is_empty() {
+        let title = format!("{traffic}: most admitted to one client in any window, over the limit");
+        written.extend(
+            slidegate_plot::max_window_ratio(&stem(dir, traffic, "max-window"), &title, &bars)
+                .map_err(|e| anyhow::anyhow!("{e}"))?,
+        );
+    }
+    Ok(written)
+}

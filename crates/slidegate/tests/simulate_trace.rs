@@ -1,0 +1,276 @@
+//! `slidegate simulate --trace` as a process: the committed access log
+//! replayed through the algorithms, malformed lines skipped or stopped at,
+//! and files with no request refused.
+
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../slidegate-sim/tests/data/access.log");
+
+fn slidegate(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A file in this test binary's scratch directory, written with `contents`.
+fn scratch(name: &str, contents: &[u8]) -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("simulate_trace-{name}"));
+    std::fs::write(&path, contents).expect("the scratch file is written");
+    path
+}
+
+fn rows(out: &Output) -> Vec<Value> {
+    assert!(out.status.success(), "{}", stderr(out));
+    serde_json::from_slice(&out.stdout).expect("JSON output")
+}
+
+#[test]
+fn sliding_log_on_the_fixture_is_exact() {
+    let out = slidegate(&[
+        "simulate",
+        "--trace",
+        FIXTURE,
+        "--algorithm",
+        "sliding_log",
+        "--limit",
+        "5",
+        "--window",
+        "10s",
+        "--format",
+        "json",
+    ]);
+    let rows = rows(&out);
+    assert_eq!(rows.len(), 1);
+    let r = &rows[0];
+    assert_eq!(r["algorithm"], "sliding_log");
+    assert_eq!(r["traffic"], "access.log");
+    assert_eq!(
+        (r["limit"].as_u64(), r["window_ns"].as_u64()),
+        (Some(5), Some(10_000_000_000))
+    );
+    // 39 lines, 3 malformed: 36 requests from 3 clients. The steady client
+    // gets its 10 in, the burst 8 of 15, alice 10 of 11.
+    assert_eq!(r["clients"], 3);
+    assert_eq!(r["requests"], 36);
+    assert_eq!(r["admitted"], 28);
+    assert_eq!(r["wrongly_allowed"], 0);
+    assert_eq!(r["wrongly_denied"], 0);
+    assert_eq!(r["max_window_admitted"], 5);
+    assert_eq!(r["max_window_ratio"], 1.0);
+    assert_eq!(r["mean_abs_error"], 0.0);
+    // The malformed lines, on stderr with their file and number; no
+    // progress bar, stderr being a pipe.
+    let err = stderr(&out);
+    let warnings: Vec<&str> = err.lines().collect();
+    assert_eq!(warnings.len(), 3, "{err}");
+    assert!(
+        warnings[0].starts_with("warning: ")
+            && warnings[0].ends_with("access.log:16: missing `[` before the time, found `10/Oct/2023:13:55:10`"),
+        "{err}"
+    );
+    assert!(warnings[1].ends_with("access.log:24: unknown month `Okt`"), "{err}");
+    assert!(
+        warnings[2].ends_with("access.log:34: wrong field count: expected 9, found 6"),
+        "{err}"
+    );
+    assert!(!err.contains('\u{1b}') && !err.contains('\r'), "{err:?}");
+}
+
+#[test]
+fn two_interpolated_buckets_on_the_fixture() {
+    let out = slidegate(&[
+        "simulate",
+        "--trace",
+        FIXTURE,
+        "--algorithm",
+        "sliding_window",
+        "--buckets",
+        "2",
+        "--weighting",
+        "interpolated",
+        "--limit",
+        "5",
+        "--window",
+        "10s",
+        "--format",
+        "json",
+    ]);
+    let rows = rows(&out);
+    assert_eq!(rows.len(), 1);
+    let r = &rows[0];
+    assert_eq!(
+        (r["buckets"].as_u64(), r["weighting"].as_str()),
+        (Some(2), Some("interpolated"))
+    );
+    assert_eq!(r["requests"], 36);
+    assert_eq!(r["admitted"], 31);
+    assert_eq!(r["wrongly_allowed"], 1);
+    assert_eq!(r["wrongly_denied"], 1);
+    // The burst at the end of the first bucket weighs little in the next:
+    // 8 of its requests in one 10 s window.
+    assert_eq!(r["max_window_admitted"], 8);
+    assert_eq!(r["max_window_ratio"], 1.6);
+}
+
+#[test]
+fn on_error_stop_ends_at_the_first_bad_line() {
+    let out = slidegate(&["simulate", "--trace", FIXTURE, "--on-error", "stop", "--format", "json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(
+        err.trim_end(),
+        format!("error: {FIXTURE}:16: missing `[` before the time, found `10/Oct/2023:13:55:10`")
+    );
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn files_without_requests_are_refused() {
+    let empty = scratch("empty.log", b"");
+    let bad = scratch(
+        "bad.log",
+        b"a - - [10/Okt/2000:13:55:36 -0700] \"GET / HTTP/1.0\" 200 1\n\n",
+    );
+    for path in [&empty, &bad] {
+        let path = path.to_str().unwrap();
+        let out = slidegate(&["simulate", "--trace", path]);
+        assert_eq!(out.status.code(), Some(1), "{path}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.ends_with(&format!("error: no requests in {path}\n")), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(out.stdout.is_empty(), "{path}: no empty table");
+    }
+}
+
+#[test]
+fn at_most_twenty_bad_lines_are_reported() {
+    let mut csv = String::from("timestamp,key\n1700000000,a\n");
+    for i in 0..30 {
+        csv.push_str(&format!("later{i},a\n"));
+    }
+    let path = scratch("many-bad.csv", csv.as_bytes());
+    let path = path.to_str().unwrap();
+    let out = slidegate(&[
+        "simulate",
+        "--trace",
+        path,
+        "--algorithm",
+        "sliding_log",
+        "--format",
+        "csv",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 21, "{err}");
+    assert!(
+        lines[0].starts_with(&format!("warning: {path}:3: bad timestamp `later0`")),
+        "{err}"
+    );
+    assert!(
+        lines[19].starts_with(&format!("warning: {path}:22: bad timestamp `later19`")),
+        "{err}"
+    );
+    assert_eq!(
+        lines[20],
+        format!("warning: {path}: 10 more malformed lines skipped, 30 in all")
+    );
+    let csv = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        csv.lines()
+            .nth(1)
+            .unwrap()
+            .starts_with("sliding_log,,,,,simulate_trace-many-bad.csv,100,"),
+        "{csv}"
+    );
+}
+
+#[test]
+fn trace_and_traffic_models_do_not_mix() {
+    for extra in [
+        ["--traffic", "poisson"],
+        ["--duration", "1m"],
+        ["--seed", "7"],
+        ["--clients", "5"],
+    ] {
+        let out = slidegate(&["simulate", "--trace", FIXTURE, extra[0], extra[1]]);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}");
+        assert!(
+            stderr(&out).contains("cannot be used with"),
+            "{extra:?}: {}",
+            stderr(&out)
+        );
+    }
+    let out = slidegate(&["simulate", "--on-error", "stop"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--trace <FILE>"), "{}", stderr(&out));
+}
+
+/// `--plot DIR` writes the three kinds of plot, as SVG and PNG, for the
+/// trace: the busiest clients named by their key, the error rates and the
+/// most admitted in a window.
+#[test]
+fn plots_are_written_for_a_trace() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("simulate_trace-plots");
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = slidegate(&[
+        "simulate",
+        "--trace",
+        FIXTURE,
+        "--limit",
+        "5",
+        "--window",
+        "10s",
+        "--buckets",
+        "2,8",
+        "--format",
+        "json",
+        "--plot",
+        dir.to_str().expect("a UTF-8 path"),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .expect("the plot folder")
+        .map(|e| e.expect("an entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    for kind in ["error-rates", "max-window"] {
+        for ext in ["png", "svg"] {
+            // The file stem is the trace's name with `.` written as `_`.
+            let name = format!("access_log-{kind}.{ext}");
+            assert!(names.contains(&name), "{name} not in {names:?}");
+        }
+    }
+    let counts: Vec<&String> = names.iter().filter(|n| n.contains("-count-client-")).collect();
+    assert_eq!(counts.len(), 6, "three busiest clients, two formats: {names:?}");
+    for name in &names {
+        let bytes = std::fs::read(dir.join(name)).expect("a plot file");
+        assert!(bytes.len() > 1000, "{name} is {} bytes", bytes.len());
+        if name.ends_with(".png") {
+            assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "{name} is not a PNG");
+        } else {
+            let svg = String::from_utf8_lossy(&bytes);
+            assert!(svg.contains("<svg"), "{name} is not an SVG");
+        }
+    }
+    // The count plots name the client by its key, and the SVG carries the
+    // axis labels and legend as text.
+    let svgs: Vec<String> = counts
+        .iter()
+        .filter(|n| n.ends_with(".svg"))
+        .map(|n| std::fs::read_to_string(dir.join(n)).expect("an SVG"))
+        .collect();
+    for svg in &svgs {
+        assert!(svg.contains("time (s)") && svg.contains("true count over 10s"));
+    }
+    // The busiest client of the fixture (17 of its requests) is drawn, by key.
+    assert!(svgs.iter().any(|svg| svg.contains("client 198.51.100.7")));
+    let _ = std::fs::remove_dir_all(&dir);
+}
