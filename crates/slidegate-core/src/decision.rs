@@ -97,9 +97,11 @@ impl Decision {
 
     /// Builds a decision from absolute instants (ns): `reset_at` is when all
     /// counted usage has expired, `retry_at` when the refused request would
-    /// pass; the estimate is `whole + num / den`.
+    /// pass; the estimate is `whole + num / den` (`den` 0 counts as 1). For
+    /// the algorithms here and for stores that decide elsewhere (a Redis
+    /// script) and report the same figures.
     #[inline]
-    pub(crate) fn at(
+    pub fn at(
         policy: &Policy,
         now: u64,
         allowed: bool,
