@@ -4,6 +4,7 @@
 //!
 //! - [`oracle`]: exact references (a log of every event, the seed's
 //!   counter, the textbook GCRA).
+//! - [`figures`]: what a decision shows, to compare decisions built apart.
 //! - [`strategy`]: the proptest configuration (`PROPTEST_CASES` overrides
 //!   the number of cases) and the strategies the properties draw from.
 //! - [`subject`]: the [`Subject`] trait, anything that decides the
@@ -16,11 +17,13 @@
 //! - [`alloc`]: a counting global allocator.
 
 pub mod alloc;
+pub mod figures;
 pub mod oracle;
 pub mod strategy;
 pub mod subject;
 pub mod suite;
 
+pub use figures::Figures;
 pub use subject::Subject;
 
 #[doc(hidden)]

@@ -1,0 +1,77 @@
+-- slidegate gcra: the generic cell rate algorithm (virtual scheduling).
+--
+-- KEYS[1]  the limited key's hash `<prefix>{<key>}`; field `t` (the
+--          theoretical arrival time TAT, microseconds).
+-- ARGV[1]  the time in microseconds, or -1 to read the server's TIME.
+-- ARGV[2]  the emission interval T = ceil(W / limit) in microseconds.
+-- ARGV[3]  the burst.
+-- ARGV[4]  the limit.
+-- ARGV[5]  the cost, at most min(burst, limit) + 1 (a larger cost decides
+--          alike).
+-- Reply    {allowed (0/1), remaining, reset_at, retry_at or -1,
+--           estimate whole, estimate numerator, estimate denominator, now};
+--          instants in microseconds, on the clock of ARGV[1].
+-- Clock    the server's TIME unless ARGV[1] gives one. A time before TAT
+--          only makes the backlog TAT - now larger: nothing moves back.
+-- Expiry   PEXPIRE max(1 s, 2 max(limit T, TAT - now)) on every write, in this
+--          same call.
+-- Exact    for integers below 2^53: every figure stays below it.
+
+local function clock(arg)
+  local now = tonumber(arg)
+  if now < 0 then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return now
+end
+
+-- floor(a / b) and a mod b, exact for 0 <= a, b < 2^52.
+local function divmod(a, b)
+  local q = math.floor(a / b)
+  local r = a - q * b
+  if r < 0 then
+    q, r = q - 1, r + b
+  elseif r >= b then
+    q, r = q + 1, r - b
+  end
+  return q, r
+end
+
+local function int(x)
+  return string.format('%d', x)
+end
+
+local now = clock(ARGV[1])
+local t = tonumber(ARGV[2])
+local burst = tonumber(ARGV[3])
+local limit = tonumber(ARGV[4])
+local cost = tonumber(ARGV[5])
+
+local tat = tonumber(redis.call('HGET', KEYS[1], 't')) or 0
+local most = math.min(burst, limit)
+local cap = burst * t
+local base = math.max(tat, now)
+local backlog = base - now
+local allowed = cost <= most and backlog + cost * t <= cap
+if allowed and cost > 0 then
+  tat = base + cost * t
+  redis.call('HSET', KEYS[1], 't', int(tat))
+  local span = math.max(limit * t, tat - now)
+  redis.call('PEXPIRE', KEYS[1], int(math.max(1000, math.ceil(2 * span / 1000))))
+end
+local q, r = divmod(math.max(tat, now) - now, t)
+if r > 0 then
+  q = q + 1
+end
+local remaining = math.min(math.max(burst - q, 0), limit)
+local retry_at = -1
+if not allowed and cost <= most then
+  retry_at = math.max(base + cost * t - cap, 0)
+end
+local whole, part = divmod(backlog, t)
+local ok = 0
+if allowed then
+  ok = 1
+end
+return {ok, remaining, tat, retry_at, whole, part, t, now}
