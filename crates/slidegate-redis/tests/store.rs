@@ -61,6 +61,84 @@ async fn gcra_admits_exactly_the_limit_at_once() {
     exactly_limit_admitted(policy, RedisClock::Server).await;
 }
 
+/// The conservative ring never admits more than the limit in a window: all
+/// 64 at one instant (a stopped client clock), exactly the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn conservative_sliding_window_admits_exactly_the_limit_at_once() {
+    let clock = RedisClock::client(ManualClock::new(1_780_000_000_000_000_000));
+    exactly_limit_admitted(policy(50, Duration::from_secs(3600), CONSERVATIVE_8), clock).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn conservative_sliding_window_admits_exactly_the_limit_on_the_server_clock() {
+    // Buckets of about 8.6 minutes: a boundary in the test changes nothing,
+    // the oldest bucket counting whole.
+    exactly_limit_admitted(
+        policy(50, Duration::from_secs(3600), CONSERVATIVE_8),
+        RedisClock::Server,
+    )
+    .await;
+}
+
+const CONSERVATIVE_8: Algorithm = Algorithm::SlidingWindow {
+    buckets: 8,
+    weighting: Weighting::Conservative,
+};
+
+/// The ring's hash: `n`, the newest bucket index, and one field per
+/// non-empty bucket, named by its index. A peek writes nothing, nor does a
+/// refusal that does not move the ring forward.
+#[tokio::test]
+async fn sliding_window_peeks_and_refusals_write_nothing() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(0);
+    // Two buckets of 60 s.
+    let ring = Algorithm::SlidingWindow {
+        buckets: 2,
+        weighting: Weighting::Interpolated,
+    };
+    let limiter = server
+        .limiter(
+            policy(5, Duration::from_secs(60), ring),
+            RedisClock::client(clock.clone()),
+        )
+        .await;
+    let key = limiter.redis_key("r");
+    assert_eq!(key, "slidegate:test:{r}");
+    clock.set(1_000_000_000);
+    assert!(limiter.check("r", 0).await.unwrap().allowed());
+    assert!(!limiter.check("r", 6).await.unwrap().allowed());
+    assert!(server.keys_and_ttls().is_empty(), "no key for a peek or a refusal");
+
+    // Bucket 2 (120 s to 180 s): 5 counted.
+    clock.set(150_000_000_000);
+    assert!(limiter.check("r", 5).await.unwrap().allowed());
+    let mut conn = server.sync_conn().unwrap();
+    let hash = |conn: &mut redis::Connection| -> Vec<(String, String)> {
+        let mut h: Vec<(String, String)> = redis::cmd("HGETALL").arg(&key).query(conn).unwrap();
+        h.sort();
+        h
+    };
+    let before = hash(&mut conn);
+    assert_eq!(before, [("2".into(), "5".into()), ("n".into(), "2".into())]);
+    let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut conn).unwrap();
+    // Twice max((n − 1)·b, (newest + n)·b − now) = 2·(240 − 150) s.
+    assert!(ttl > 179_000 && ttl <= 180_000, "PTTL {ttl}");
+
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let refused = limiter.check("r", 1).await.unwrap();
+    assert!(!refused.allowed());
+    // The oldest bucket (2) decays from 180 s: 1 fits at 192 s.
+    assert_eq!(refused.retry_after(), Some(Duration::from_secs(42)));
+    for at in [150_000_000_000, 170_000_000_000, 500_000_000_000, 100_000_000_000] {
+        clock.set(at);
+        limiter.check("r", 0).await.unwrap();
+    }
+    assert_eq!(hash(&mut conn), before, "peeks and a refusal in the newest bucket");
+    let later: i64 = redis::cmd("PTTL").arg(&key).query(&mut conn).unwrap();
+    assert!(later < ttl, "the expiry was not renewed: {later} ms");
+}
+
 #[tokio::test]
 async fn keys_expire() {
     let server = RedisServer::start();
@@ -69,6 +147,11 @@ async fn keys_expire() {
         Algorithm::FixedWindow,
         Algorithm::SlidingLog,
         Algorithm::Gcra { burst: 3 },
+        Algorithm::SlidingWindow {
+            buckets: 3,
+            weighting: Weighting::Interpolated,
+        },
+        CONSERVATIVE_8,
     ] {
         let limiter = server.limiter(policy(3, window, algorithm), RedisClock::Server).await;
         let key = limiter.redis_key("short");
@@ -129,8 +212,13 @@ async fn the_server_clock_gives_sane_decisions() {
         Algorithm::FixedWindow,
         Algorithm::SlidingLog,
         Algorithm::Gcra { burst: 2 },
+        CONSERVATIVE_8,
     ] {
-        let limiter = server.limiter(policy(2, window, algorithm), RedisClock::Server).await;
+        let policy = policy(2, window, algorithm);
+        // Everything counted has left once its bucket leaves the ring: up to
+        // one bucket beyond the window.
+        let window = Duration::from_nanos(policy.effective_window_ns() + policy.step_ns());
+        let limiter = server.limiter(policy, RedisClock::Server).await;
         let first = limiter.check("s", 1).await.unwrap();
         assert!(first.allowed());
         assert_eq!(first.remaining(), 1, "{algorithm}");
@@ -197,11 +285,20 @@ async fn policies_outside_the_ranges_are_refused() {
     let server = RedisServer::start();
     let unsupported = |p: Policy| matches!(microsecond_policy(&p), Err(RedisStoreError::Unsupported { .. }));
     let secs = Duration::from_secs;
-    let ring = Algorithm::SlidingWindow {
-        buckets: 2,
+    let ring = |buckets| Algorithm::SlidingWindow {
+        buckets,
         weighting: Weighting::Conservative,
     };
-    assert!(unsupported(policy(5, secs(1), ring)));
+    assert!(!unsupported(policy(5, secs(1), ring(2))));
+    assert!(!unsupported(policy(5, secs(1), ring(256))));
+    assert!(unsupported(policy(5, secs(1), ring(257))));
+    // limit·b at most 2⁵⁰: b = 2³⁰ µs (n = 3), limit 2²⁰ and one more.
+    assert!(!unsupported(policy(1 << 20, Duration::from_micros(1 << 31), ring(3))));
+    assert!(unsupported(policy(
+        (1 << 20) + 1,
+        Duration::from_micros(1 << 31),
+        ring(3)
+    )));
     assert!(unsupported(policy(
         5,
         secs(1),
@@ -234,10 +331,10 @@ async fn policies_outside_the_ranges_are_refused() {
         secs(1),
         Algorithm::Gcra { burst: (1 << 50) - 1 }
     )));
-    let err = RedisLimiter::new(server.conn().await, policy(1, secs(1), ring), PREFIX, secs(1)).unwrap_err();
+    let err = RedisLimiter::new(server.conn().await, policy(1, secs(1), ring(2048)), PREFIX, secs(1)).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "no Redis form for `1 per 1s by sliding_window(buckets=2, weighting=conservative)`: sliding_window has no Redis script yet"
+        "no Redis form for `1 per 1s by sliding_window(buckets=2048, weighting=conservative)`: sliding_window takes at most 256 buckets in Redis"
     );
     let err = RedisLimiter::new(
         server.conn().await,
