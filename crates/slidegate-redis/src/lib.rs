@@ -4,8 +4,8 @@
 //!
 //! [`RedisLimiter`] has the interface of the in-memory keyed limiter
 //! (`check(key, cost) -> Result<Decision, _>`), asynchronous: it limits every
-//! key to one [`Policy`] over a multiplexed connection, with a timeout per
-//! call.
+//! key to one [`Policy`] over a multiplexed connection to one server, or
+//! over a cluster connection to a Redis Cluster, with a timeout per call.
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
@@ -51,6 +51,34 @@
 //! limited key (`{<key>}`), so that a cluster keeps it in one slot and a
 //! hot namespace is not one hot slot. The prefix may not contain `{` or
 //! `}`; give each policy its own prefix.
+//!
+//! # Redis Cluster
+//!
+//! [`RedisLimiter`] is generic over the connection: give it a
+//! [`ClusterConnection`](redis::cluster_async::ClusterConnection) and every
+//! decision goes to the master of its key's slot. A script touches one key,
+//! `KEYS[1]`, whose hash tag is the limited key (`sliding_log`'s
+//! `<prefix>{<key>}:log` included), so no script ever crosses slots.
+//! redis-rs's cluster client follows `MOVED` and `ASK` redirections and
+//! loads a script on every node on `NOSCRIPT`, so a resharding in the middle
+//! of a run is invisible to the caller (tested: slots moved between masters
+//! with `redis-cli --cluster reshard` while tasks charge keys in them, every
+//! decision answered, every count kept once).
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! use slidegate_core::{Algorithm, Policy};
+//! use slidegate_redis::RedisLimiter;
+//! use std::time::Duration;
+//!
+//! let nodes = ["redis://10.0.0.1:6379/", "redis://10.0.0.2:6379/", "redis://10.0.0.3:6379/"];
+//! let conn = redis::cluster::ClusterClient::new(nodes)?.get_async_connection().await?;
+//! let policy = Policy::new(100, Duration::from_secs(60), Algorithm::SlidingLog)?;
+//! let limiter = RedisLimiter::new(conn, policy, "rl:", Duration::from_millis(50))?;
+//! let decision = limiter.check("user:42", 1).await?;
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! # The scripts' contract
 //!
@@ -143,23 +171,56 @@
 //! retry included, is bounded by the limiter's timeout and fails with
 //! [`RedisStoreError::Timeout`] beyond it, never hangs.
 //!
+//! # Failure policy
+//!
+//! [`RedisLimiter::check`] answers every failure as an error, for callers
+//! that decide themselves. [`RedisLimiter::decide`] applies the limiter's
+//! [`FailurePolicy`] instead and never fails: on an error or a timeout,
+//! [`FailurePolicy::Open`] (the default) admits, [`FailurePolicy::Closed`]
+//! refuses, and [`FailurePolicy::Local`] decides in an in-memory
+//! [`KeyedLimiter`] on the limit divided by the number of instances. The
+//! [`Outcome`] says who decided ([`Source`]); every fallback is counted
+//! ([`RedisLimiter::stats`]). After a failure, Redis is skipped for a
+//! backoff (100 ms by default), then tried again: recovery is automatic
+//! with a connection that reconnects by itself
+//! ([`ConnectionManager`](redis::aio::ConnectionManager), or a cluster
+//! connection).
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! use slidegate_core::{Algorithm, Policy};
+//! use slidegate_redis::{FailurePolicy, RedisLimiter, Source};
+//! use std::time::Duration;
+//!
+//! let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+//! let conn = client.get_connection_manager().await?;
+//! let policy = Policy::new(100, Duration::from_secs(60), Algorithm::FixedWindow)?;
+//! let limiter = RedisLimiter::new(conn, policy, "rl:", Duration::from_millis(20))?
+//!     .with_failure_policy(FailurePolicy::Local { instances: 4 });
+//! let outcome = limiter.decide("user:42", 1).await;
+//! if outcome.source != Source::Redis {
+//!     eprintln!("decided without Redis: {:?} ({} fallbacks)", outcome.source, limiter.fallbacks());
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Not there yet
 //!
-//! Redis Cluster (the keys
-//! already carry their hash tags, but no cluster connection is taken);
-//! a failure policy (fail open, fail closed, fall back to a local limit:
-//! today every failure is an error for the caller to decide on); the hybrid
-//! mode (local counting with periodic sync); and serving a Redis store from
-//! `slidegate serve`. These are later slices.
+//! The hybrid mode (local counting with periodic sync); serving a Redis
+//! store from `slidegate serve` (`--redis`); benchmarks of the store. These
+//! are later slices.
 
 #![forbid(unsafe_code)]
 
 use redis::Script;
-use redis::aio::MultiplexedConnection;
-use slidegate_core::{Algorithm, Clock, Decision, Policy, Weighting};
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use slidegate_core::{Algorithm, Clock, Decision, MonotonicClock, Policy, Weighting};
+use slidegate_memory::{Budget, KeyedLimiter};
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The Lua sources of the scripts, each starting with its contract.
 pub mod scripts {
@@ -192,6 +253,131 @@ pub const MAX_TIME_US: u64 = 1 << 52;
 /// whole ring on every call and scans it on a refusal, O(n) in Lua while
 /// the server waits.
 pub const MAX_BUCKETS: u32 = 256;
+
+/// How long [`RedisLimiter::decide`] skips Redis after a failure, unless
+/// [`RedisLimiter::with_backoff`] says otherwise: 100 ms.
+pub const DEFAULT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// The keys the [`FailurePolicy::Local`] fallback holds, unless
+/// [`RedisLimiter::with_local_budget`] says otherwise: 100 000.
+pub const DEFAULT_LOCAL_KEYS: usize = 100_000;
+
+/// What [`RedisLimiter::decide`] does when Redis fails: an error, or no
+/// answer within the timeout.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FailurePolicy {
+    /// Admit, counting nothing (as Envoy, Kong and Stripe do by default):
+    /// the service stays up, unlimited while Redis is down.
+    #[default]
+    Open,
+    /// Refuse, with a retry after the backoff: nothing passes unlimited,
+    /// nothing passes at all while Redis is down.
+    Closed,
+    /// Decide in an in-memory [`KeyedLimiter`] of this process, on the
+    /// policy with its limit (and a `gcra` burst) divided by `instances`,
+    /// the number of instances sharing the limit, rounded up and at least 1:
+    /// the instances together admit about the limit while Redis is down.
+    /// `instances` 0 counts as 1.
+    Local {
+        /// How many instances share the limit.
+        instances: u64,
+    },
+}
+
+/// Who decided an [`Outcome`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// Redis, by its script: the shared count.
+    Redis,
+    /// [`FailurePolicy::Open`]: admitted without counting.
+    FailOpen,
+    /// [`FailurePolicy::Closed`]: refused (also the `Local` fallback's
+    /// answer for a key its budget cannot hold).
+    FailClosed,
+    /// [`FailurePolicy::Local`]: the local limiter.
+    Local,
+}
+
+/// A decision and who made it: [`RedisLimiter::decide`]'s answer.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Outcome {
+    /// The decision.
+    pub decision: Decision,
+    /// Who decided it.
+    pub source: Source,
+}
+
+impl Outcome {
+    /// Whether the request passes.
+    pub fn allowed(&self) -> bool {
+        self.decision.allowed()
+    }
+}
+
+/// A limiter's failures and fallbacks, shared by its clones.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FailureStats {
+    /// Calls to Redis that failed (an error or a timeout).
+    pub failures: u64,
+    /// Decisions made by the failure policy: one per failed call, and one
+    /// per call during a backoff, which skips Redis.
+    pub fallbacks: u64,
+}
+
+/// The policy of the `Local` fallback: the limit (and a `gcra` burst)
+/// divided by `instances`, rounded up, at least 1.
+fn local_policy(policy: &Policy, instances: u64) -> Policy {
+    let share = |n: u64| n.div_ceil(instances.max(1)).max(1);
+    let algorithm = match policy.algorithm() {
+        Algorithm::Gcra { burst } => Algorithm::Gcra { burst: share(burst) },
+        other => other,
+    };
+    Policy::new(
+        share(policy.limit()),
+        Duration::from_nanos(policy.window_ns()),
+        algorithm,
+    )
+    .unwrap_or(*policy)
+}
+
+/// The failure state shared by a limiter's clones.
+struct Health {
+    /// The origin of `skip_until` (and of the fallbacks' time on the
+    /// server's clock).
+    origin: Instant,
+    /// Nanoseconds after `origin` until which Redis is skipped.
+    skip_until: AtomicU64,
+    failures: AtomicU64,
+    fallbacks: AtomicU64,
+    local: Option<KeyedLimiter<String, Arc<dyn Clock + Send + Sync>>>,
+}
+
+impl Health {
+    fn new(local: Option<KeyedLimiter<String, Arc<dyn Clock + Send + Sync>>>) -> Self {
+        Health {
+            origin: Instant::now(),
+            skip_until: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            fallbacks: AtomicU64::new(0),
+            local,
+        }
+    }
+
+    fn elapsed_ns(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn in_backoff(&self) -> bool {
+        self.elapsed_ns() < self.skip_until.load(Ordering::Relaxed)
+    }
+
+    fn back_off(&self, backoff: Duration) {
+        let until = self
+            .elapsed_ns()
+            .saturating_add(u64::try_from(backoff.as_nanos()).unwrap_or(u64::MAX));
+        self.skip_until.fetch_max(until, Ordering::Relaxed);
+    }
+}
 
 /// Where the scripts' time comes from.
 #[derive(Clone, Default)]
@@ -375,29 +561,41 @@ impl Params {
 /// Limits every key to one [`Policy`] in Redis, one atomic script per
 /// decision (see the crate docs for the scripts, ranges and clock).
 ///
-/// Cheap to clone: clones share the multiplexed connection.
+/// Generic over the connection `C`: any of redis-rs's asynchronous
+/// [`ConnectionLike`] connections that is cheap to clone, such as a
+/// [`MultiplexedConnection`] (the default) or a
+/// [`ClusterConnection`](redis::cluster_async::ClusterConnection) of a
+/// Redis Cluster. Cheap to clone: clones share the connection.
 #[derive(Clone)]
-pub struct RedisLimiter {
-    conn: MultiplexedConnection,
+pub struct RedisLimiter<C = MultiplexedConnection> {
+    conn: C,
     policy: Policy,
     params: Params,
     prefix: String,
     timeout: Duration,
     clock: RedisClock,
+    failure: FailurePolicy,
+    backoff: Duration,
+    local_budget: Budget,
+    health: Arc<Health>,
 }
 
-impl fmt::Debug for RedisLimiter {
+impl<C> fmt::Debug for RedisLimiter<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisLimiter")
             .field("policy", &self.policy)
             .field("prefix", &self.prefix)
             .field("timeout", &self.timeout)
             .field("clock", &self.clock)
+            .field("failure", &self.failure)
+            .field("backoff", &self.backoff)
+            .field("failures", &self.health.failures)
+            .field("fallbacks", &self.health.fallbacks)
             .finish_non_exhaustive()
     }
 }
 
-impl RedisLimiter {
+impl<C: ConnectionLike + Clone> RedisLimiter<C> {
     /// A limiter of `policy` per key over `conn`, its keys starting with
     /// `prefix`, each call bounded by `timeout`, on the server's clock.
     ///
@@ -406,12 +604,7 @@ impl RedisLimiter {
     /// [`RedisStoreError::Unsupported`] for a policy outside the supported
     /// ranges or without a script, [`RedisStoreError::Prefix`] for a prefix
     /// with `{` or `}`.
-    pub fn new(
-        conn: MultiplexedConnection,
-        policy: Policy,
-        prefix: impl Into<String>,
-        timeout: Duration,
-    ) -> Result<Self, RedisStoreError> {
+    pub fn new(conn: C, policy: Policy, prefix: impl Into<String>, timeout: Duration) -> Result<Self, RedisStoreError> {
         let prefix = prefix.into();
         if prefix.contains(['{', '}']) {
             return Err(RedisStoreError::Prefix(prefix));
@@ -424,13 +617,83 @@ impl RedisLimiter {
             prefix,
             timeout,
             clock: RedisClock::Server,
+            failure: FailurePolicy::Open,
+            backoff: DEFAULT_BACKOFF,
+            local_budget: Budget::keys(DEFAULT_LOCAL_KEYS),
+            health: Arc::new(Health::new(None)),
         })
     }
 
-    /// The same limiter on `clock`.
+    /// The same limiter on `clock` (the `Local` fallback reads it too).
     pub fn with_clock(mut self, clock: RedisClock) -> Self {
         self.clock = clock;
+        self.renew_health();
         self
+    }
+
+    /// The same limiter deciding by `failure` in [`RedisLimiter::decide`]
+    /// when Redis fails (by default [`FailurePolicy::Open`]).
+    pub fn with_failure_policy(mut self, failure: FailurePolicy) -> Self {
+        self.failure = failure;
+        self.renew_health();
+        self
+    }
+
+    /// The same limiter skipping Redis for `backoff` after a failure (by
+    /// default [`DEFAULT_BACKOFF`], 100 ms); see [`RedisLimiter::decide`].
+    pub fn with_backoff(mut self, backoff: Duration) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// The same limiter with `budget` for the keys of the
+    /// [`FailurePolicy::Local`] fallback (by default
+    /// [`DEFAULT_LOCAL_KEYS`] keys).
+    pub fn with_local_budget(mut self, budget: Budget) -> Self {
+        self.local_budget = budget;
+        self.renew_health();
+        self
+    }
+
+    /// The failure policy.
+    pub fn failure_policy(&self) -> FailurePolicy {
+        self.failure
+    }
+
+    /// The backoff after a failure.
+    pub fn backoff(&self) -> Duration {
+        self.backoff
+    }
+
+    /// The failures and fallbacks so far, shared by all the clones.
+    pub fn stats(&self) -> FailureStats {
+        FailureStats {
+            failures: self.health.failures.load(Ordering::Relaxed),
+            fallbacks: self.health.fallbacks.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The decisions made without Redis so far (by the failure policy),
+    /// shared by all the clones: [`FailureStats::fallbacks`].
+    pub fn fallbacks(&self) -> u64 {
+        self.stats().fallbacks
+    }
+
+    /// Fresh failure state (counters, backoff, the local limiter) for the
+    /// current clock, policy and budget.
+    fn renew_health(&mut self) {
+        let local = match self.failure {
+            FailurePolicy::Local { instances } => {
+                let clock: Arc<dyn Clock + Send + Sync> = match &self.clock {
+                    RedisClock::Server => Arc::new(MonotonicClock::new()),
+                    RedisClock::Client(clock) => clock.clone(),
+                };
+                let policy = local_policy(&self.policy, instances);
+                Some(KeyedLimiter::new(policy, clock, self.local_budget))
+            }
+            _ => None,
+        };
+        self.health = Arc::new(Health::new(local));
     }
 
     /// The policy.
@@ -499,6 +762,74 @@ impl RedisLimiter {
             .await
             .map_err(|_| RedisStoreError::Timeout(self.timeout))??;
         self.decision(reply)
+    }
+
+    /// [`RedisLimiter::check`] with the failure policy applied: when Redis
+    /// fails (an error, or no answer within the timeout), the limiter's
+    /// [`FailurePolicy`] decides, and the [`Outcome`] says who decided.
+    /// Never fails, and returns within the timeout.
+    ///
+    /// Recovery is automatic: after a failure, every call skips Redis for
+    /// the backoff ([`RedisLimiter::with_backoff`], 100 ms by default) and
+    /// goes straight to the failure policy, so that a dead Redis does not
+    /// cost the timeout on every call; the first call after the backoff
+    /// tries Redis again (and, failing, starts another backoff). Give the
+    /// limiter a connection that reconnects by itself — a
+    /// [`ConnectionManager`](redis::aio::ConnectionManager) for one server,
+    /// a [`ClusterConnection`](redis::cluster_async::ClusterConnection) for
+    /// a cluster — for decisions to come back from Redis once it is back (a
+    /// [`MultiplexedConnection`] stays broken after its server went away).
+    /// Every fallback is counted ([`RedisLimiter::stats`]).
+    pub async fn decide(&self, key: &str, cost: u64) -> Outcome {
+        let health = &self.health;
+        if !health.in_backoff() {
+            match self.check(key, cost).await {
+                Ok(decision) => {
+                    return Outcome {
+                        decision,
+                        source: Source::Redis,
+                    };
+                }
+                Err(_) => {
+                    health.failures.fetch_add(1, Ordering::Relaxed);
+                    health.back_off(self.backoff);
+                }
+            }
+        }
+        health.fallbacks.fetch_add(1, Ordering::Relaxed);
+        self.fall_back(key, cost)
+    }
+
+    /// The failure policy's decision.
+    fn fall_back(&self, key: &str, cost: u64) -> Outcome {
+        let now = match &self.clock {
+            RedisClock::Server => self.health.origin.elapsed().as_nanos() as u64,
+            RedisClock::Client(clock) => clock.now(),
+        };
+        let refuse = |source| {
+            // Refused until Redis is tried again.
+            let retry_at = now.saturating_add(self.backoff.as_nanos() as u64);
+            Outcome {
+                decision: Decision::at(&self.policy, now, false, 0, retry_at, Some(retry_at), (0, 0, 1)),
+                source,
+            }
+        };
+        match self.failure {
+            FailurePolicy::Open => Outcome {
+                // Admitted, nothing counted.
+                decision: Decision::at(&self.policy, now, true, self.policy.limit(), now, None, (0, 0, 1)),
+                source: Source::FailOpen,
+            },
+            FailurePolicy::Closed => refuse(Source::FailClosed),
+            FailurePolicy::Local { .. } => match self.health.local.as_ref().map(|l| l.check(key, cost)) {
+                Some(Ok(decision)) => Outcome {
+                    decision,
+                    source: Source::Local,
+                },
+                // A key beyond the local budget's share: refused.
+                _ => refuse(Source::FailClosed),
+            },
+        }
     }
 
     /// The decision of a script's reply, its instants turned into ns.

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::RedisServer;
+use common::{RedisCluster, RedisServer, Store};
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 use slidegate_conformance::Figures;
@@ -29,7 +29,7 @@ fn in_micros(drawn: &Policy) -> Policy {
 
 /// Runs `reqs` (absolute times in µs) against a fresh key of a Redis
 /// limiter on a manual clock and against the core, comparing every figure.
-async fn compare(server: &RedisServer, key: &str, drawn: &Policy, reqs: &[(u64, u64)]) -> Result<(), TestCaseError> {
+async fn compare<S: Store>(server: &S, key: &str, drawn: &Policy, reqs: &[(u64, u64)]) -> Result<(), TestCaseError> {
     let policy = in_micros(drawn);
     let micro = microsecond_policy(&policy).unwrap();
     prop_assert_eq!(&micro, drawn);
@@ -66,16 +66,22 @@ async fn compare(server: &RedisServer, key: &str, drawn: &Policy, reqs: &[(u64, 
     Ok(())
 }
 
-/// Runs `cases` property cases of `policies × requests` against one server.
+/// Runs [`CASES`] property cases of `policies × requests` against one
+/// server.
 fn run(policies: BoxedStrategy<Policy>, reqs: BoxedStrategy<Vec<(u64, u64)>>) {
-    let server = RedisServer::start();
+    run_on(&RedisServer::start(), CASES, policies, reqs);
+}
+
+/// Runs `cases` property cases of `policies × requests` against `server`.
+fn run_on<S: Store>(server: &S, cases: u32, policies: BoxedStrategy<Policy>, reqs: BoxedStrategy<Vec<(u64, u64)>>) {
+    // Fresh keys across the runs that share a cluster.
+    static KEYS: AtomicU64 = AtomicU64::new(0);
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let keys = AtomicU64::new(0);
-    let mut runner = TestRunner::new(config(CASES));
+    let mut runner = TestRunner::new(config(cases));
     runner
         .run(&(policies, reqs), |(policy, reqs)| {
-            let key = format!("case{}", keys.fetch_add(1, Ordering::Relaxed));
-            rt.block_on(compare(&server, &key, &policy, &reqs))
+            let key = format!("case{}", KEYS.fetch_add(1, Ordering::Relaxed));
+            rt.block_on(compare(server, &key, &policy, &reqs))
         })
         .unwrap();
 }
@@ -235,4 +241,33 @@ fn large_ring_requests() -> BoxedStrategy<Vec<(u64, u64)>> {
 #[test]
 fn large_rings_near_the_ranges_decide_like_the_core() {
     run(large_ring(), large_ring_requests());
+}
+
+/// Requests as `(time in µs, cost)`.
+type Requests = Vec<(u64, u64)>;
+
+/// Every property above on a three-master cluster, fewer cases each: the
+/// keys (`case0`, `case1`, ...) spread over the three masters' slots.
+#[test]
+fn every_property_decides_like_the_core_on_a_cluster() {
+    const CLUSTER_CASES: u32 = 8;
+    let cluster = RedisCluster::start();
+    let properties: [(BoxedStrategy<Policy>, BoxedStrategy<Requests>); 10] = [
+        (policy_in(&Family::FixedWindow), in_order()),
+        (policy_in(&Family::Gcra), in_order()),
+        (sliding_log(), in_order()),
+        (
+            prop_oneof![policy_in(&Family::Gcra), sliding_log()].boxed(),
+            any_order(),
+        ),
+        (large_policy(), large_requests()),
+        (ring_of(BUCKETS, Just(Weighting::Interpolated)), in_order()),
+        (ring_of(BUCKETS, Just(Weighting::Conservative)), in_order()),
+        (ring_of(BUCKETS, weighting()), any_order()),
+        (ring_of(&[31, 64, 256], weighting()), any_order()),
+        (large_ring(), large_ring_requests()),
+    ];
+    for (policies, reqs) in properties {
+        run_on(&cluster, CLUSTER_CASES, policies, reqs);
+    }
 }

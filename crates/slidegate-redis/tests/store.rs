@@ -3,12 +3,10 @@
 
 mod common;
 
-use common::{PREFIX, RedisServer};
+use common::{PREFIX, RedisServer, Store};
 use slidegate_core::{Algorithm, ManualClock, Policy, Weighting};
 use slidegate_redis::{RedisClock, RedisLimiter, RedisStoreError, microsecond_policy};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::Barrier;
 
 fn policy(limit: u64, window: Duration, algorithm: Algorithm) -> Policy {
     Policy::new(limit, window, algorithm).unwrap()
@@ -17,28 +15,7 @@ fn policy(limit: u64, window: Duration, algorithm: Algorithm) -> Policy {
 /// 64 tasks, each with its own connection, hit one key at once: exactly
 /// `limit` are admitted.
 async fn exactly_limit_admitted(policy: Policy, clock: RedisClock) {
-    const TASKS: usize = 64;
-    let server = RedisServer::start();
-    let mut limiters = Vec::new();
-    for _ in 0..TASKS {
-        limiters.push(server.limiter(policy, clock.clone()).await);
-    }
-    let barrier = Arc::new(Barrier::new(TASKS));
-    let tasks: Vec<_> = limiters
-        .into_iter()
-        .map(|limiter| {
-            let barrier = barrier.clone();
-            tokio::spawn(async move {
-                barrier.wait().await;
-                limiter.check("hot", 1).await.unwrap().allowed()
-            })
-        })
-        .collect();
-    let mut admitted = 0;
-    for task in tasks {
-        admitted += u64::from(task.await.unwrap());
-    }
-    assert_eq!(admitted, policy.limit(), "{policy}");
+    common::exactly_limit_admitted(&RedisServer::start(), policy, clock).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

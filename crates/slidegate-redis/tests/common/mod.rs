@@ -1,14 +1,21 @@
-//! A throw-away `redis-server` per test, on a free loopback port.
+//! A throw-away `redis-server` per test, on a free loopback port, or a
+//! throw-away three-master Redis Cluster.
 
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, async_fn_in_trait)]
 
-use redis::aio::MultiplexedConnection;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
 use slidegate_core::Policy;
 use slidegate_redis::{RedisClock, RedisLimiter};
 use std::net::TcpListener;
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
+use tokio::sync::Barrier;
 
 /// The prefix of every key the tests' limiters write.
 pub const PREFIX: &str = "slidegate:test:";
@@ -18,6 +25,7 @@ pub const PREFIX: &str = "slidegate:test:";
 pub struct RedisServer {
     child: Child,
     port: u16,
+    killed: bool,
 }
 
 impl RedisServer {
@@ -26,41 +34,72 @@ impl RedisServer {
     pub fn start() -> RedisServer {
         let mut last = String::new();
         for _ in 0..5 {
-            let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-            let child = Command::new("redis-server")
-                .args([
-                    "--port",
-                    &port.to_string(),
-                    "--bind",
-                    "127.0.0.1",
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                ])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("redis-server is installed");
-            let mut server = RedisServer { child, port };
-            for _ in 0..200 {
-                match server
-                    .sync_conn()
-                    .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
-                {
-                    Ok(_) => return server,
-                    Err(e) => last = e.to_string(),
-                }
-                if server.child.try_wait().unwrap().is_some() {
-                    break; // lost the port to someone else: try another
-                }
-                sleep(Duration::from_millis(25));
+            let port = free_port();
+            match RedisServer::start_on(port, &[]) {
+                Ok(server) => return server,
+                Err(e) => last = e,
             }
-            let _ = server.child.kill();
-            let _ = server.child.wait();
-            std::mem::forget(server);
         }
         panic!("redis-server did not answer PING: {last}");
+    }
+
+    /// Starts a server on `port` with `extra` arguments and waits (bounded)
+    /// until it answers `PING`; the last error if it never does (another
+    /// process took the port, say).
+    pub fn start_on(port: u16, extra: &[&str]) -> Result<RedisServer, String> {
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server is installed");
+        let mut server = RedisServer {
+            child,
+            port,
+            killed: false,
+        };
+        let mut last = String::new();
+        for _ in 0..200 {
+            match server
+                .sync_conn()
+                .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
+            {
+                Ok(_) => return Ok(server),
+                Err(e) => last = e.to_string(),
+            }
+            if server.child.try_wait().unwrap().is_some() {
+                break; // lost the port to someone else
+            }
+            sleep(Duration::from_millis(25));
+        }
+        let _ = server.child.kill();
+        let _ = server.child.wait();
+        std::mem::forget(server);
+        Err(last)
+    }
+
+    /// The server's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Kills the server now (SIGKILL) and answers its port; the server is
+    /// gone, so there is no expiry check.
+    pub fn kill(mut self) -> u16 {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.killed = true;
+        self.port
     }
 
     /// The server's URL.
@@ -80,13 +119,6 @@ impl RedisServer {
             .get_multiplexed_async_connection()
             .await
             .unwrap()
-    }
-
-    /// A limiter of `policy` with a timeout of 2 s on `clock`.
-    pub async fn limiter(&self, policy: Policy, clock: RedisClock) -> RedisLimiter {
-        RedisLimiter::new(self.conn().await, policy, PREFIX, Duration::from_secs(2))
-            .unwrap()
-            .with_clock(clock)
     }
 
     /// Every key on the server with its `PTTL`.
@@ -136,11 +168,259 @@ impl RedisServer {
 
 impl Drop for RedisServer {
     fn drop(&mut self) {
-        let check = (!std::thread::panicking())
+        let check = (!std::thread::panicking() && !self.killed)
             .then(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.assert_every_key_expires())));
         let _ = self.child.kill();
         let _ = self.child.wait();
         if let Some(Err(e)) = check {
+            std::panic::resume_unwind(e);
+        }
+    }
+}
+
+/// A free loopback port below 55 536, so that a cluster node's bus port
+/// (the port + 10 000) is a port too, and free as well.
+pub fn free_port() -> u16 {
+    loop {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        if port < 55_536 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// Where the tests get their limiters: a single server or a cluster.
+pub trait Store {
+    /// The connection the limiters run over.
+    type Conn: ConnectionLike + Clone + Send + Sync + 'static;
+
+    /// A connection of its own.
+    async fn conn(&self) -> Self::Conn;
+
+    /// A limiter of `policy` with a timeout of 2 s on `clock`.
+    async fn limiter(&self, policy: Policy, clock: RedisClock) -> RedisLimiter<Self::Conn> {
+        RedisLimiter::new(self.conn().await, policy, PREFIX, Duration::from_secs(2))
+            .unwrap()
+            .with_clock(clock)
+    }
+}
+
+/// 64 tasks, each with its own connection, hit one key at once: exactly
+/// `limit` are admitted.
+pub async fn exactly_limit_admitted<S: Store>(store: &S, policy: Policy, clock: RedisClock) {
+    const TASKS: usize = 64;
+    let mut limiters = Vec::new();
+    for _ in 0..TASKS {
+        limiters.push(store.limiter(policy, clock.clone()).await);
+    }
+    let barrier = Arc::new(Barrier::new(TASKS));
+    let tasks: Vec<_> = limiters
+        .into_iter()
+        .map(|limiter| {
+            let barrier = barrier.clone();
+            tokio::spawn(async move {
+                barrier.wait().await;
+                limiter.check("hot", 1).await.unwrap().allowed()
+            })
+        })
+        .collect();
+    let mut admitted = 0;
+    for task in tasks {
+        admitted += u64::from(task.await.unwrap());
+    }
+    assert_eq!(admitted, policy.limit(), "{policy}");
+}
+
+impl Store for RedisServer {
+    type Conn = MultiplexedConnection;
+
+    async fn conn(&self) -> MultiplexedConnection {
+        RedisServer::conn(self).await
+    }
+}
+
+/// A Redis Cluster of three masters (no replicas), each a throw-away
+/// `redis-server --cluster-enabled yes` in a temporary directory of its own,
+/// all killed and the directory removed on drop. On drop (unless the test
+/// already failed) it checks that no key on any master was left without an
+/// expiry.
+pub struct RedisCluster {
+    /// The masters, in the order they were given to `--cluster create`
+    /// (the first holds slots 0 to 5460, the second 5461 to 10922, the
+    /// third the rest).
+    pub nodes: Vec<RedisServer>,
+    dir: PathBuf,
+}
+
+impl RedisCluster {
+    /// Starts three nodes, joins them with `redis-cli --cluster create`,
+    /// and waits (bounded) until every node reports `cluster_state:ok` and
+    /// knows all 16 384 slots.
+    pub fn start() -> RedisCluster {
+        static DIRS: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "slidegate-cluster-{}-{}",
+            std::process::id(),
+            DIRS.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut nodes = Vec::new();
+        while nodes.len() < 3 {
+            let port = free_port();
+            let conf = dir.join(format!("nodes-{port}.conf"));
+            let extra = [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                conf.to_str().unwrap(),
+                "--dir",
+                dir.to_str().unwrap(),
+            ];
+            if let Ok(node) = RedisServer::start_on(port, &extra) {
+                nodes.push(node);
+            }
+        }
+        let cluster = RedisCluster { nodes, dir };
+        let addresses: Vec<String> = cluster.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli is installed");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        cluster.wait_ok(Duration::from_secs(20));
+        cluster
+    }
+
+    /// Waits (bounded) until every node reports `cluster_state:ok` with all
+    /// 16 384 slots assigned and agrees on the owner of every slot.
+    pub fn wait_ok(&self, within: Duration) {
+        let start = Instant::now();
+        let mut last = String::new();
+        while start.elapsed() < within {
+            let ok = self.nodes.iter().all(|node| {
+                let info = node
+                    .sync_conn()
+                    .and_then(|mut c| redis::cmd("CLUSTER").arg("INFO").query::<String>(&mut c));
+                match info {
+                    Ok(info) => {
+                        let ok = info.contains("cluster_state:ok") && info.contains("cluster_slots_ok:16384");
+                        if !ok {
+                            last = info;
+                        }
+                        ok
+                    }
+                    Err(e) => {
+                        last = e.to_string();
+                        false
+                    }
+                }
+            });
+            if ok && self.owners_agree() {
+                return;
+            }
+            sleep(Duration::from_millis(20));
+        }
+        panic!("the cluster did not come up within {within:?}: {last}");
+    }
+
+    /// Whether every node names the same node for every slot.
+    fn owners_agree(&self) -> bool {
+        let slots: Vec<Option<Vec<(i64, i64, u16)>>> =
+            self.nodes
+                .iter()
+                .map(|node| {
+                    let mut conn = node.sync_conn().ok()?;
+                    let value: redis::Value = redis::cmd("CLUSTER").arg("SLOTS").query(&mut conn).ok()?;
+                    let redis::Value::Array(ranges) = value else {
+                        return None;
+                    };
+                    let mut out = Vec::new();
+                    for range in ranges {
+                        let redis::Value::Array(parts) = range else { return None };
+                        let (
+                            Some(redis::Value::Int(from)),
+                            Some(redis::Value::Int(to)),
+                            Some(redis::Value::Array(master)),
+                        ) = (parts.first(), parts.get(1), parts.get(2))
+                        else {
+                            return None;
+                        };
+                        let Some(redis::Value::Int(port)) = master.get(1) else {
+                            return None;
+                        };
+                        out.push((*from, *to, *port as u16));
+                    }
+                    out.sort();
+                    Some(out)
+                })
+                .collect();
+        slots.iter().all(|s| s.is_some()) && slots.windows(2).all(|w| w[0] == w[1])
+    }
+
+    /// The nodes' URLs.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// The slot of `key`, as the cluster computes it.
+    pub fn slot(&self, key: &str) -> u16 {
+        let mut conn = self.nodes[0].sync_conn().unwrap();
+        redis::cmd("CLUSTER").arg("KEYSLOT").arg(key).query(&mut conn).unwrap()
+    }
+
+    /// The node's id in the cluster.
+    pub fn node_id(&self, node: usize) -> String {
+        let mut conn = self.nodes[node].sync_conn().unwrap();
+        redis::cmd("CLUSTER").arg("MYID").query(&mut conn).unwrap()
+    }
+
+    /// The indices of the nodes holding `key`, asked of every node (one
+    /// that does not own the slot answers `MOVED`: it does not hold it).
+    pub fn holders(&self, key: &str) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| {
+                let mut conn = self.nodes[i].sync_conn().unwrap();
+                match redis::cmd("EXISTS").arg(key).query::<bool>(&mut conn) {
+                    Ok(exists) => exists,
+                    Err(e) if e.redirect_node().is_some() => false,
+                    Err(e) => panic!("EXISTS {key}: {e}"),
+                }
+            })
+            .collect()
+    }
+}
+
+impl Store for RedisCluster {
+    type Conn = ClusterConnection;
+
+    async fn conn(&self) -> ClusterConnection {
+        ClusterClient::new(self.urls())
+            .unwrap()
+            .get_async_connection()
+            .await
+            .unwrap()
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        // Each node checks its own keys as it is dropped; the first failure
+        // is raised after all are gone.
+        let mut failure = None;
+        for node in self.nodes.drain(..) {
+            if let Err(e) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(node))) {
+                failure.get_or_insert(e);
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+        if let Some(e) = failure {
             std::panic::resume_unwind(e);
         }
     }
