@@ -1,7 +1,8 @@
 //! `slidegate bench`: throughput measured in this process, each case beside
 //! its baseline in the same run: every algorithm's decision against
 //! governor's direct limiter, the keyed in-memory store against governor's
-//! keyed limiter, and the service (HTTP and gRPC) over loopback.
+//! keyed limiter, the service (HTTP and gRPC) over loopback, and, given
+//! `--redis`, the Redis scripts against plain `INCR` (`crate::bench_redis`).
 
 use anyhow::{Context, Result};
 use clap::ValueEnum;
@@ -19,8 +20,13 @@ use std::time::{Duration, Instant};
 #[derive(clap::Args, Debug)]
 pub(crate) struct Args {
     /// What to measure; repeat or separate with commas [default: all]
-    #[arg(long, value_name = "GROUP", value_delimiter = ',', value_parser = ["algorithms", "store", "service"])]
+    #[arg(long, value_name = "GROUP", value_delimiter = ',', value_parser = ["algorithms", "store", "service", "redis"])]
     only: Vec<String>,
+
+    /// A loopback Redis server to measure the script path on, against plain
+    /// INCR (the `redis` group; run only when given)
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
 
     /// Measuring time of each case
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_positive_duration)]
@@ -30,7 +36,7 @@ pub(crate) struct Args {
     #[arg(long, value_name = "N", default_value_t = 1_000_000)]
     keys: u64,
 
-    /// Concurrent requests of the service cases
+    /// Concurrent requests of the service and Redis cases
     #[arg(long, value_name = "N", default_value_t = 32)]
     concurrency: usize,
 
@@ -50,25 +56,25 @@ enum Format {
 
 /// One measured case.
 #[derive(Clone, Debug, Serialize)]
-struct Case {
-    /// `algorithms`, `store` or `service`.
-    group: &'static str,
+pub(crate) struct Case {
+    /// `algorithms`, `store`, `service` or `redis`.
+    pub(crate) group: &'static str,
     /// What was measured.
-    name: String,
+    pub(crate) name: String,
     /// Decisions per second.
-    per_second: f64,
+    pub(crate) per_second: f64,
     /// The case of the same run this one compares with.
-    baseline: Option<String>,
+    pub(crate) baseline: Option<String>,
     /// `per_second / baseline's per_second`.
-    ratio: Option<f64>,
-    /// Median latency in microseconds (service cases).
-    p50_us: Option<f64>,
-    /// 99th percentile latency in microseconds (service cases).
-    p99_us: Option<f64>,
+    pub(crate) ratio: Option<f64>,
+    /// Median latency in microseconds (service and Redis cases).
+    pub(crate) p50_us: Option<f64>,
+    /// 99th percentile latency in microseconds (service and Redis cases).
+    pub(crate) p99_us: Option<f64>,
 }
 
 impl Case {
-    fn new(group: &'static str, name: impl Into<String>, per_second: f64) -> Case {
+    pub(crate) fn new(group: &'static str, name: impl Into<String>, per_second: f64) -> Case {
         Case {
             group,
             name: name.into(),
@@ -99,7 +105,7 @@ fn throughput(time: Duration, mut op: impl FnMut(u64)) -> f64 {
 }
 
 /// A spread of keys: a fixed, cheap permutation of `0..keys`.
-fn key(i: u64, keys: u64) -> u64 {
+pub(crate) fn key(i: u64, keys: u64) -> u64 {
     i.wrapping_mul(0x9E37_79B9_7F4A_7C15) % keys.max(1)
 }
 
@@ -196,7 +202,7 @@ fn bench_store(time: Duration, keys: u64, progress: &dyn Fn(&str)) -> Result<Vec
     Ok(cases)
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Option<f64> {
+pub(crate) fn percentile(sorted: &[Duration], p: f64) -> Option<f64> {
     let last = sorted.len().checked_sub(1)?;
     let i = ((sorted.len() as f64 * p) as usize).min(last);
     Some(sorted[i].as_secs_f64() * 1e6)
@@ -271,7 +277,8 @@ fn write_table(cases: &[Case], out: &mut dyn Write) -> Result<()> {
     }
     writeln!(
         out,
-        "ratio: decisions/s of the case over its baseline (the line above it), in the same run"
+        "ratio: decisions/s of the case over its baseline in the same run (the line above it; \
+         in the redis group, the group's INCR line)"
     )?;
     Ok(())
 }
@@ -281,11 +288,21 @@ pub(crate) fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     let chosen = |group: &str| args.only.is_empty() || args.only.iter().any(|g| g == group);
     anyhow::ensure!(args.keys > 0, "--keys 0: must be at least 1");
     anyhow::ensure!(args.concurrency > 0, "--concurrency 0: must be at least 1");
-    let steps = [("algorithms", 7), ("store", 4), ("service", 2)]
-        .iter()
-        .filter(|(g, _)| chosen(g))
-        .map(|(_, n)| *n)
-        .sum::<u64>();
+    anyhow::ensure!(
+        args.redis.is_some() || !args.only.iter().any(|g| g == "redis"),
+        "--only redis: needs --redis URL (a loopback Redis server)"
+    );
+    let redis = args.redis.as_deref().filter(|_| chosen("redis"));
+    let steps = [
+        ("algorithms", 7),
+        ("store", 4),
+        ("service", 2),
+        ("redis", crate::bench_redis::STEPS),
+    ]
+    .iter()
+    .filter(|(g, _)| chosen(g) && (*g != "redis" || redis.is_some()))
+    .map(|(_, n)| *n)
+    .sum::<u64>();
     let shown = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let bar = crate::progress::bar(shown, steps, "{bar:30} {pos}/{len} {msg}");
     let progress = |step: &str| crate::progress::step(&bar, step);
@@ -298,6 +315,9 @@ pub(crate) fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     }
     if chosen("service") {
         cases.extend(bench_service(args.time, args.concurrency, &progress)?);
+    }
+    if let Some(url) = redis {
+        cases.extend(crate::bench_redis::bench(url, args.time, args.concurrency, &progress)?);
     }
     bar.finish_and_clear();
     match args.format {

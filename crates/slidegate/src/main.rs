@@ -2,8 +2,9 @@
 //!
 //! Subcommands:
 //!
-//! - `bench`: throughput of the algorithms, the store and the service, each
-//!   beside its baseline in the same run.
+//! - `bench`: throughput of the algorithms, the store, the service and
+//!   (with `--redis`) the Redis scripts, each beside its baseline in the
+//!   same run.
 //! - `serve`: the rate limit service (Envoy's gRPC `RateLimitService`,
 //!   envoyproxy/ratelimit's YAML, an HTTP API, metrics).
 //! - `simulate`: runs the algorithms against traffic models and an exact
@@ -14,6 +15,7 @@
 
 mod bench;
 mod bench_clients;
+mod bench_redis;
 mod plots;
 mod progress;
 mod serve;

@@ -1,4 +1,5 @@
-//! `slidegate bench` as a process: every case beside its baseline, in JSON.
+//! `slidegate bench` as a process: every case beside its baseline, in JSON;
+//! the `redis` group against a throw-away `redis-server`.
 
 use serde_json::Value;
 use std::process::Command;
@@ -84,4 +85,151 @@ fn bad_flags_are_refused() {
         .expect("the binary runs");
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--keys 0"));
+}
+
+/// A throw-away `redis-server` on a free loopback port (never 6379), without
+/// persistence, killed on drop.
+struct RedisServer {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl RedisServer {
+    fn start() -> RedisServer {
+        for _ in 0..5 {
+            let port = free_port();
+            let child = Command::new("redis-server")
+                .args([
+                    "--port",
+                    &port.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                ])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("redis-server is installed");
+            let mut server = RedisServer { child, port };
+            for _ in 0..200 {
+                if server.cli(&["PING"]) == "PONG" {
+                    return server;
+                }
+                if server.child.try_wait().expect("the server's status").is_some() {
+                    break; // lost the port to someone else
+                }
+                std::thread::sleep(std::time::Duration::from_millis(25));
+            }
+            let _ = server.child.kill();
+        }
+        panic!("redis-server did not answer PING");
+    }
+
+    /// `redis-cli` on this server: its answer, trimmed.
+    fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli is installed");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    listener.local_addr().expect("its address").port()
+}
+
+#[test]
+fn the_redis_scripts_beside_plain_incr_leaving_no_key() {
+    let server = RedisServer::start();
+    let url = format!("redis://127.0.0.1:{}", server.port);
+    let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        .args([
+            "bench",
+            "--only",
+            "redis",
+            "--redis",
+            &url,
+            "--time",
+            "100ms",
+            "--concurrency",
+            "8",
+            "--format",
+            "json",
+        ])
+        .output()
+        .expect("the binary runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let cases: Vec<Value> = serde_json::from_slice(&out.stdout).expect("JSON output");
+    // INCR, five algorithms on one hot key, the many-key case.
+    assert_eq!(cases.len(), 1 + 5 + 1, "{cases:#?}");
+    let incr = &cases[0];
+    assert!(incr["name"].as_str().unwrap().starts_with("INCR"), "{incr}");
+    assert!(incr["baseline"].is_null() && incr["ratio"].is_null(), "{incr}");
+    let base = incr["per_second"].as_f64().unwrap();
+    for name in [
+        "sliding_window n=8 conservative script, one hot key",
+        "sliding_window n=2 interpolated script, one hot key",
+        "fixed_window script, one hot key",
+        "gcra script, one hot key",
+        "sliding_log (limit 1000/s) script, one hot key",
+        "sliding_window n=8 conservative script, 100000 keys",
+    ] {
+        let case = cases
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("{name}"));
+        assert_eq!(case["group"], "redis");
+        assert_eq!(case["baseline"], incr["name"], "{case}");
+        let rate = case["per_second"].as_f64().unwrap();
+        assert!(rate > 0.0, "{case}");
+        assert!((case["ratio"].as_f64().unwrap() - rate / base).abs() < 1e-9, "{case}");
+    }
+    for case in &cases {
+        assert!(case["per_second"].as_f64().is_some_and(|v| v > 0.0), "{case}");
+        let (p50, p99) = (case["p50_us"].as_f64().unwrap(), case["p99_us"].as_f64().unwrap());
+        assert!(p50 > 0.0 && p50 <= p99, "{case}");
+    }
+    // The run deleted every key it made.
+    assert_eq!(server.cli(&["DBSIZE"]), "0");
+}
+
+#[test]
+fn the_redis_group_refuses_a_non_loopback_or_unreachable_server() {
+    let unreachable = format!("redis://127.0.0.1:{}", free_port());
+    for (url, message) in [
+        ("redis://10.1.2.3:6400", "not loopback"),
+        ("redis://example.invalid:6400", "not loopback"),
+        ("http://127.0.0.1:6400", "not a Redis URL"),
+        (unreachable.as_str(), "cannot connect"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+            .args(["bench", "--only", "redis", "--redis", url, "--time", "10ms"])
+            .output()
+            .expect("the binary runs");
+        assert_eq!(out.status.code(), Some(1), "{url}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(message) && !stderr.contains("panicked"),
+            "{url}: {stderr}"
+        );
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        .args(["bench", "--only", "redis"])
+        .output()
+        .expect("the binary runs");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs --redis"));
 }

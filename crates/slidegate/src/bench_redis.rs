@@ -1,0 +1,264 @@
+//! `slidegate bench --redis URL`: slidegate's script path against plain
+//! `INCR`, through the same client at the same concurrency, in the same run.
+//!
+//! `--concurrency` tasks share one multiplexed connection (as the store
+//! does). Every key the run makes starts with a prefix unique to the run
+//! (`slidegate-bench:<pid>:`) and is deleted at the end (`SCAN` with `MATCH`
+//! on the prefix, `UNLINK`), so the bench leaves nothing behind. Only
+//! loopback servers are measured.
+
+use crate::bench::{Case, key, percentile};
+use anyhow::{Context, Result, bail};
+use redis::aio::MultiplexedConnection;
+use slidegate_core::{Algorithm, Policy, Weighting};
+use slidegate_redis::RedisLimiter;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The bound of connecting and of every call: a dead or stuck server is an
+/// error, never a hang.
+const TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Distinct keys of the many-key case.
+const MANY_KEYS: u64 = 100_000;
+
+/// Steps of the progress bar: `INCR`, five algorithms on one hot key, the
+/// many-key case.
+pub(crate) const STEPS: u64 = 7;
+
+/// Decisions answered and their latencies.
+type Load = (u64, Vec<Duration>);
+
+/// Refuses a URL that does not parse or does not name a loopback host.
+fn loopback_client(url: &str) -> Result<redis::Client> {
+    let client = redis::Client::open(url).with_context(|| format!("--redis {url}: not a Redis URL"))?;
+    let host = match client.get_connection_info().addr() {
+        redis::ConnectionAddr::Tcp(host, _) => host.clone(),
+        redis::ConnectionAddr::TcpTls { host, .. } => host.clone(),
+        _ => bail!(
+            "--redis {url}: not a TCP address; benchmarks only talk to loopback servers (127.0.0.1, ::1 or localhost)"
+        ),
+    };
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let loopback = bare.eq_ignore_ascii_case("localhost") || bare.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    anyhow::ensure!(
+        loopback,
+        "--redis {url}: {host} is not loopback; benchmarks only talk to loopback servers (127.0.0.1, ::1 or localhost)"
+    );
+    Ok(client)
+}
+
+/// One multiplexed connection, connected and answering `PING` within
+/// [`TIMEOUT`].
+async fn connect(url: &str) -> Result<MultiplexedConnection> {
+    let client = loopback_client(url)?;
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(TIMEOUT))
+        .set_response_timeout(Some(TIMEOUT));
+    let mut conn = tokio::time::timeout(TIMEOUT, client.get_multiplexed_async_connection_with_config(&config))
+        .await
+        .map_err(|_| anyhow::anyhow!("--redis {url}: no connection within {TIMEOUT:?}"))?
+        .with_context(|| format!("--redis {url}: cannot connect"))?;
+    let _: String = tokio::time::timeout(TIMEOUT, redis::cmd("PING").query_async(&mut conn))
+        .await
+        .map_err(|_| anyhow::anyhow!("--redis {url}: no answer to PING within {TIMEOUT:?}"))?
+        .with_context(|| format!("--redis {url}: PING failed"))?;
+    Ok(conn)
+}
+
+/// `concurrency` tasks calling `op(task, i)` one call at a time until
+/// `time` has passed.
+async fn load<F, Fut>(time: Duration, concurrency: usize, op: F) -> Result<Load>
+where
+    F: Fn(u64, u64) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<()>> + Send,
+{
+    let op = Arc::new(op);
+    let deadline = Instant::now() + time;
+    let mut tasks = Vec::new();
+    for task in 0..concurrency as u64 {
+        let op = Arc::clone(&op);
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            let mut i = 0;
+            while Instant::now() < deadline {
+                let start = Instant::now();
+                op(task, i).await?;
+                latencies.push(start.elapsed());
+                i += 1;
+            }
+            anyhow::Ok((latencies.len() as u64, latencies))
+        }));
+    }
+    let (mut count, mut latencies) = (0, Vec::new());
+    for task in tasks {
+        let (n, l) = task.await.context("a load task")??;
+        count += n;
+        latencies.extend(l);
+    }
+    Ok((count, latencies))
+}
+
+/// A case of the `redis` group from its load.
+fn case(name: String, time: Duration, (count, mut latencies): Load) -> Case {
+    latencies.sort_unstable();
+    let mut case = Case::new("redis", name, count as f64 / time.as_secs_f64());
+    case.p50_us = percentile(&latencies, 0.50);
+    case.p99_us = percentile(&latencies, 0.99);
+    case
+}
+
+/// The script cases on one hot key: a tag for the keys, the name, the
+/// policy. No run reaches the limits, but sliding_log's, 1000 per second,
+/// which keeps its log at most 1000 entries long (most of its decisions
+/// are refusals).
+fn policies() -> Result<Vec<(&'static str, &'static str, Policy)>> {
+    let second = Duration::from_secs(1);
+    let limit = 1_000_000;
+    let sliding = |buckets, weighting| Algorithm::SlidingWindow { buckets, weighting };
+    Ok(vec![
+        (
+            "sw8c",
+            "sliding_window n=8 conservative",
+            Policy::new(limit, second, sliding(8, Weighting::Conservative))?,
+        ),
+        (
+            "sw2i",
+            "sliding_window n=2 interpolated",
+            Policy::new(limit, second, sliding(2, Weighting::Interpolated))?,
+        ),
+        (
+            "fw",
+            "fixed_window",
+            Policy::new(limit, second, Algorithm::FixedWindow)?,
+        ),
+        (
+            "gcra",
+            "gcra",
+            Policy::new(limit, second, Algorithm::Gcra { burst: 1_000 })?,
+        ),
+        (
+            "log",
+            "sliding_log (limit 1000/s)",
+            Policy::new(1_000, second, Algorithm::SlidingLog)?,
+        ),
+    ])
+}
+
+/// The cases, on `conn`, every key under `prefix`.
+async fn cases(
+    conn: &MultiplexedConnection,
+    prefix: &str,
+    time: Duration,
+    concurrency: usize,
+    progress: &dyn Fn(&str),
+) -> Result<Vec<Case>> {
+    progress("redis INCR");
+    let incr = format!("{prefix}{{bench}}:incr");
+    let c = conn.clone();
+    let base = load(time, concurrency, move |_, _| {
+        let (mut c, incr) = (c.clone(), incr.clone());
+        async move {
+            let _: i64 = tokio::time::timeout(TIMEOUT, redis::cmd("INCR").arg(&incr).query_async(&mut c))
+                .await
+                .map_err(|_| anyhow::anyhow!("no answer to INCR within {TIMEOUT:?}"))?
+                .context("INCR")?;
+            Ok(())
+        }
+    })
+    .await?;
+    let baseline = format!("INCR, one hot key, {concurrency} tasks on one connection");
+    let base = case(baseline.clone(), time, base);
+    let base_rate = base.per_second;
+    let mut cases = vec![base];
+    let mut scripts = Vec::new();
+    for (tag, name, policy) in policies()? {
+        scripts.push((tag, format!("{name} script, one hot key"), policy, 1));
+    }
+    let sw8 = Algorithm::SlidingWindow {
+        buckets: 8,
+        weighting: Weighting::Conservative,
+    };
+    let policy = Policy::new(1_000_000, Duration::from_secs(1), sw8)?;
+    let many = format!("sliding_window n=8 conservative script, {MANY_KEYS} keys");
+    scripts.push(("many", many, policy, MANY_KEYS));
+    for (tag, name, policy, spread) in scripts {
+        progress(&format!("redis {name}"));
+        let limiter = RedisLimiter::new(conn.clone(), policy, format!("{prefix}{tag}:"), TIMEOUT)
+            .with_context(|| format!("the {name} limiter"))?;
+        let limiter = Arc::new(limiter);
+        let load = load(time, concurrency, move |task, i| {
+            let limiter = Arc::clone(&limiter);
+            async move {
+                let k = if spread == 1 {
+                    "bench".to_owned()
+                } else {
+                    key(task << 40 | i, spread).to_string()
+                };
+                limiter.check(&k, 1).await.context("a script call")?;
+                Ok(())
+            }
+        })
+        .await?;
+        let mut case = case(name, time, load);
+        case.ratio = Some(case.per_second / base_rate);
+        case.baseline = Some(baseline.clone());
+        cases.push(case);
+    }
+    Ok(cases)
+}
+
+/// Deletes every key under `prefix`: `SCAN` with `MATCH`, `UNLINK`.
+async fn clean(conn: &MultiplexedConnection, prefix: &str) -> Result<()> {
+    let mut conn = conn.clone();
+    let pattern = format!("{prefix}*");
+    let mut cursor = 0u64;
+    loop {
+        let (next, keys): (u64, Vec<String>) = tokio::time::timeout(
+            TIMEOUT,
+            redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut conn),
+        )
+        .await
+        .map_err(|_| anyhow::anyhow!("no answer to SCAN within {TIMEOUT:?}"))?
+        .context("SCAN")?;
+        if !keys.is_empty() {
+            let _: u64 = tokio::time::timeout(TIMEOUT, redis::cmd("UNLINK").arg(&keys).query_async(&mut conn))
+                .await
+                .map_err(|_| anyhow::anyhow!("no answer to UNLINK within {TIMEOUT:?}"))?
+                .context("UNLINK")?;
+        }
+        if next == 0 {
+            return Ok(());
+        }
+        cursor = next;
+    }
+}
+
+/// The `redis` group against the server at `url`.
+pub(crate) fn bench(url: &str, time: Duration, concurrency: usize, progress: &dyn Fn(&str)) -> Result<Vec<Case>> {
+    // Refused before any runtime starts.
+    loopback_client(url)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        let conn = connect(url).await?;
+        // The pid is digits, no glob character: `MATCH` on the prefix is exact.
+        let prefix = format!("slidegate-bench:{}:", std::process::id());
+        let measured = cases(&conn, &prefix, time, concurrency, progress).await;
+        let cleaned = clean(&conn, &prefix)
+            .await
+            .with_context(|| format!("deleting the run's keys ({prefix}*)"));
+        let cases = measured?;
+        cleaned?;
+        Ok(cases)
+    })
+}
