@@ -14,31 +14,7 @@
 --          window never moves backwards.
 -- Expiry   PEXPIRE max(1 s, 2 W) on every write, in this same call.
 -- Exact    for integers below 2^53: every figure stays below it.
-
-local function clock(arg)
-  local now = tonumber(arg)
-  if now < 0 then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  end
-  return now
-end
-
--- floor(a / b) and a mod b, exact for 0 <= a, b < 2^52.
-local function divmod(a, b)
-  local q = math.floor(a / b)
-  local r = a - q * b
-  if r < 0 then
-    q, r = q - 1, r + b
-  elseif r >= b then
-    q, r = q + 1, r - b
-  end
-  return q, r
-end
-
-local function int(x)
-  return string.format('%d', x)
-end
+-- Helpers  clock, divmod and int come from prelude.lua, sent before this.
 
 local now = clock(ARGV[1])
 local w = tonumber(ARGV[2])

@@ -18,19 +18,7 @@
 -- Cost     O(entries in the window), at most `limit` entries: for small
 --          limits.
 -- Exact    for integers below 2^53: every figure stays below it.
-
-local function clock(arg)
-  local now = tonumber(arg)
-  if now < 0 then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  end
-  return now
-end
-
-local function int(x)
-  return string.format('%d', x)
-end
+-- Helpers  clock, divmod and int come from prelude.lua, sent before this.
 
 local now = clock(ARGV[1])
 local w = tonumber(ARGV[2])

@@ -31,31 +31,6 @@
 --          most limit * b <= 2^50, and the instants at most
 --          now + n b < 2^53 (see the crate docs for the ranges).
 
-local function clock(arg)
-  local now = tonumber(arg)
-  if now < 0 then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  end
-  return now
-end
-
--- floor(a / b) and a mod b, exact for 0 <= a, b < 2^52.
-local function divmod(a, b)
-  local q = math.floor(a / b)
-  local r = a - q * b
-  if r < 0 then
-    q, r = q - 1, r + b
-  elseif r >= b then
-    q, r = q + 1, r - b
-  end
-  return q, r
-end
-
-local function int(x)
-  return string.format('%d', x)
-end
-
 local now = clock(ARGV[1])
 local b = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])

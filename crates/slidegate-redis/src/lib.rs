@@ -222,17 +222,31 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
-/// The Lua sources of the scripts, each starting with its contract.
+/// The Lua sources of the scripts as sent to Redis: the shared prelude
+/// (`scripts/prelude.lua`: the clock, an exact `divmod`, integer writing),
+/// then the script, which opens with its contract.
 pub mod scripts {
     /// `fixed_window`: `KEYS[1]` a hash; `ARGV = [now, W, limit, cost]`.
-    pub const FIXED_WINDOW: &str = include_str!("../scripts/fixed_window.lua");
+    pub const FIXED_WINDOW: &str = concat!(
+        include_str!("../scripts/prelude.lua"),
+        include_str!("../scripts/fixed_window.lua")
+    );
     /// `gcra`: `KEYS[1]` a hash; `ARGV = [now, T, burst, limit, cost]`.
-    pub const GCRA: &str = include_str!("../scripts/gcra.lua");
+    pub const GCRA: &str = concat!(
+        include_str!("../scripts/prelude.lua"),
+        include_str!("../scripts/gcra.lua")
+    );
     /// `sliding_log`: `KEYS[1]` a sorted set; `ARGV = [now, W, limit, cost]`.
-    pub const SLIDING_LOG: &str = include_str!("../scripts/sliding_log.lua");
+    pub const SLIDING_LOG: &str = concat!(
+        include_str!("../scripts/prelude.lua"),
+        include_str!("../scripts/sliding_log.lua")
+    );
     /// `sliding_window`: `KEYS[1]` a hash; `ARGV = [now, b, n, limit,
     /// weighting, cost]`.
-    pub const SLIDING_WINDOW: &str = include_str!("../scripts/sliding_window.lua");
+    pub const SLIDING_WINDOW: &str = concat!(
+        include_str!("../scripts/prelude.lua"),
+        include_str!("../scripts/sliding_window.lua")
+    );
 }
 
 static FIXED_WINDOW: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::FIXED_WINDOW));
