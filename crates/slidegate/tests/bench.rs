@@ -98,7 +98,7 @@ impl RedisServer {
     fn start() -> RedisServer {
         for _ in 0..5 {
             let port = free_port();
-            let child = Command::new("redis-server")
+            let mut child = Command::new("redis-server")
                 .args([
                     "--port",
                     &port.to_string(),
@@ -109,19 +109,22 @@ impl RedisServer {
                     "--appendonly",
                     "no",
                 ])
-                .stdout(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::null())
                 .spawn()
                 .expect("redis-server is installed");
+            // Ready when its log says so; the log ends without it when the
+            // server exits (another process took the port).
+            let log = child.stdout.take().expect("stdout is piped");
+            let mut lines = std::io::BufRead::lines(std::io::BufReader::new(log));
+            let ready = lines
+                .by_ref()
+                .map_while(Result::ok)
+                .any(|line| line.contains("Ready to accept connections"));
+            std::thread::spawn(move || lines.for_each(drop));
             let mut server = RedisServer { child, port };
-            for _ in 0..200 {
-                if server.cli(&["PING"]) == "PONG" {
-                    return server;
-                }
-                if server.child.try_wait().expect("the server's status").is_some() {
-                    break; // lost the port to someone else
-                }
-                std::thread::sleep(std::time::Duration::from_millis(25));
+            if ready && server.cli(&["PING"]) == "PONG" {
+                return server;
             }
             let _ = server.child.kill();
         }

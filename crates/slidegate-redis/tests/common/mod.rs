@@ -47,7 +47,7 @@ impl RedisServer {
     /// until it answers `PING`; the last error if it never does (another
     /// process took the port, say).
     pub fn start_on(port: u16, extra: &[&str]) -> Result<RedisServer, String> {
-        let child = Command::new("redis-server")
+        let mut child = Command::new("redis-server")
             .args([
                 "--port",
                 &port.to_string(),
@@ -59,33 +59,42 @@ impl RedisServer {
                 "no",
             ])
             .args(extra)
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server is installed");
+        // Ready when its log says so (an event, not a poll); the log ends
+        // without it when the server exits (another process took the port).
+        let log = child.stdout.take().expect("stdout is piped");
+        let mut lines = std::io::BufRead::lines(std::io::BufReader::new(log));
+        let ready = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .any(|line| line.contains("Ready to accept connections"));
+        // Keep draining the log so the server never blocks writing it.
+        std::thread::spawn(move || lines.for_each(drop));
         let mut server = RedisServer {
             child,
             port,
             killed: false,
         };
-        let mut last = String::new();
-        for _ in 0..200 {
-            match server
+        let answer = if ready {
+            server
                 .sync_conn()
                 .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
-            {
-                Ok(_) => return Ok(server),
-                Err(e) => last = e.to_string(),
+                .map_err(|e| e.to_string())
+        } else {
+            Err(format!("redis-server on port {port} exited before it was ready"))
+        };
+        match answer {
+            Ok(_) => Ok(server),
+            Err(last) => {
+                let _ = server.child.kill();
+                let _ = server.child.wait();
+                std::mem::forget(server);
+                Err(last)
             }
-            if server.child.try_wait().unwrap().is_some() {
-                break; // lost the port to someone else
-            }
-            sleep(Duration::from_millis(25));
         }
-        let _ = server.child.kill();
-        let _ = server.child.wait();
-        std::mem::forget(server);
-        Err(last)
     }
 
     /// The server's port.
