@@ -125,6 +125,22 @@ impl Decision {
     }
 }
 
+impl Decision {
+    /// The same decision with its instants (the decision's time, its
+    /// reset and retry times) multiplied by `factor`, saturating: a
+    /// decision made on a policy whose window's microseconds were read as
+    /// nanoseconds (`factor` 1000) as it reads in nanoseconds. The counts
+    /// and the estimate do not change.
+    pub fn scale_time(self, factor: u64) -> Decision {
+        Decision {
+            now: self.now.saturating_mul(factor),
+            reset_at: self.reset_at.saturating_mul(factor),
+            retry_at: self.retry_at.map(|t| t.saturating_mul(factor)),
+            ..self
+        }
+    }
+}
+
 /// A `u128` intermediate clamped into `u64`.
 pub(crate) fn saturate(x: u128) -> u64 {
     u64::try_from(x).unwrap_or(u64::MAX)

@@ -186,8 +186,14 @@ impl<K: Key, St: KeyState> Store<K, St> {
 
     /// Runs `f` on the state of `key` (a fresh one if the key is new or its
     /// state does not fit `policy`), keeping a new key only if it now
-    /// counts something.
-    fn with_state<Q, T>(
+    /// counts something: for callers that change a state other than by
+    /// deciding (a store that learns counts from elsewhere). `f` runs under
+    /// the lock of the key's shard.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::check`].
+    pub fn update<Q, T>(
         &self,
         policy: &Policy,
         key: &Q,
@@ -291,7 +297,7 @@ impl<K: Key, St: KeyState> Store<K, St> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.with_state(policy, key, now, |s| s.check(policy, now, cost))
+        self.update(policy, key, now, |s| s.check(policy, now, cost))
     }
 
     /// [`Store::check`] without the headers: only whether it was admitted.
@@ -304,7 +310,7 @@ impl<K: Key, St: KeyState> Store<K, St> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.with_state(policy, key, now, |s| s.admit(policy, now, cost))
+        self.update(policy, key, now, |s| s.admit(policy, now, cost))
     }
 
     /// Decides many independent requests at `now`, as [`Store::check`] one

@@ -213,6 +213,10 @@
 
 #![forbid(unsafe_code)]
 
+mod hybrid;
+
+pub use hybrid::{HybridLimiter, HybridOptions, HybridStats, SLIDING_WINDOW_SYNC, SyncReport, SyncTask};
+
 use redis::Script;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use slidegate_core::{Algorithm, Clock, Decision, MonotonicClock, Policy, Weighting};
@@ -448,6 +452,9 @@ pub enum RedisStoreError {
     /// Redis or the connection failed.
     #[error("Redis: {0}")]
     Redis(#[from] redis::RedisError),
+    /// Options that cannot work (a zero sync interval).
+    #[error("invalid options: {0}")]
+    Options(&'static str),
     /// The script answered something that is not a decision.
     #[error("unexpected reply from the script: {0:?}")]
     Reply(Vec<i64>),
@@ -713,6 +720,11 @@ impl<C: ConnectionLike + Clone> RedisLimiter<C> {
     /// The policy.
     pub fn policy(&self) -> &Policy {
         &self.policy
+    }
+
+    /// Where the time comes from.
+    pub fn clock(&self) -> &RedisClock {
+        &self.clock
     }
 
     /// The timeout of each call.

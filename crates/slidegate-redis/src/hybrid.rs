@@ -1,0 +1,693 @@
+//! Hybrid mode: decisions made locally from the last global count plus this
+//! instance's own counts since, the counts sent to Redis in batches.
+//!
+//! See [`HybridLimiter`].
+
+use crate::{FailurePolicy, MAX_TIME_US, Outcome, RedisClock, RedisLimiter, RedisStoreError, Source};
+use parking_lot::Mutex;
+use redis::Script;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use slidegate_core::{Algorithm, LimitState, Policy, SlidingWindow, State};
+use slidegate_memory::{Budget, Store};
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock, Weak};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::Notify;
+
+/// `sliding_window_sync.lua`: `KEYS[1]` the ring's hash; `ARGV = [now, b,
+/// n, bucket, count, bucket, count, …]`.
+pub const SLIDING_WINDOW_SYNC: &str = concat!(
+    include_str!("../scripts/prelude.lua"),
+    include_str!("../scripts/sliding_window_sync.lua")
+);
+
+static SYNC: LazyLock<Script> = LazyLock::new(|| Script::new(SLIDING_WINDOW_SYNC));
+
+/// Shards of the outbox (the counts not yet sent), so that concurrent
+/// decisions rarely wait for each other.
+const OUTBOX_SHARDS: usize = 16;
+
+/// How a [`HybridLimiter`] counts and syncs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HybridOptions {
+    /// How often the counts go to Redis: the `interval` of
+    /// [`HybridLimiter::spawn_sync`]. The over-admission grows with it.
+    pub interval: Duration,
+    /// The most keys one batch sends; a batch that fills before the
+    /// interval is sent at once.
+    pub batch: usize,
+    /// The most keys with counts not yet in Redis. A new key beyond it
+    /// (Redis failing for long, or a flood of keys faster than the syncs
+    /// drain them) is decided by the failure policy, so that memory stays
+    /// bounded and no count is dropped.
+    pub max_pending_keys: usize,
+    /// How long syncs may fail before decisions go to the failure policy;
+    /// until then they go on locally, on the last global count.
+    pub stale_after: Duration,
+    /// The budget of the local views (the last global count of each key
+    /// plus its own counts since). A view dropped for room costs only
+    /// accuracy: the key starts again from its own counts until its next
+    /// sync.
+    pub budget: Budget,
+}
+
+impl HybridOptions {
+    /// Options syncing every `interval`, in batches of 512 keys, with at
+    /// most 100 000 keys pending, stale after `max(4 × interval, 200 ms)`,
+    /// views for 100 000 keys.
+    pub fn every(interval: Duration) -> Self {
+        HybridOptions {
+            interval,
+            batch: 512,
+            max_pending_keys: 100_000,
+            stale_after: (interval * 4).max(Duration::from_millis(200)),
+            budget: Budget::keys(100_000),
+        }
+    }
+}
+
+/// What a [`HybridLimiter`] has done so far, over all its clones.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HybridStats {
+    /// Decisions made locally (not by the failure policy).
+    pub decisions: u64,
+    /// Batches sent.
+    pub syncs: u64,
+    /// Redis commands sent: one `EVALSHA` per key of a batch.
+    pub commands: u64,
+    /// Keys whose counts are waiting to be sent.
+    pub pending_keys: usize,
+    /// Keys whose sync failed (their counts are kept and sent again).
+    pub failures: u64,
+    /// Decisions made by the failure policy.
+    pub fallbacks: u64,
+}
+
+/// What one [`HybridLimiter::sync`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SyncReport {
+    /// Keys sent.
+    pub keys: usize,
+    /// Batches sent.
+    pub batches: usize,
+}
+
+/// A key's counts not yet in Redis: `(bucket index, count)`, at most `n`.
+type Pending = Vec<(u64, u64)>;
+
+/// `sliding_window` limits shared through Redis with local counting and
+/// periodic sync (Kong's `sync_rate`, gubernator's `GLOBAL` behaviour):
+/// each instance decides on its own view of a key — the key's ring as
+/// Redis last answered it, plus the requests this instance admitted since —
+/// and sends its new counts to Redis in batches, one `EVALSHA` of
+/// [`SLIDING_WINDOW_SYNC`] per key, every
+/// [`interval`](HybridOptions::interval) or as soon as a batch fills. Each
+/// reply is the key's whole ring, which becomes the new view.
+///
+/// A decision costs no round trip. Redis sees one command per key per
+/// interval, however many decisions the key had.
+///
+/// # Accuracy
+///
+/// One instance alone decides exactly as the direct [`RedisLimiter`] (and
+/// the core) does: its view holds every count (tested figure for figure,
+/// with syncs at random points). Several instances each miss what the
+/// others admitted and had not yet sent when it last synced, and what they
+/// admitted since: at most two sync intervals of each other instance's
+/// admissions, plus a round trip. So in any window they admit together at
+/// most
+///
+/// ```text
+/// limit + (instances − 1) × min(limit, rate × (2 × interval + round trip))
+/// ```
+///
+/// where `rate` is one instance's admission rate for the key. When the
+/// instances sync at about the same moments, as their background syncs on
+/// one interval do, the over-admission is close to `(instances − 1) × rate
+/// × interval`: four instances each offered 100 requests/s under a limit of
+/// 100/s (8 buckets, conservative) admitted at most 103, 115 and 130 in a
+/// window with syncs every 10, 50 and 100 ms (`tests/hybrid.rs`), against
+/// bounds of 106, 130 and 160.
+///
+/// A refusal is never wrong by this: a view never holds more than Redis
+/// does, so an instance refuses only a key whose global count is at the
+/// limit (up to the clocks' skew). The ring is the one
+/// `sliding_window.lua` keeps, so direct and hybrid instances can share
+/// keys.
+///
+/// # Clock
+///
+/// On [`RedisClock::Server`] (the default) the syncs read Redis's `TIME`,
+/// and each reply sets the instance's offset from it, so that local
+/// decisions run on the server's time within half a round trip (the wall
+/// clock until the first reply). On [`RedisClock::Client`] every time is
+/// the client clock's.
+///
+/// # Failure
+///
+/// A failed sync keeps its counts and sends them again with the next one
+/// (a sync whose reply was lost may be counted twice: an error towards
+/// refusing). Decisions go on locally on the last global count until syncs
+/// have failed for [`stale_after`](HybridOptions::stale_after), then the
+/// limiter's [`FailurePolicy`] decides until a sync succeeds again. Every
+/// fallback is counted ([`HybridLimiter::stats`]).
+///
+/// # Algorithms
+///
+/// `sliding_window` only, both weightings: the approximation is the mode's
+/// whole point, and the ring's buckets merge by adding. The exact
+/// algorithms (`sliding_log`, `gcra`) and `fixed_window` are decided by
+/// [`RedisLimiter`] directly.
+///
+/// # Concurrency
+///
+/// Cheap to clone: clones share the views, the counts and the connection.
+/// A decision takes the lock of its key's view shard and then of its
+/// outbox shard; a reply takes the same two in the same order.
+#[derive(Clone)]
+pub struct HybridLimiter<C = MultiplexedConnection> {
+    inner: Arc<Inner<C>>,
+}
+
+struct Inner<C> {
+    redis: RedisLimiter<C>,
+    options: HybridOptions,
+    /// The policy in microseconds read as nanoseconds: what the views run.
+    micro: Policy,
+    /// The bucket width in µs and the number of buckets.
+    b: u64,
+    n: u64,
+    views: Store<String, State>,
+    outbox: Box<[Mutex<HashMap<String, Pending>>]>,
+    hasher: foldhash::fast::FixedState,
+    pending_keys: AtomicUsize,
+    clock: LocalClock,
+    /// Since when syncs have failed (the health clock's ns + 1), 0 while
+    /// they succeed.
+    failing_since: AtomicU64,
+    failing: AtomicBool,
+    wake: Arc<Notify>,
+    decisions: AtomicU64,
+    syncs: AtomicU64,
+    commands: AtomicU64,
+    failures: AtomicU64,
+    fallbacks: AtomicU64,
+}
+
+impl<C> fmt::Debug for HybridLimiter<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HybridLimiter")
+            .field("redis", &self.inner.redis)
+            .field("options", &self.inner.options)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The time of local decisions, in µs.
+enum LocalClock {
+    /// The client's clock.
+    Client(Arc<dyn slidegate_core::Clock + Send + Sync>),
+    /// A monotonic clock set to the server's time by each sync reply.
+    Server {
+        origin: Instant,
+        /// Server µs minus µs since `origin`.
+        offset_us: AtomicI64,
+    },
+}
+
+impl LocalClock {
+    fn of(clock: &RedisClock) -> Self {
+        match clock {
+            RedisClock::Client(clock) => LocalClock::Client(Arc::clone(clock)),
+            RedisClock::Server => {
+                let wall = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
+                LocalClock::Server {
+                    origin: Instant::now(),
+                    offset_us: AtomicI64::new(wall),
+                }
+            }
+        }
+    }
+
+    fn elapsed_us(origin: &Instant) -> i64 {
+        i64::try_from(origin.elapsed().as_micros()).unwrap_or(i64::MAX)
+    }
+
+    /// Now, in µs.
+    fn now_us(&self) -> u64 {
+        match self {
+            LocalClock::Client(clock) => clock.now() / 1000,
+            LocalClock::Server { origin, offset_us } => {
+                let t = Self::elapsed_us(origin).saturating_add(offset_us.load(Ordering::Relaxed));
+                u64::try_from(t).unwrap_or(0)
+            }
+        }
+    }
+
+    /// A monotonic time in ns for the health of the syncs.
+    fn health_ns(&self) -> u64 {
+        match self {
+            LocalClock::Client(clock) => clock.now(),
+            LocalClock::Server { origin, .. } => u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX),
+        }
+    }
+
+    /// What a sync sends as its time: the client's, or -1 for the server's.
+    fn script_now(&self, now_us: u64) -> i64 {
+        match self {
+            LocalClock::Client(_) => i64::try_from(now_us).unwrap_or(i64::MAX),
+            LocalClock::Server { .. } => -1,
+        }
+    }
+
+    /// A reply's server time `server_us`, for a sync sent `sent_us` µs
+    /// after the origin: the offset that makes now the reply's time plus
+    /// half the round trip.
+    fn learn(&self, server_us: u64, sent_us: i64) {
+        if let LocalClock::Server { origin, offset_us } = self {
+            let back = Self::elapsed_us(origin);
+            let mid = sent_us.saturating_add(back.saturating_sub(sent_us) / 2);
+            let server = i64::try_from(server_us).unwrap_or(i64::MAX);
+            offset_us.store(server.saturating_sub(mid), Ordering::Relaxed);
+        }
+    }
+
+    fn sent_us(&self) -> i64 {
+        match self {
+            LocalClock::Client(_) => 0,
+            LocalClock::Server { origin, .. } => Self::elapsed_us(origin),
+        }
+    }
+}
+
+impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
+    /// A hybrid limiter over `redis`: its connection, policy, prefix,
+    /// timeout (each batch is bounded by it), clock and failure policy.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisStoreError::Unsupported`] for a policy other than
+    /// `sliding_window`; [`RedisStoreError::Options`] for a zero interval,
+    /// batch or pending-key bound.
+    pub fn new(redis: RedisLimiter<C>, options: HybridOptions) -> Result<Self, RedisStoreError> {
+        let policy = *redis.policy();
+        let Algorithm::SlidingWindow { buckets, .. } = policy.algorithm() else {
+            return Err(RedisStoreError::Unsupported {
+                policy: policy.to_string(),
+                reason: "hybrid mode counts sliding_window only; use the direct scripts for the others",
+            });
+        };
+        if options.interval.is_zero() {
+            return Err(RedisStoreError::Options("the sync interval must be more than zero"));
+        }
+        if options.batch == 0 || options.max_pending_keys == 0 {
+            return Err(RedisStoreError::Options(
+                "the batch and the pending keys must be at least 1",
+            ));
+        }
+        let micro = crate::microsecond_policy(&policy)?;
+        let clock = LocalClock::of(redis.clock());
+        Ok(HybridLimiter {
+            inner: Arc::new(Inner {
+                b: micro.step_ns(),
+                n: u64::from(buckets),
+                micro,
+                views: Store::new(options.budget),
+                outbox: (0..OUTBOX_SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+                hasher: foldhash::fast::FixedState::default(),
+                pending_keys: AtomicUsize::new(0),
+                clock,
+                failing_since: AtomicU64::new(0),
+                failing: AtomicBool::new(false),
+                wake: Arc::new(Notify::new()),
+                decisions: AtomicU64::new(0),
+                syncs: AtomicU64::new(0),
+                commands: AtomicU64::new(0),
+                failures: AtomicU64::new(0),
+                fallbacks: AtomicU64::new(0),
+                redis,
+                options,
+            }),
+        })
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &Policy {
+        self.inner.redis.policy()
+    }
+
+    /// The options.
+    pub fn options(&self) -> &HybridOptions {
+        &self.inner.options
+    }
+
+    /// The failure policy.
+    pub fn failure_policy(&self) -> FailurePolicy {
+        self.inner.redis.failure_policy()
+    }
+
+    /// The counts so far, shared by all the clones.
+    pub fn stats(&self) -> HybridStats {
+        let i = &self.inner;
+        HybridStats {
+            decisions: i.decisions.load(Ordering::Relaxed),
+            syncs: i.syncs.load(Ordering::Relaxed),
+            commands: i.commands.load(Ordering::Relaxed),
+            pending_keys: i.pending_keys.load(Ordering::Relaxed),
+            failures: i.failures.load(Ordering::Relaxed),
+            fallbacks: i.fallbacks.load(Ordering::Relaxed),
+        }
+    }
+
+    fn outbox(&self, key: &str) -> &Mutex<HashMap<String, Pending>> {
+        let i = &self.inner;
+        &i.outbox[(i.hasher.hash_one(key) % OUTBOX_SHARDS as u64) as usize]
+    }
+
+    /// Whether syncs have failed for longer than `stale_after`.
+    fn stale(&self) -> bool {
+        let i = &self.inner;
+        if !i.failing.load(Ordering::Relaxed) {
+            return false;
+        }
+        let since = i.failing_since.load(Ordering::Relaxed);
+        let stale_ns = u64::try_from(i.options.stale_after.as_nanos()).unwrap_or(u64::MAX);
+        since != 0 && i.clock.health_ns().saturating_sub(since - 1) >= stale_ns
+    }
+
+    /// Decides whether `cost` units for `key` fit the policy now, on this
+    /// instance's view; if they do and `cost > 0`, counts them (sent to
+    /// Redis with the next sync). A `cost` of 0 peeks. Never waits for
+    /// Redis; the [`Outcome`] says who decided ([`Source::Local`] is the
+    /// failure policy's local limiter, [`Source::Redis`] this view).
+    pub fn decide(&self, key: &str, cost: u64) -> Outcome {
+        let i = &self.inner;
+        let now_us = i.clock.now_us();
+        let room = || {
+            i.pending_keys.load(Ordering::Relaxed) < i.options.max_pending_keys
+                || self.outbox(key).lock().contains_key(key)
+        };
+        if now_us > MAX_TIME_US || self.stale() || (cost > 0 && !room()) {
+            return self.fall_back(key, cost);
+        }
+        let own = now_us / i.b;
+        let decided = i.views.update(&i.micro, key, now_us, |state| {
+            let d = state.check(&i.micro, now_us, cost);
+            if d.allowed() && cost > 0 {
+                self.record(key, own, cost);
+            }
+            d
+        });
+        match decided {
+            Ok(d) => {
+                i.decisions.fetch_add(1, Ordering::Relaxed);
+                Outcome {
+                    decision: d.scale_time(1000),
+                    source: Source::Redis,
+                }
+            }
+            // A key larger than the views' budget can hold.
+            Err(_) => self.fall_back(key, cost),
+        }
+    }
+
+    fn fall_back(&self, key: &str, cost: u64) -> Outcome {
+        self.inner.fallbacks.fetch_add(1, Ordering::Relaxed);
+        self.inner.redis.fall_back(key, cost)
+    }
+
+    /// Adds `cost` in bucket `own` to `key`'s pending counts.
+    fn record(&self, key: &str, own: u64, cost: u64) {
+        let i = &self.inner;
+        let mut outbox = self.outbox(key).lock();
+        let pending = match outbox.get_mut(key) {
+            Some(p) => p,
+            None => {
+                let held = i.pending_keys.fetch_add(1, Ordering::Relaxed) + 1;
+                if held.is_multiple_of(i.options.batch) {
+                    i.wake.notify_one();
+                }
+                outbox.entry(key.to_owned()).or_default()
+            }
+        };
+        add(pending, own, cost, i.n);
+    }
+
+    /// Sends every pending count to Redis, in batches of at most
+    /// [`batch`](HybridOptions::batch) keys, each batch one `EVALSHA` per
+    /// key issued together on the connection (pipelined) and bounded by
+    /// the timeout; each reply becomes its key's view. A key whose sync
+    /// fails keeps its counts for the next sync.
+    ///
+    /// # Errors
+    ///
+    /// The first failure ([`RedisStoreError::Timeout`] for a batch without
+    /// an answer within the timeout); the batches before it are applied.
+    pub async fn sync(&self) -> Result<SyncReport, RedisStoreError> {
+        let mut report = SyncReport::default();
+        loop {
+            let batch = self.take_batch();
+            if batch.is_empty() {
+                return Ok(report);
+            }
+            report.keys += batch.len();
+            report.batches += 1;
+            self.send(batch).await?;
+        }
+    }
+
+    /// Takes up to a batch of keys out of the outbox.
+    fn take_batch(&self) -> Vec<(String, Pending)> {
+        let i = &self.inner;
+        let mut batch = Vec::new();
+        for shard in &i.outbox {
+            let want = i.options.batch - batch.len();
+            if want == 0 {
+                break;
+            }
+            let mut shard = shard.lock();
+            if shard.len() <= want {
+                batch.extend(shard.drain());
+            } else {
+                let keys: Vec<String> = shard.keys().take(want).cloned().collect();
+                batch.extend(keys.into_iter().filter_map(|k| shard.remove_entry(&k)));
+            }
+        }
+        i.pending_keys.fetch_sub(batch.len(), Ordering::Relaxed);
+        batch
+    }
+
+    async fn send(&self, batch: Vec<(String, Pending)>) -> Result<(), RedisStoreError> {
+        let i = &self.inner;
+        let now_arg = i.clock.script_now(i.clock.now_us());
+        let sent_us = i.clock.sent_us();
+        let calls = batch.iter().map(|(key, pending)| {
+            let mut invocation = SYNC.key(i.redis.redis_key(key));
+            invocation.arg(now_arg).arg(i.b).arg(i.n);
+            for &(bucket, count) in pending {
+                invocation.arg(bucket).arg(count);
+            }
+            let mut conn = i.redis.conn.clone();
+            async move { invocation.invoke_async::<Vec<i64>>(&mut conn).await }
+        });
+        i.syncs.fetch_add(1, Ordering::Relaxed);
+        i.commands.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        let timeout = i.redis.timeout();
+        let replies = match tokio::time::timeout(timeout, futures_util::future::join_all(calls)).await {
+            Ok(replies) => replies,
+            Err(_) => {
+                let keys = batch.len();
+                for (key, pending) in batch {
+                    self.put_back(key, pending);
+                }
+                self.failed(keys);
+                return Err(RedisStoreError::Timeout(timeout));
+            }
+        };
+        let mut first_error = None;
+        let mut failed = 0;
+        for ((key, pending), reply) in batch.into_iter().zip(replies) {
+            let applied = reply
+                .map_err(RedisStoreError::from)
+                .and_then(|r| self.apply(&key, &r, sent_us));
+            if let Err(e) = applied {
+                self.put_back(key, pending);
+                failed += 1;
+                first_error.get_or_insert(e);
+            }
+        }
+        match first_error {
+            Some(e) => {
+                self.failed(failed);
+                Err(e)
+            }
+            None => {
+                i.failing.store(false, Ordering::Relaxed);
+                i.failing_since.store(0, Ordering::Relaxed);
+                Ok(())
+            }
+        }
+    }
+
+    fn failed(&self, keys: usize) {
+        let i = &self.inner;
+        i.failures.fetch_add(keys as u64, Ordering::Relaxed);
+        if !i.failing.swap(true, Ordering::Relaxed) {
+            i.failing_since.store(i.clock.health_ns() + 1, Ordering::Relaxed);
+        }
+    }
+
+    /// Puts counts that could not be sent back into the outbox.
+    fn put_back(&self, key: String, pending: Pending) {
+        let i = &self.inner;
+        let mut outbox = self.outbox(&key).lock();
+        let slot = outbox.entry(key).or_insert_with(|| {
+            i.pending_keys.fetch_add(1, Ordering::Relaxed);
+            Vec::new()
+        });
+        for (bucket, count) in pending {
+            add(slot, bucket, count, i.n);
+        }
+    }
+
+    /// Makes a sync's reply `{now, newest, bucket, count, …}` the view of
+    /// `key`, with the counts admitted since the sync was sent on top.
+    fn apply(&self, key: &str, reply: &[i64], sent_us: i64) -> Result<(), RedisStoreError> {
+        let i = &self.inner;
+        let bad = || RedisStoreError::Reply(reply.to_vec());
+        let &[now, newest, ref buckets @ ..] = reply else {
+            return Err(bad());
+        };
+        if now < 0 || newest < 0 || buckets.len() % 2 != 0 || buckets.iter().any(|&x| x < 0) {
+            return Err(bad());
+        }
+        i.clock.learn(now as u64, sent_us);
+        let global = buckets.chunks_exact(2).map(|p| (p[0] as u64, p[1] as u64));
+        let (n, micro) = (i.n, &i.micro);
+        let local_now = i.clock.now_us();
+        // A view that cannot be kept (the budget) only costs accuracy.
+        let _ = i.views.update(micro, key, local_now, |state| {
+            let since = self.outbox(key).lock().get(key).cloned().unwrap_or_default();
+            let top = (newest as u64)
+                .max(ring_newest(state))
+                .max(since.iter().map(|&(b, _)| b).max().unwrap_or(0));
+            let mut slots = vec![0u64; n as usize];
+            for (bucket, count) in global.chain(since) {
+                if bucket + n > top && bucket <= top {
+                    let s = &mut slots[(bucket % n) as usize];
+                    *s = s.saturating_add(count);
+                }
+            }
+            *state = ring_state(micro, top, slots);
+        });
+        Ok(())
+    }
+
+    /// Starts syncing every [`interval`](HybridOptions::interval) (and as
+    /// soon as a batch fills) on the current Tokio runtime, until the
+    /// returned task is dropped or every clone of the limiter is. Sync
+    /// errors are counted ([`HybridLimiter::stats`]) and retried with the
+    /// next sync.
+    pub fn spawn_sync(&self) -> SyncTask {
+        let weak: Weak<Inner<C>> = Arc::downgrade(&self.inner);
+        let wake = Arc::clone(&self.inner.wake);
+        let interval = self.inner.options.interval;
+        let handle = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    () = wake.notified() => {}
+                }
+                let Some(inner) = weak.upgrade() else { break };
+                // Failures are counted in the stats; the counts wait for the next sync.
+                let _ = HybridLimiter { inner }.sync().await;
+            }
+        });
+        SyncTask(handle)
+    }
+}
+
+/// The background sync of a [`HybridLimiter`]: stops when dropped.
+#[derive(Debug)]
+#[must_use = "the sync stops when this is dropped"]
+pub struct SyncTask(tokio::task::JoinHandle<()>);
+
+impl Drop for SyncTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Adds `count` in `bucket` to `pending`, dropping the buckets that left
+/// the ring of the newest one (they count in no window any more).
+fn add(pending: &mut Pending, bucket: u64, count: u64, n: u64) {
+    match pending.iter_mut().find(|(b, _)| *b == bucket) {
+        Some((_, c)) => *c = c.saturating_add(count),
+        None => pending.push((bucket, count)),
+    }
+    if let Some(top) = pending.iter().map(|&(b, _)| b).max() {
+        pending.retain(|&(b, _)| b + n > top);
+    }
+}
+
+/// The newest bucket of a view's ring (0 for a fresh one).
+fn ring_newest(state: &State) -> u64 {
+    match state {
+        State::SlidingWindow(r) => r.newest(),
+        State::SlidingWindowWide(r) => r.newest(),
+        _ => 0,
+    }
+}
+
+/// A view's ring from its newest bucket and its slots (slot `i mod n` for
+/// bucket `i`).
+fn ring_state(micro: &Policy, newest: u64, slots: Vec<u64>) -> State {
+    let ring = if micro.limit() <= u64::from(u32::MAX) {
+        let narrow: Box<[u32]> = slots.iter().map(|&c| u32::try_from(c).unwrap_or(u32::MAX)).collect();
+        SlidingWindow::from_parts(newest, narrow).map(State::SlidingWindow)
+    } else {
+        SlidingWindow::from_parts(newest, slots.into_boxed_slice()).map(State::SlidingWindowWide)
+    };
+    ring.unwrap_or_else(|| State::new(micro))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pending_counts_merge_by_bucket_and_drop_what_left_the_ring() {
+        let mut p = Pending::new();
+        add(&mut p, 10, 1, 4);
+        add(&mut p, 10, 2, 4);
+        add(&mut p, 12, 5, 4);
+        assert_eq!(p, vec![(10, 3), (12, 5)]);
+        add(&mut p, 14, 1, 4);
+        assert_eq!(p, vec![(12, 5), (14, 1)], "bucket 10 left the ring of 14");
+    }
+
+    #[test]
+    fn a_rebuilt_ring_holds_its_slots() {
+        let micro = Policy::new(
+            100,
+            Duration::from_nanos(30),
+            Algorithm::SlidingWindow {
+                buckets: 4,
+                weighting: slidegate_core::Weighting::Conservative,
+            },
+        )
+        .unwrap();
+        let mut state = ring_state(&micro, 7, vec![0, 5, 0, 2]);
+        // Buckets 7 (slot 3) and 5 (slot 1): 7 counted, 93 left.
+        assert_eq!(ring_newest(&state), 7);
+        let d = state.check(&micro, 7 * 10, 0);
+        assert_eq!(d.remaining(), 93);
+    }
+}

@@ -1,0 +1,342 @@
+//! Hybrid mode: one instance decides exactly as the core whenever it syncs;
+//! several instances over-admit within the documented bound; counts are
+//! never lost to a failed sync; the failure policy takes over once the
+//! syncs are stale.
+
+mod common;
+
+use common::{PREFIX, RedisCluster, RedisServer, Store};
+use proptest::prelude::*;
+use proptest::test_runner::TestRunner;
+use redis::aio::ConnectionManager;
+use slidegate_conformance::Figures;
+use slidegate_conformance::oracle::ExactLog;
+use slidegate_conformance::strategy::{config, requests, times};
+use slidegate_core::{Algorithm, LimitState, ManualClock, Policy, State, Weighting};
+use slidegate_redis::{
+    FailurePolicy, HybridLimiter, HybridOptions, RedisClock, RedisLimiter, RedisStoreError, Source, microsecond_policy,
+};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+const CASES: u32 = 32;
+
+fn sliding_window(limit: u64, window: Duration, buckets: u32, weighting: Weighting) -> Policy {
+    Policy::new(limit, window, Algorithm::SlidingWindow { buckets, weighting }).unwrap()
+}
+
+/// A hybrid limiter of `policy` over `store` on `clock`, syncing only when
+/// the test says so.
+async fn hybrid<S: Store>(
+    store: &S,
+    policy: Policy,
+    clock: &ManualClock,
+    options: HybridOptions,
+) -> HybridLimiter<S::Conn> {
+    let redis = store.limiter(policy, RedisClock::client(clock.clone())).await;
+    HybridLimiter::new(redis, options).unwrap()
+}
+
+fn options() -> HybridOptions {
+    HybridOptions::every(Duration::from_millis(50))
+}
+
+/// Small rings, windows below 200 µs, limits below 12, either weighting.
+fn small_ring() -> BoxedStrategy<Policy> {
+    let weighting = prop_oneof![Just(Weighting::Interpolated), Just(Weighting::Conservative)];
+    (
+        1u64..12,
+        2u64..200,
+        prop::sample::select(&[2u32, 3, 8, 17][..]),
+        weighting,
+    )
+        .prop_filter_map("valid", |(limit, window_us, buckets, weighting)| {
+            Policy::new(
+                limit,
+                Duration::from_micros(window_us),
+                Algorithm::SlidingWindow { buckets, weighting },
+            )
+            .ok()
+        })
+        .boxed()
+}
+
+/// In-order requests in µs, each with whether a sync follows it.
+fn requests_and_syncs() -> BoxedStrategy<Vec<(u64, u64, bool)>> {
+    (requests(40, 14), prop::collection::vec(prop::bool::weighted(0.3), 120))
+        .prop_map(|(r, syncs)| {
+            times(&r, 1_000)
+                .into_iter()
+                .zip(syncs)
+                .map(|((t, cost), sync)| (t, cost, sync))
+                .collect()
+        })
+        .boxed()
+}
+
+/// One instance alone decides figure for figure as the core (on the
+/// policy in microseconds), whenever its syncs come.
+fn alone_decides_like_the_core<S: Store>(store: &S) {
+    static KEYS: AtomicU64 = AtomicU64::new(0);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    TestRunner::new(config(CASES))
+        .run(&(small_ring(), requests_and_syncs()), |(policy, reqs)| {
+            let key = format!("alone{}", KEYS.fetch_add(1, Ordering::Relaxed));
+            rt.block_on(async {
+                let micro = microsecond_policy(&policy).unwrap();
+                let clock = ManualClock::new(0);
+                let limiter = hybrid(store, policy, &clock, options()).await;
+                let mut core = State::new(&micro);
+                for (t, cost, sync) in reqs {
+                    clock.set(t * 1000);
+                    let got = limiter.decide(&key, cost);
+                    prop_assert_eq!(got.source, Source::Redis);
+                    let want = Figures::of(&core.check(&micro, t, cost)).scaled(1000);
+                    prop_assert_eq!(
+                        Figures::of(&got.decision),
+                        want,
+                        "{} at {} µs, cost {}",
+                        policy,
+                        t,
+                        cost
+                    );
+                    if sync {
+                        limiter.sync().await.unwrap();
+                    }
+                }
+                Ok(())
+            })
+        })
+        .unwrap();
+}
+
+#[test]
+fn alone_it_decides_like_the_core() {
+    alone_decides_like_the_core(&RedisServer::start());
+}
+
+#[test]
+fn alone_it_decides_like_the_core_on_a_cluster() {
+    alone_decides_like_the_core(&RedisCluster::start());
+}
+
+/// `instances` instances, each sent one request every `gap` µs on one key
+/// (staggered), syncing every `interval` µs, for `windows` windows: the
+/// most admitted in any window, across all of them.
+async fn most_in_a_window(
+    server: &RedisServer,
+    policy: Policy,
+    instances: u64,
+    gap: u64,
+    interval: u64,
+    windows: u64,
+) -> u64 {
+    let clock = ManualClock::new(0);
+    let mut limiters = Vec::new();
+    for _ in 0..instances {
+        limiters.push(hybrid(server, policy, &clock, options()).await);
+    }
+    let w = policy.window_ns() / 1000;
+    let start = 1_000_000;
+    let mut admitted = ExactLog::default();
+    let mut next_sync = start + interval;
+    let step = gap / instances;
+    let mut t = start;
+    while t < start + windows * w {
+        if t >= next_sync {
+            for l in &limiters {
+                l.sync().await.unwrap();
+            }
+            next_sync += interval;
+        }
+        let i = ((t - start) / step % instances) as usize;
+        clock.set(t * 1000);
+        if limiters[i].decide(&format!("shared{interval}"), 1).allowed() {
+            admitted.push(t, 1);
+        }
+        t += step;
+    }
+    for l in &limiters {
+        l.sync().await.unwrap();
+    }
+    admitted.max_in_any_window(w)
+}
+
+/// The documented bound: together the instances admit at most the limit
+/// plus what the others admit in one sync interval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_instances_over_admit_within_the_bound() {
+    let server = RedisServer::start();
+    // 100 per second over 8 buckets, conservative (alone it never
+    // over-admits); each instance offered 100 requests per second.
+    let policy = sliding_window(100, Duration::from_secs(1), 8, Weighting::Conservative);
+    let (instances, gap) = (4u64, 10_000u64);
+    for interval in [10_000u64, 50_000, 100_000] {
+        let most = most_in_a_window(&server, policy, instances, gap, interval, 6).await;
+        // An instance's view misses what each other instance admitted
+        // since that one's last sync before its own: two intervals at most,
+        // interval / gap requests each.
+        let bound = 100 + (instances - 1) * 2 * interval.div_ceil(gap);
+        eprintln!("{instances} instances, sync every {interval} µs: at most {most} in a window (bound {bound})");
+        assert!(most <= bound, "{most} admitted in one window, over the bound {bound}");
+        assert!(most >= 80, "{most}: the instances together should come near the limit");
+    }
+}
+
+/// What one instance counted reaches Redis, where a direct limiter on the
+/// same key sees it, and the other way round.
+#[tokio::test]
+async fn direct_and_hybrid_instances_share_a_key() {
+    let server = RedisServer::start();
+    let policy = sliding_window(10, Duration::from_secs(60), 4, Weighting::Conservative);
+    let clock = ManualClock::new(1_700_000_000_000_000_000);
+    let h = hybrid(&server, policy, &clock, options()).await;
+    let direct = server.limiter(policy, RedisClock::client(clock.clone())).await;
+    for _ in 0..4 {
+        assert!(h.decide("k", 1).allowed());
+    }
+    assert_eq!(
+        direct.check("k", 0).await.unwrap().remaining(),
+        10,
+        "nothing synced yet"
+    );
+    let report = h.sync().await.unwrap();
+    assert_eq!((report.keys, report.batches), (1, 1));
+    assert_eq!(direct.check("k", 0).await.unwrap().remaining(), 6);
+    assert!(direct.check("k", 3).await.unwrap().allowed());
+    // The hybrid view learns the direct counts with its next sync.
+    assert_eq!(h.decide("k", 0).decision.remaining(), 6);
+    assert!(h.decide("k", 1).allowed());
+    h.sync().await.unwrap();
+    assert_eq!(h.decide("k", 0).decision.remaining(), 2);
+    assert_eq!(direct.check("k", 0).await.unwrap().remaining(), 2);
+}
+
+/// Counts wait in the outbox while Redis is down and all reach it once it
+/// is back; after `stale_after` of failed syncs the failure policy
+/// decides, and local decisions resume with the first good sync.
+#[tokio::test]
+async fn counts_survive_a_dead_redis_and_the_policy_takes_over_when_stale() {
+    let server = RedisServer::start();
+    let port = server.port();
+    let url = server.url();
+    let policy = sliding_window(1000, Duration::from_secs(60), 8, Weighting::Conservative);
+    let clock = ManualClock::new(1_700_000_000_000_000_000);
+    let conn = ConnectionManager::new(redis::Client::open(url.as_str()).unwrap())
+        .await
+        .unwrap();
+    let redis = RedisLimiter::new(conn, policy, PREFIX, Duration::from_millis(500))
+        .unwrap()
+        .with_clock(RedisClock::client(clock.clone()))
+        .with_failure_policy(FailurePolicy::Closed);
+    let mut opts = options();
+    opts.stale_after = Duration::from_secs(1);
+    let h = HybridLimiter::new(redis, opts).unwrap();
+    for i in 0..30 {
+        assert!(h.decide(&format!("k{}", i % 3), 1).allowed());
+    }
+    h.sync().await.unwrap();
+    for i in 0..30 {
+        assert!(h.decide(&format!("k{}", i % 3), 1).allowed());
+    }
+    server.kill();
+    assert!(h.sync().await.is_err());
+    assert_eq!(h.stats().pending_keys, 3, "the counts wait for the next sync");
+    // Still local within stale_after.
+    clock.advance(Duration::from_millis(900));
+    assert_eq!(h.decide("k0", 1).source, Source::Redis);
+    assert!(h.sync().await.is_err());
+    clock.advance(Duration::from_millis(200));
+    let o = h.decide("k0", 1);
+    assert_eq!((o.source, o.allowed()), (Source::FailClosed, false));
+    assert!(h.stats().fallbacks >= 1);
+
+    let server = RedisServer::start_on(port, &[]).unwrap();
+    // The connection manager reconnects; a sync may meet the broken
+    // connection once first.
+    let back = std::time::Instant::now();
+    while h.sync().await.is_err() {
+        assert!(back.elapsed() < Duration::from_secs(10), "syncs never resumed");
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(h.decide("k0", 0).source, Source::Redis);
+    // Everything admitted before the restart that was not synced reached
+    // the new server: 10 per key (the first 10 per key died with the old
+    // server, whose data was not persisted), plus the one local decision.
+    let mut conn = server.sync_conn().unwrap();
+    let direct_counts: Vec<u64> = (0..3)
+        .map(|i| {
+            let fields: Vec<(String, u64)> = redis::cmd("HGETALL")
+                .arg(format!("{PREFIX}{{k{i}}}"))
+                .query(&mut conn)
+                .unwrap();
+            fields.iter().filter(|(f, _)| f != "n").map(|(_, c)| c).sum()
+        })
+        .collect();
+    assert_eq!(direct_counts, vec![11, 10, 10]);
+}
+
+/// A new key beyond the pending-key bound is decided by the failure
+/// policy, so that the outbox stays bounded; a key already pending is not.
+#[tokio::test]
+async fn a_full_outbox_sends_new_keys_to_the_failure_policy() {
+    let server = RedisServer::start();
+    let policy = sliding_window(10, Duration::from_secs(1), 4, Weighting::Conservative);
+    let clock = ManualClock::new(1_700_000_000_000_000_000);
+    let redis = server
+        .limiter(policy, RedisClock::client(clock.clone()))
+        .await
+        .with_failure_policy(FailurePolicy::Closed);
+    let mut opts = options();
+    opts.max_pending_keys = 2;
+    let h = HybridLimiter::new(redis, opts).unwrap();
+    assert!(h.decide("a", 1).allowed());
+    assert!(h.decide("b", 1).allowed());
+    let c = h.decide("c", 1);
+    assert_eq!((c.source, c.allowed()), (Source::FailClosed, false));
+    assert_eq!(h.decide("a", 1).source, Source::Redis);
+    assert_eq!(h.decide("c", 0).source, Source::Redis, "a peek counts nothing");
+    h.sync().await.unwrap();
+    assert_eq!(h.decide("c", 1).source, Source::Redis);
+}
+
+/// The background sync sends a batch as soon as it fills, and Redis gets
+/// one command per key per sync however many decisions there were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_background_sync_sends_full_batches_at_once() {
+    let server = RedisServer::start();
+    let policy = sliding_window(1000, Duration::from_secs(60), 8, Weighting::Conservative);
+    let redis = server.limiter(policy, RedisClock::Server).await;
+    let mut opts = HybridOptions::every(Duration::from_secs(3600));
+    opts.batch = 4;
+    let h = HybridLimiter::new(redis, opts).unwrap();
+    let _task = h.spawn_sync();
+    for round in 0..50 {
+        for k in 0..4 {
+            assert!(h.decide(&format!("k{k}"), 1).allowed(), "round {round}");
+        }
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while h.stats().commands < 4 && std::time::Instant::now() < deadline {
+        tokio::task::yield_now().await;
+    }
+    let stats = h.stats();
+    assert_eq!(stats.decisions, 200);
+    assert!(stats.commands >= 4, "{stats:?}");
+    assert!(stats.commands <= 8, "{stats:?}: one command per key per sync");
+}
+
+#[tokio::test]
+async fn other_algorithms_and_zero_intervals_are_refused() {
+    let server = RedisServer::start();
+    let fixed = Policy::new(10, Duration::from_secs(1), Algorithm::FixedWindow).unwrap();
+    let redis = server.limiter(fixed, RedisClock::Server).await;
+    assert!(matches!(
+        HybridLimiter::new(redis, options()),
+        Err(RedisStoreError::Unsupported { .. })
+    ));
+    let ring = sliding_window(10, Duration::from_secs(1), 4, Weighting::Interpolated);
+    let redis = server.limiter(ring, RedisClock::Server).await;
+    let err = HybridLimiter::new(redis, HybridOptions::every(Duration::ZERO)).unwrap_err();
+    assert!(err.to_string().contains("sync interval"), "{err}");
+}
