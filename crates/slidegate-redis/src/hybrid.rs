@@ -55,13 +55,13 @@ pub struct HybridOptions {
 }
 
 impl HybridOptions {
-    /// Options syncing every `interval`, in batches of 512 keys, with at
+    /// Options syncing every `interval`, in batches of 2048 keys, with at
     /// most 100 000 keys pending, stale after `max(4 × interval, 200 ms)`,
     /// views for 100 000 keys.
     pub fn every(interval: Duration) -> Self {
         HybridOptions {
             interval,
-            batch: 512,
+            batch: 2048,
             max_pending_keys: 100_000,
             stale_after: (interval * 4).max(Duration::from_millis(200)),
             budget: Budget::keys(100_000),
@@ -398,8 +398,10 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
         let own = now_us / i.b;
         let decided = i.views.update(&i.micro, key, now_us, |state| {
             let d = state.check(&i.micro, now_us, cost);
-            if d.allowed() && cost > 0 {
-                self.record(key, own, cost);
+            if cost > 0 {
+                // A refusal counts nothing, but the key is synced too, so
+                // that a refusing view learns what the others admit.
+                self.record(key, own, if d.allowed() { cost } else { 0 });
             }
             d
         });
@@ -421,12 +423,14 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
         self.inner.redis.fall_back(key, cost)
     }
 
-    /// Adds `cost` in bucket `own` to `key`'s pending counts.
+    /// Adds `cost` in bucket `own` to `key`'s pending counts; with a cost
+    /// of 0, only marks the key for the next sync (if there is room).
     fn record(&self, key: &str, own: u64, cost: u64) {
         let i = &self.inner;
         let mut outbox = self.outbox(key).lock();
         let pending = match outbox.get_mut(key) {
             Some(p) => p,
+            None if cost == 0 && i.pending_keys.load(Ordering::Relaxed) >= i.options.max_pending_keys => return,
             None => {
                 let held = i.pending_keys.fetch_add(1, Ordering::Relaxed) + 1;
                 if held.is_multiple_of(i.options.batch) {
@@ -438,48 +442,44 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
         add(pending, own, cost, i.n);
     }
 
-    /// Sends every pending count to Redis, in batches of at most
+    /// Sends every count pending now to Redis, in batches of at most
     /// [`batch`](HybridOptions::batch) keys, each batch one `EVALSHA` per
     /// key issued together on the connection (pipelined) and bounded by
-    /// the timeout; each reply becomes its key's view. A key whose sync
-    /// fails keeps its counts for the next sync.
+    /// the timeout; each reply becomes its key's view. Counts made while
+    /// the batches are on their way wait for the next sync. A key whose
+    /// sync fails keeps its counts for the next sync.
     ///
     /// # Errors
     ///
     /// The first failure ([`RedisStoreError::Timeout`] for a batch without
-    /// an answer within the timeout); the batches before it are applied.
+    /// an answer within the timeout); the batches before it are applied,
+    /// the ones after it not sent.
     pub async fn sync(&self) -> Result<SyncReport, RedisStoreError> {
+        let mut pending = self.take_all();
         let mut report = SyncReport::default();
-        loop {
-            let batch = self.take_batch();
-            if batch.is_empty() {
-                return Ok(report);
-            }
+        while !pending.is_empty() {
+            let batch = pending.split_off(pending.len().saturating_sub(self.inner.options.batch));
             report.keys += batch.len();
             report.batches += 1;
-            self.send(batch).await?;
+            if let Err(e) = self.send(batch).await {
+                for (key, counts) in pending {
+                    self.put_back(key, counts);
+                }
+                return Err(e);
+            }
         }
+        Ok(report)
     }
 
-    /// Takes up to a batch of keys out of the outbox.
-    fn take_batch(&self) -> Vec<(String, Pending)> {
+    /// Takes every key out of the outbox.
+    fn take_all(&self) -> Vec<(String, Pending)> {
         let i = &self.inner;
-        let mut batch = Vec::new();
+        let mut all = Vec::new();
         for shard in &i.outbox {
-            let want = i.options.batch - batch.len();
-            if want == 0 {
-                break;
-            }
-            let mut shard = shard.lock();
-            if shard.len() <= want {
-                batch.extend(shard.drain());
-            } else {
-                let keys: Vec<String> = shard.keys().take(want).cloned().collect();
-                batch.extend(keys.into_iter().filter_map(|k| shard.remove_entry(&k)));
-            }
+            all.extend(shard.lock().drain());
         }
-        i.pending_keys.fetch_sub(batch.len(), Ordering::Relaxed);
-        batch
+        i.pending_keys.fetch_sub(all.len(), Ordering::Relaxed);
+        all
     }
 
     async fn send(&self, batch: Vec<(String, Pending)>) -> Result<(), RedisStoreError> {
@@ -628,6 +628,9 @@ impl Drop for SyncTask {
 /// Adds `count` in `bucket` to `pending`, dropping the buckets that left
 /// the ring of the newest one (they count in no window any more).
 fn add(pending: &mut Pending, bucket: u64, count: u64, n: u64) {
+    if count == 0 {
+        return;
+    }
     match pending.iter_mut().find(|(b, _)| *b == bucket) {
         Some((_, c)) => *c = c.saturating_add(count),
         None => pending.push((bucket, count)),

@@ -340,3 +340,36 @@ async fn other_algorithms_and_zero_intervals_are_refused() {
     let err = HybridLimiter::new(redis, HybridOptions::every(Duration::ZERO)).unwrap_err();
     assert!(err.to_string().contains("sync interval"), "{err}");
 }
+
+/// On the server's clock, what one instance synced is in the other's view
+/// after its next sync.
+#[tokio::test]
+async fn on_the_server_clock_instances_see_each_other() {
+    let server = RedisServer::start();
+    let policy = sliding_window(100, Duration::from_secs(60), 8, Weighting::Conservative);
+    let a = HybridLimiter::new(server.limiter(policy, RedisClock::Server).await, options()).unwrap();
+    let b = HybridLimiter::new(server.limiter(policy, RedisClock::Server).await, options()).unwrap();
+    for _ in 0..5 {
+        assert!(a.decide("k", 1).allowed());
+    }
+    a.sync().await.unwrap();
+    assert!(b.decide("k", 1).allowed());
+    b.sync().await.unwrap();
+    assert_eq!(b.decide("k", 0).decision.remaining(), 94);
+    // A learns of B's count with its next sync, which a refusal asks for
+    // too (a view that only refuses would otherwise never learn).
+    let full = sliding_window(5, Duration::from_secs(60), 8, Weighting::Conservative);
+    let c = HybridLimiter::new(server.limiter(full, RedisClock::Server).await, options()).unwrap();
+    let d = HybridLimiter::new(server.limiter(full, RedisClock::Server).await, options()).unwrap();
+    for _ in 0..5 {
+        assert!(c.decide("f", 1).allowed());
+    }
+    assert!(!c.decide("f", 1).allowed());
+    c.sync().await.unwrap();
+    assert!(!c.decide("f", 1).allowed());
+    assert!(d.decide("f", 1).allowed(), "d has not synced yet");
+    d.sync().await.unwrap();
+    assert!(!d.decide("f", 1).allowed());
+    c.sync().await.unwrap();
+    assert_eq!(c.decide("f", 0).decision.estimate(), 6.0, "c learned of d's count");
+}

@@ -2,7 +2,8 @@
 //! its baseline in the same run: every algorithm's decision against
 //! governor's direct limiter, the keyed in-memory store against governor's
 //! keyed limiter, the service (HTTP and gRPC) over loopback, and, given
-//! `--redis`, the Redis scripts against plain `INCR` (`crate::bench_redis`).
+//! `--redis`, the Redis scripts against plain `INCR` (`crate::bench_redis`)
+//! and the hybrid mode against the scripts (`crate::bench_hybrid`).
 
 use anyhow::{Context, Result};
 use clap::ValueEnum;
@@ -20,11 +21,12 @@ use std::time::{Duration, Instant};
 #[derive(clap::Args, Debug)]
 pub(crate) struct Args {
     /// What to measure; repeat or separate with commas [default: all]
-    #[arg(long, value_name = "GROUP", value_delimiter = ',', value_parser = ["algorithms", "store", "service", "redis"])]
+    #[arg(long, value_name = "GROUP", value_delimiter = ',', value_parser = ["algorithms", "store", "service", "redis", "hybrid"])]
     only: Vec<String>,
 
     /// A loopback Redis server to measure the script path on, against plain
-    /// INCR (the `redis` group; run only when given)
+    /// INCR (the `redis` group), and the hybrid mode against the script
+    /// path (the `hybrid` group); both run only when given
     #[arg(long, value_name = "URL")]
     redis: Option<String>,
 
@@ -57,7 +59,7 @@ enum Format {
 /// One measured case.
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct Case {
-    /// `algorithms`, `store`, `service` or `redis`.
+    /// `algorithms`, `store`, `service`, `redis` or `hybrid`.
     pub(crate) group: &'static str,
     /// What was measured.
     pub(crate) name: String,
@@ -71,6 +73,14 @@ pub(crate) struct Case {
     pub(crate) p50_us: Option<f64>,
     /// 99th percentile latency in microseconds (service and Redis cases).
     pub(crate) p99_us: Option<f64>,
+    /// Redis commands the server processed per 1000 decisions (hybrid
+    /// cases).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) commands_per_1000: Option<f64>,
+    /// The most admitted in any window over the limit (the hybrid
+    /// over-admission case).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) admitted_over_limit: Option<f64>,
 }
 
 impl Case {
@@ -83,6 +93,8 @@ impl Case {
             ratio: None,
             p50_us: None,
             p99_us: None,
+            commands_per_1000: None,
+            admitted_over_limit: None,
         }
     }
 }
@@ -280,6 +292,14 @@ fn write_table(cases: &[Case], out: &mut dyn Write) -> Result<()> {
         "ratio: decisions/s of the case over its baseline in the same run (the line above it; \
          in the redis group, the group's INCR line)"
     )?;
+    for c in cases {
+        if let Some(k) = c.commands_per_1000 {
+            writeln!(out, "{}: {k:.2} Redis commands per 1000 decisions", c.name)?;
+        }
+        if let Some(r) = c.admitted_over_limit {
+            writeln!(out, "{}: {r:.3} × the limit", c.name)?;
+        }
+    }
     Ok(())
 }
 
@@ -289,18 +309,20 @@ pub(crate) fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     anyhow::ensure!(args.keys > 0, "--keys 0: must be at least 1");
     anyhow::ensure!(args.concurrency > 0, "--concurrency 0: must be at least 1");
     anyhow::ensure!(
-        args.redis.is_some() || !args.only.iter().any(|g| g == "redis"),
-        "--only redis: needs --redis URL (a loopback Redis server)"
+        args.redis.is_some() || !args.only.iter().any(|g| g == "redis" || g == "hybrid"),
+        "--only redis or hybrid: needs --redis URL (a loopback Redis server)"
     );
     let redis = args.redis.as_deref().filter(|_| chosen("redis"));
+    let hybrid = args.redis.as_deref().filter(|_| chosen("hybrid"));
     let steps = [
         ("algorithms", 7),
         ("store", 4),
         ("service", 2),
         ("redis", crate::bench_redis::STEPS),
+        ("hybrid", crate::bench_hybrid::STEPS),
     ]
     .iter()
-    .filter(|(g, _)| chosen(g) && (*g != "redis" || redis.is_some()))
+    .filter(|(g, _)| chosen(g) && (!matches!(*g, "redis" | "hybrid") || args.redis.is_some()))
     .map(|(_, n)| *n)
     .sum::<u64>();
     let shown = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -318,6 +340,9 @@ pub(crate) fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     }
     if let Some(url) = redis {
         cases.extend(crate::bench_redis::bench(url, args.time, args.concurrency, &progress)?);
+    }
+    if let Some(url) = hybrid {
+        cases.extend(crate::bench_hybrid::bench(url, args.time, args.concurrency, &progress)?);
     }
     bar.finish_and_clear();
     match args.format {

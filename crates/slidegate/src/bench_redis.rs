@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 /// The bound of connecting and of every call: a dead or stuck server is an
 /// error, never a hang.
-const TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Distinct keys of the many-key case.
 const MANY_KEYS: u64 = 100_000;
@@ -31,7 +31,7 @@ pub(crate) const STEPS: u64 = 7;
 type Load = (u64, Vec<Duration>);
 
 /// Refuses a URL that does not parse or does not name a loopback host.
-fn loopback_client(url: &str) -> Result<redis::Client> {
+pub(crate) fn loopback_client(url: &str) -> Result<redis::Client> {
     let client = redis::Client::open(url).with_context(|| format!("--redis {url}: not a Redis URL"))?;
     let host = match client.get_connection_info().addr() {
         redis::ConnectionAddr::Tcp(host, _) => host.clone(),
@@ -51,7 +51,7 @@ fn loopback_client(url: &str) -> Result<redis::Client> {
 
 /// One multiplexed connection, connected and answering `PING` within
 /// [`TIMEOUT`].
-async fn connect(url: &str) -> Result<MultiplexedConnection> {
+pub(crate) async fn connect(url: &str) -> Result<MultiplexedConnection> {
     let client = loopback_client(url)?;
     let config = redis::AsyncConnectionConfig::new()
         .set_connection_timeout(Some(TIMEOUT))
@@ -69,7 +69,7 @@ async fn connect(url: &str) -> Result<MultiplexedConnection> {
 
 /// `concurrency` tasks calling `op(task, i)` one call at a time until
 /// `time` has passed.
-async fn load<F, Fut>(time: Duration, concurrency: usize, op: F) -> Result<Load>
+pub(crate) async fn load<F, Fut>(time: Duration, concurrency: usize, op: F) -> Result<Load>
 where
     F: Fn(u64, u64) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<()>> + Send,
@@ -101,7 +101,7 @@ where
 }
 
 /// A case of the `redis` group from its load.
-fn case(name: String, time: Duration, (count, mut latencies): Load) -> Case {
+pub(crate) fn case(name: String, time: Duration, (count, mut latencies): Load) -> Case {
     latencies.sort_unstable();
     let mut case = Case::new("redis", name, count as f64 / time.as_secs_f64());
     case.p50_us = percentile(&latencies, 0.50);
@@ -210,7 +210,7 @@ async fn cases(
 }
 
 /// Deletes every key under `prefix`: `SCAN` with `MATCH`, `UNLINK`.
-async fn clean(conn: &MultiplexedConnection, prefix: &str) -> Result<()> {
+pub(crate) async fn clean(conn: &MultiplexedConnection, prefix: &str) -> Result<()> {
     let mut conn = conn.clone();
     let pattern = format!("{prefix}*");
     let mut cursor = 0u64;

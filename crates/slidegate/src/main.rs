@@ -15,6 +15,7 @@
 
 mod bench;
 mod bench_clients;
+mod bench_hybrid;
 mod bench_redis;
 mod plots;
 mod progress;

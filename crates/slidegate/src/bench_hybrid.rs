@@ -1,0 +1,237 @@
+//! `slidegate bench --redis URL`, the `hybrid` group: the hybrid mode
+//! (local decisions, batched syncs) against the direct script path on the
+//! same server in the same run, the Redis commands it sends per 1000
+//! decisions (read from the server's own `total_commands_processed`), and
+//! its over-admission with several instances sharing one key.
+//!
+//! Keys live under the run's prefix and are deleted at the end, as in
+//! `crate::bench_redis`.
+
+use crate::bench::{Case, key};
+use crate::bench_redis::{TIMEOUT, case, clean, connect, load, loopback_client};
+use anyhow::{Context, Result};
+use redis::aio::MultiplexedConnection;
+use slidegate_core::{Algorithm, Policy, Weighting};
+use slidegate_redis::{HybridLimiter, HybridOptions, RedisLimiter};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Steps of the progress bar: direct, hybrid on one key, hybrid on many
+/// keys, the over-admission run.
+pub(crate) const STEPS: u64 = 4;
+
+/// The sync interval measured.
+const INTERVAL: Duration = Duration::from_millis(50);
+
+/// Keys of the many-key case.
+const KEYS: u64 = 1_000;
+
+/// Instances of the over-admission run, and their shared limit per second.
+const INSTANCES: usize = 4;
+const SHARED_LIMIT: u64 = 10_000;
+/// Decisions per second offered to each instance: twice the limit in all.
+const OFFERED: u64 = 2 * SHARED_LIMIT / INSTANCES as u64;
+
+fn ring(limit: u64) -> Result<Policy> {
+    let sw8 = Algorithm::SlidingWindow {
+        buckets: 8,
+        weighting: Weighting::Conservative,
+    };
+    Ok(Policy::new(limit, Duration::from_secs(1), sw8)?)
+}
+
+/// The `EVALSHA` calls the server has processed so far (`INFO
+/// commandstats`): the commands a limiter sends, without the ones its
+/// scripts run inside.
+async fn evalsha_calls(conn: &MultiplexedConnection) -> Result<u64> {
+    let mut conn = conn.clone();
+    let info: String = tokio::time::timeout(TIMEOUT, redis::cmd("INFO").arg("commandstats").query_async(&mut conn))
+        .await
+        .map_err(|_| anyhow::anyhow!("no answer to INFO within {TIMEOUT:?}"))?
+        .context("INFO commandstats")?;
+    // `cmdstat_evalsha:calls=12,usec=…`; absent before the first call.
+    Ok(info
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|v| v.split(',').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0))
+}
+
+/// A hybrid limiter of `policy` under `prefix` on a connection of its own.
+async fn hybrid(url: &str, policy: Policy, prefix: &str) -> Result<HybridLimiter> {
+    let redis = RedisLimiter::new(connect(url).await?, policy, prefix, TIMEOUT)?;
+    Ok(HybridLimiter::new(redis, HybridOptions::every(INTERVAL))?)
+}
+
+/// Hybrid decisions on `spread` keys at `concurrency`, syncing in the
+/// background: the case, with the commands the server saw per 1000
+/// decisions (the final flush included).
+async fn hybrid_case(
+    url: &str,
+    conn: &MultiplexedConnection,
+    prefix: &str,
+    time: Duration,
+    concurrency: usize,
+    spread: u64,
+    name: String,
+) -> Result<Case> {
+    let limiter = hybrid(url, ring(1_000_000_000)?, prefix).await?;
+    let before = evalsha_calls(conn).await?;
+    let task = limiter.spawn_sync();
+    let l = limiter.clone();
+    let measured = load(time, concurrency, move |task, i| {
+        let limiter = l.clone();
+        async move {
+            let k = if spread == 1 {
+                "bench".to_owned()
+            } else {
+                key(task << 40 | i, spread).to_string()
+            };
+            limiter.decide(&k, 1);
+            // Let the sync and the other tasks run: a decision never waits.
+            tokio::task::yield_now().await;
+            Ok(())
+        }
+    })
+    .await?;
+    drop(task);
+    limiter.sync().await.context("the last sync")?;
+    let sent = evalsha_calls(conn).await?.saturating_sub(before);
+    let stats = limiter.stats();
+    anyhow::ensure!(
+        stats.fallbacks == 0,
+        "{} decisions were made by the failure policy: Redis failed during the run",
+        stats.fallbacks
+    );
+    let decisions = measured.0;
+    let mut case = case(name, time, measured);
+    case.group = "hybrid";
+    case.commands_per_1000 = Some(sent as f64 * 1000.0 / decisions.max(1) as f64);
+    Ok(case)
+}
+
+/// `INSTANCES` hybrid instances, each with its own connection and
+/// background sync, each offered `OFFERED` decisions per second on one key
+/// of a shared limit (twice the limit in all) for `time` (at least 3 s):
+/// the most admitted in any window of 1 s, over the limit.
+async fn over_admission(url: &str, prefix: &str, time: Duration) -> Result<Case> {
+    let policy = ring(SHARED_LIMIT)?;
+    let start = Instant::now();
+    let deadline = start + time.max(Duration::from_secs(3));
+    let mut runs = Vec::new();
+    for _ in 0..INSTANCES {
+        let limiter = hybrid(url, policy, prefix).await?;
+        runs.push(tokio::spawn(async move {
+            let _task = limiter.spawn_sync();
+            let mut tick = tokio::time::interval(Duration::from_millis(1));
+            let (mut admitted, mut decisions) = (Vec::new(), 0u64);
+            while Instant::now() < deadline {
+                tick.tick().await;
+                // Catch up with the ticks the runtime could not keep.
+                let due = start.elapsed().as_micros() as u64 * OFFERED / 1_000_000;
+                while decisions < due {
+                    decisions += 1;
+                    if limiter.decide("shared", 1).allowed() {
+                        admitted.push(start.elapsed().as_micros() as u64);
+                    }
+                }
+            }
+            (admitted, decisions, limiter.stats().fallbacks)
+        }));
+    }
+    let (mut admitted, mut decisions) = (Vec::new(), 0);
+    for run in runs {
+        let (a, d, fallbacks) = run.await.context("an instance")?;
+        anyhow::ensure!(fallbacks == 0, "{fallbacks} decisions were made by the failure policy");
+        admitted.extend(a);
+        decisions += d;
+    }
+    admitted.sort_unstable();
+    // The most admitted in any window (t − 1 s, t].
+    let (mut most, mut from) = (0, 0);
+    for (to, &t) in admitted.iter().enumerate() {
+        while admitted[from] + 1_000_000 <= t {
+            from += 1;
+        }
+        most = most.max(to + 1 - from);
+    }
+    let elapsed = start.elapsed();
+    let name = format!(
+        "hybrid, {INSTANCES} instances × {OFFERED}/s offered on one key, limit {SHARED_LIMIT}/s: most admitted in 1 s"
+    );
+    let mut case = Case::new("hybrid", name, decisions as f64 / elapsed.as_secs_f64());
+    case.admitted_over_limit = Some(most as f64 / SHARED_LIMIT as f64);
+    Ok(case)
+}
+
+async fn cases(
+    url: &str,
+    conn: &MultiplexedConnection,
+    prefix: &str,
+    time: Duration,
+    concurrency: usize,
+    progress: &dyn Fn(&str),
+) -> Result<Vec<Case>> {
+    progress("hybrid: direct script");
+    let direct = Arc::new(RedisLimiter::new(
+        conn.clone(),
+        ring(1_000_000_000)?,
+        format!("{prefix}direct:"),
+        TIMEOUT,
+    )?);
+    let measured = load(time, concurrency, move |_, _| {
+        let direct = Arc::clone(&direct);
+        async move {
+            direct.check("bench", 1).await.context("a script call")?;
+            Ok(())
+        }
+    })
+    .await?;
+    let baseline = format!("sliding_window n=8 conservative, direct script, one hot key, {concurrency} tasks");
+    let mut base = case(baseline.clone(), time, measured);
+    base.group = "hybrid";
+    let base_rate = base.per_second;
+    let mut cases = vec![base];
+    let ms = INTERVAL.as_millis();
+    for (spread, what) in [(1, "one hot key".to_owned()), (KEYS, format!("{KEYS} keys"))] {
+        progress(&format!("hybrid: {what}"));
+        let name = format!("hybrid, sync every {ms} ms, {what}, {concurrency} tasks");
+        let mut case = hybrid_case(
+            url,
+            conn,
+            &format!("{prefix}h{spread}:"),
+            time,
+            concurrency,
+            spread,
+            name,
+        )
+        .await?;
+        case.ratio = Some(case.per_second / base_rate);
+        case.baseline = Some(baseline.clone());
+        cases.push(case);
+    }
+    progress("hybrid: over-admission");
+    cases.push(over_admission(url, &format!("{prefix}shared:"), time).await?);
+    Ok(cases)
+}
+
+/// The `hybrid` group against the server at `url`.
+pub(crate) fn bench(url: &str, time: Duration, concurrency: usize, progress: &dyn Fn(&str)) -> Result<Vec<Case>> {
+    loopback_client(url)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        let conn = connect(url).await?;
+        let prefix = format!("slidegate-bench:{}:hybrid:", std::process::id());
+        let measured = cases(url, &conn, &prefix, time, concurrency, progress).await;
+        let cleaned = clean(&conn, &prefix)
+            .await
+            .with_context(|| format!("deleting the run's keys ({prefix}*)"));
+        let cases = measured?;
+        cleaned?;
+        Ok(cases)
+    })
+}
