@@ -213,6 +213,8 @@
 
 #![forbid(unsafe_code)]
 
+mod admin;
+
 use redis::Script;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use slidegate_core::{Algorithm, Clock, Decision, MonotonicClock, Policy, Weighting};
