@@ -59,8 +59,7 @@ const MAX_LIMITERS: usize = 4096;
 /// How to reach Redis, and what to do when it fails.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RedisOptions {
-    /// `redis://` (or `rediss://`) URLs: one server, or the seed nodes of a
-    /// cluster.
+    /// `redis://` URLs: one server, or the seed nodes of a cluster.
     pub urls: Vec<String>,
     /// Use the cluster client even with one URL (several URLs always do).
     pub cluster: bool,

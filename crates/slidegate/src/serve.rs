@@ -61,14 +61,14 @@ pub(crate) struct Args {
     #[arg(long, env = "SLIDEGATE_LEGACY_HEADERS", value_parser = ["delay", "epoch"])]
     legacy_headers: Option<String>,
     /// Count in Redis instead of in memory, so that every instance on the
-    /// same Redis shares its limits: a `redis://` URL (`rediss://` with
-    /// TLS). Repeat it for the seed nodes of a Redis Cluster. Redis must
+    /// same Redis shares its limits: a `redis://` URL (TLS is not built
+    /// in). Repeat it for the seed nodes of a Redis Cluster. Redis must
     /// answer at start, or `serve` exits with status 1 and the reason; once
     /// started, a Redis that fails is `--redis-failure`'s business, and
     /// decisions come from Redis again when it is back. Every limit of the
     /// config needs a Redis form (not `exponential_histogram`; see the
-    /// README for the ranges): a config with one is refused at start and
-    /// at reload. In the environment, separate URLs with `,`.
+    /// README for the ranges): a config with a limit that has none is
+    /// refused at start and at reload. In the environment, separate URLs with `,`.
     #[arg(long = "redis", env = "SLIDEGATE_REDIS", value_delimiter = ',', value_name = "URL")]
     redis: Vec<String>,
     /// Use the Redis Cluster client even with one `--redis` URL (several
