@@ -15,10 +15,14 @@
 //!   factory, and the [`suite!`] macro that instantiates them as proptests
 //!   in the calling module (limitador's `test_with_all_storage_impls!`).
 //! - [`alloc`]: a counting global allocator.
+//! - `redis` (with the `redis` feature): throw-away `redis-server`
+//!   processes and clusters on free loopback ports.
 
 pub mod alloc;
 pub mod figures;
 pub mod oracle;
+#[cfg(feature = "redis")]
+pub mod redis;
 pub mod strategy;
 pub mod subject;
 pub mod suite;

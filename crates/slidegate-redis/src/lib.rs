@@ -213,6 +213,7 @@
 
 #![forbid(unsafe_code)]
 
+mod admin;
 mod hybrid;
 
 pub use hybrid::{HybridLimiter, HybridOptions, HybridStats, SLIDING_WINDOW_SYNC, SyncReport, SyncTask};

@@ -354,3 +354,25 @@ async fn keys_carry_the_limited_key_as_their_hash_tag() {
         .await;
     assert_eq!(limiter.redis_key("user:42"), "slidegate:test:{user:42}");
 }
+
+/// `reset` deletes the key's state (the `:log` key of a sliding log too):
+/// true if it was held, and the next decision starts afresh.
+#[tokio::test]
+async fn reset_deletes_the_state_of_a_key() {
+    let server = RedisServer::start();
+    for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingLog, CONSERVATIVE_8] {
+        let limiter = server
+            .limiter(policy(2, Duration::from_secs(3600), algorithm), RedisClock::Server)
+            .await;
+        assert!(limiter.check("k", 2).await.unwrap().allowed());
+        assert!(!limiter.check("k", 1).await.unwrap().allowed());
+        let keys = server.keys_and_ttls();
+        assert_eq!(keys.len(), 1);
+        assert_eq!(keys[0].0, limiter.redis_key("k"));
+        assert!(limiter.reset("k").await.unwrap());
+        assert!(server.keys_and_ttls().is_empty());
+        assert!(!limiter.reset("k").await.unwrap());
+        assert_eq!(limiter.check("k", 1).await.unwrap().remaining(), 1, "{algorithm}");
+        assert!(limiter.reset("k").await.unwrap());
+    }
+}

@@ -89,6 +89,8 @@ impl std::error::Error for ConfigError {}
 #[derive(Debug, Clone, Default)]
 pub struct Config {
     domains: BTreeMap<String, Domain>,
+    /// The file each domain was loaded from.
+    files: BTreeMap<String, String>,
 }
 
 impl Config {
@@ -135,6 +137,7 @@ impl Config {
                 }
             }
         }
+        config.files = origins;
         Ok(config)
     }
 
@@ -180,6 +183,12 @@ impl Config {
     /// The domain called `name`.
     pub fn domain(&self, name: &str) -> Option<&Domain> {
         self.domains.get(name)
+    }
+
+    /// The file the domain called `name` was loaded from (`None` for a
+    /// domain not loaded from a file).
+    pub fn file_of(&self, name: &str) -> Option<&str> {
+        self.files.get(name).map(String::as_str)
     }
 
     /// Every domain, by name.

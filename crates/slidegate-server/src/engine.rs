@@ -1,10 +1,20 @@
 //! The decision of a rate limit request against the loaded config, in the
 //! shared counter store. gRPC and HTTP both come here, in plain Rust types.
+//!
+//! The counters are in one of two backends: bounded in-memory stores
+//! (keyed by a hash of the counter key and the policy), or Redis
+//! ([`RedisStore`]: keyed by the readable counter key under a prefix that
+//! names the policy, so that every instance on the same Redis counts
+//! together). Deciding is `async` for both; the memory backend never
+//! awaits, so its decisions cost what they did when they were plain
+//! functions (no boxing, no task switch).
 
-use crate::config::{Config, DEFAULT_ALGORITHM, Limit, Unit};
+use crate::config::{Config, ConfigError, DEFAULT_ALGORITHM, Limit, Unit};
+use crate::redis_store::{RedisStats, RedisStore};
 use parking_lot::RwLock;
 use slidegate_core::{Algorithm, Clock, Decision, Policy, State, Weighting};
 use slidegate_memory::{Budget, KeyState, Ring8, Stats, Store, StoreError, Timed};
+use slidegate_redis::RedisStoreError;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
@@ -205,10 +215,28 @@ impl Counters {
     }
 }
 
-/// Decides requests against a config, counting in bounded stores.
+/// Where the counters are. A hybrid mode (local counting synced with
+/// Redis) would be a third variant.
+enum Backend {
+    /// This process's bounded stores.
+    Memory(Counters),
+    /// Redis, shared by every instance on it.
+    Redis(RedisStore),
+}
+
+/// Where one limit of a request counts: a hashed key in memory, or a
+/// readable counter key in Redis.
+#[derive(Clone, Copy)]
+enum Slot<'a> {
+    Memory(u64),
+    Redis(&'a str),
+}
+
+/// Decides requests against a config, counting in bounded in-memory stores
+/// or in Redis.
 pub struct Engine<C> {
     config: RwLock<Arc<Config>>,
-    counters: Counters,
+    backend: Backend,
     clock: C,
     hash: foldhash::fast::RandomState,
     limits: InputLimits,
@@ -221,14 +249,32 @@ impl<C: Clock> Engine<C> {
     pub fn new(config: Config, clock: C, budget: Budget, other_budget: Budget, limits: InputLimits) -> Self {
         Engine {
             config: RwLock::new(Arc::new(config)),
-            counters: Counters {
+            backend: Backend::Memory(Counters {
                 ring: Store::new(budget),
                 other: Store::new(other_budget),
-            },
+            }),
             clock,
             hash: Default::default(),
             limits,
         }
+    }
+
+    /// An engine serving `config`, counting in Redis (`clock` is unused:
+    /// the scripts read Redis's `TIME`, one clock for every instance).
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] naming a limit without a Redis form
+    /// ([`RedisStore::check_config`]).
+    pub fn with_redis(config: Config, clock: C, store: RedisStore, limits: InputLimits) -> Result<Self, ConfigError> {
+        RedisStore::check_config(&config)?;
+        Ok(Engine {
+            config: RwLock::new(Arc::new(config)),
+            backend: Backend::Redis(store),
+            clock,
+            hash: Default::default(),
+            limits,
+        })
     }
 
     /// The config in force.
@@ -239,13 +285,79 @@ impl<C: Clock> Engine<C> {
     /// Replaces the config at once. Counters are keyed by the descriptor
     /// and the limit's policy, so limits that did not change keep counting
     /// where they were; changed limits start afresh.
-    pub fn replace_config(&self, config: Config) {
+    ///
+    /// # Errors
+    ///
+    /// With Redis, a [`ConfigError`] naming a limit without a Redis form;
+    /// the config in force stays.
+    pub fn replace_config(&self, config: Config) -> Result<(), ConfigError> {
+        if let Backend::Redis(_) = self.backend {
+            RedisStore::check_config(&config)?;
+        }
         *self.config.write() = Arc::new(config);
+        Ok(())
     }
 
-    /// The store's figures.
+    /// The in-memory store's figures (all 0 with Redis).
     pub fn stats(&self) -> Stats {
-        self.counters.stats()
+        match &self.backend {
+            Backend::Memory(counters) => counters.stats(),
+            Backend::Redis(_) => Stats::default(),
+        }
+    }
+
+    /// The Redis store's failures and fallbacks; `None` without Redis.
+    pub fn redis_stats(&self) -> Option<RedisStats> {
+        match &self.backend {
+            Backend::Memory(_) => None,
+            Backend::Redis(store) => Some(store.stats()),
+        }
+    }
+
+    /// Where `limit` of `counter` counts.
+    fn slot<'a>(&self, counter: &'a str, limit: &Limit) -> Slot<'a> {
+        match self.backend {
+            Backend::Memory(_) => Slot::Memory(self.key(|h| {
+                counter.hash(&mut HashAdapter(h));
+                policy_fingerprint(limit, &mut HashAdapter(h));
+            })),
+            Backend::Redis(_) => Slot::Redis(counter),
+        }
+    }
+
+    /// Decides `cost` under `policy` (`None`: a limit of 0) in `slot`.
+    async fn check(
+        &self,
+        policy: Option<&Policy>,
+        slot: Slot<'_>,
+        now: u64,
+        cost: u64,
+    ) -> Result<Option<Decision>, EngineError> {
+        let Some(policy) = policy else { return Ok(None) };
+        match (&self.backend, slot) {
+            (Backend::Memory(counters), Slot::Memory(key)) => counters
+                .check(policy, key, now, cost)
+                .map(Some)
+                .map_err(|e| store_error(&e)),
+            (Backend::Redis(store), Slot::Redis(counter)) => store
+                .decide(policy, counter, cost)
+                .await
+                .map(Some)
+                .map_err(|e| redis_error(policy, e)),
+            _ => Err(EngineError::Unavailable("the counter is not in this store".to_owned())),
+        }
+    }
+
+    /// Forgets the counts of `policy` in `slot`; true if they were held.
+    async fn reset(&self, policy: Option<&Policy>, slot: Slot<'_>) -> Result<bool, EngineError> {
+        match (&self.backend, slot) {
+            (Backend::Memory(counters), Slot::Memory(key)) => Ok(counters.reset(key)),
+            (Backend::Redis(store), Slot::Redis(counter)) => match policy {
+                Some(policy) => store.reset(policy, counter).await.map_err(|e| redis_error(policy, e)),
+                None => Ok(false),
+            },
+            _ => Ok(false),
+        }
     }
 
     /// The input limits.
@@ -326,7 +438,7 @@ impl<C: Clock> Engine<C> {
     ///
     /// [`EngineError::Invalid`] for a malformed request or one over the
     /// input limits; [`EngineError::Unavailable`] if the store refuses.
-    pub fn decide(&self, request: &Request) -> Result<Answer, EngineError> {
+    pub async fn decide(&self, request: &Request) -> Result<Answer, EngineError> {
         self.validate(request)?;
         let config = self.config();
         let now = self.clock.now();
@@ -391,7 +503,7 @@ impl<C: Clock> Engine<C> {
             }
             let counter = m.counter_key(&request.domain, entries);
             let hits = descriptor.hits_addend.unwrap_or(hits);
-            let mut status = self.charge(i, &counter, &limits, hits, now)?;
+            let mut status = self.charge(i, &counter, &limits, hits, now).await?;
             status.metric = Some(m.metric_key(entries));
             if status.code == Code::OverLimit && rule.shadow_mode {
                 status.code = Code::Ok;
@@ -415,7 +527,7 @@ impl<C: Clock> Engine<C> {
 
     /// Decides `hits` against every limit of one descriptor: all are asked
     /// first (a peek), and each is charged only if all admit.
-    fn charge(
+    async fn charge(
         &self,
         index: usize,
         counter: &str,
@@ -423,44 +535,27 @@ impl<C: Clock> Engine<C> {
         hits: u64,
         now: u64,
     ) -> Result<Status, EngineError> {
-        let keys: Vec<u64> = limits
-            .iter()
-            .map(|l| {
-                self.key(|h| {
-                    counter.hash(&mut HashAdapter(h));
-                    policy_fingerprint(l, &mut HashAdapter(h));
-                })
-            })
-            .collect();
-        let check = |l: &Limit, key: u64, cost: u64| -> Result<Option<Decision>, EngineError> {
-            match &l.policy {
-                None => Ok(None),
-                Some(p) => self
-                    .counters
-                    .check(p, key, now, cost)
-                    .map(Some)
-                    .map_err(|e| store_error(&e)),
-            }
-        };
         if let [only] = limits {
             // One limit: a refused check charges nothing, so no peek is needed.
-            let decision = check(only, keys[0], hits)?;
+            let decision = self
+                .check(only.policy.as_ref(), self.slot(counter, only), now, hits)
+                .await?;
             return Ok(status_of(vec![applied(index, 0, 1, only, decision)]));
         }
-        let peeks: Vec<Option<Decision>> = limits
-            .iter()
-            .zip(&keys)
-            .map(|(l, &k)| check(l, k, 0))
-            .collect::<Result<_, _>>()?;
+        let slots: Vec<Slot<'_>> = limits.iter().map(|l| self.slot(counter, l)).collect();
+        let mut peeks: Vec<Option<Decision>> = Vec::with_capacity(limits.len());
+        for (l, &slot) in limits.iter().zip(&slots) {
+            peeks.push(self.check(l.policy.as_ref(), slot, now, 0).await?);
+        }
         let all_fit = peeks.iter().all(|p| p.as_ref().is_some_and(|d| hits <= d.remaining()));
         let mut applied = Vec::with_capacity(limits.len());
-        for (j, ((l, &key), peek)) in limits.iter().zip(&keys).zip(peeks).enumerate() {
+        for (j, ((l, &slot), peek)) in limits.iter().zip(&slots).zip(peeks).enumerate() {
             let decision = if hits == 0 {
                 peek
             } else if all_fit || peek.as_ref().is_some_and(|d| hits > d.remaining()) {
                 // Charged when all fit; asked again (not charged) when this
                 // one refuses, for its retry delay at this cost.
-                check(l, key, hits)?
+                self.check(l.policy.as_ref(), slot, now, hits).await?
             } else {
                 // It would admit, but another limit refuses: not charged.
                 peek
@@ -476,17 +571,37 @@ impl<C: Clock> Engine<C> {
     ///
     /// [`EngineError::Invalid`] for a key over the input limit;
     /// [`EngineError::Unavailable`] if the store refuses.
-    pub fn decide_ad_hoc(&self, ad_hoc: &AdHoc) -> Result<Decision, EngineError> {
+    pub async fn decide_ad_hoc(&self, ad_hoc: &AdHoc) -> Result<Decision, EngineError> {
         self.check_text("the key", &ad_hoc.key)?;
-        let key = self.ad_hoc_key(&ad_hoc.key, &ad_hoc.policy);
-        self.counters
-            .check(&ad_hoc.policy, key, self.clock.now(), ad_hoc.cost)
-            .map_err(|e| store_error(&e))
+        let name;
+        let slot = match self.backend {
+            Backend::Memory(_) => Slot::Memory(self.ad_hoc_key(&ad_hoc.key, &ad_hoc.policy)),
+            Backend::Redis(_) => {
+                name = ad_hoc_name(&ad_hoc.key);
+                Slot::Redis(&name)
+            }
+        };
+        let decision = self
+            .check(Some(&ad_hoc.policy), slot, self.clock.now(), ad_hoc.cost)
+            .await?;
+        decision.ok_or_else(|| EngineError::Unavailable("no decision".to_owned()))
     }
 
     /// Forgets an ad-hoc key's counts; true if it was held.
-    pub fn reset_ad_hoc(&self, key: &str, policy: &Policy) -> bool {
-        self.counters.reset(self.ad_hoc_key(key, policy))
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::Unavailable`] if Redis cannot answer.
+    pub async fn reset_ad_hoc(&self, key: &str, policy: &Policy) -> Result<bool, EngineError> {
+        let name;
+        let slot = match self.backend {
+            Backend::Memory(_) => Slot::Memory(self.ad_hoc_key(key, policy)),
+            Backend::Redis(_) => {
+                name = ad_hoc_name(key);
+                Slot::Redis(&name)
+            }
+        };
+        self.reset(Some(policy), slot).await
     }
 
     /// Forgets the counts of every limit a descriptor of `domain` matches;
@@ -495,7 +610,7 @@ impl<C: Clock> Engine<C> {
     /// # Errors
     ///
     /// [`EngineError::Invalid`] for a malformed descriptor.
-    pub fn reset_descriptor(&self, domain: &str, descriptor: &Descriptor) -> Result<usize, EngineError> {
+    pub async fn reset_descriptor(&self, domain: &str, descriptor: &Descriptor) -> Result<usize, EngineError> {
         self.validate(&Request {
             domain: domain.to_owned(),
             descriptors: vec![descriptor.clone()],
@@ -524,11 +639,7 @@ impl<C: Clock> Engine<C> {
             None => m.rule.limits.iter().collect(),
         };
         for l in limits {
-            let key = self.key(|h| {
-                counter.hash(&mut HashAdapter(h));
-                policy_fingerprint(l, &mut HashAdapter(h));
-            });
-            held += usize::from(self.counters.reset(key));
+            held += usize::from(self.reset(l.policy.as_ref(), self.slot(&counter, l)).await?);
         }
         Ok(held)
     }
@@ -625,6 +736,24 @@ fn override_limit(o: Override) -> Result<Limit, EngineError> {
 
 fn store_error(e: &StoreError) -> EngineError {
     EngineError::Unavailable(e.to_string())
+}
+
+/// A Redis failure as the engine says it: a policy without a Redis form
+/// (a limit override or ad-hoc policy out of range) is the request's
+/// fault; anything else is the store's.
+fn redis_error(policy: &Policy, e: RedisStoreError) -> EngineError {
+    match e {
+        RedisStoreError::Unsupported { reason, .. } => {
+            EngineError::Invalid(format!("the limit `{policy}` has no Redis form: {reason}"))
+        }
+        e => EngineError::Unavailable(e.to_string()),
+    }
+}
+
+/// An ad-hoc key's counter key in Redis: a config counter key starts with
+/// a digit (the domain's length), so the two never meet.
+fn ad_hoc_name(key: &str) -> String {
+    format!("adhoc:{key}")
 }
 
 /// `&mut dyn Hasher` as a `Hasher`, for `Hash::hash`.

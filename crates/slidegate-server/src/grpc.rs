@@ -158,9 +158,9 @@ pub(crate) fn outcome(result: &Result<Answer, EngineError>) -> Outcome {
 }
 
 /// Decides a wire request, counting it in the metrics.
-pub(crate) fn decide<C: Clock>(shared: &Shared<C>, api: Api, request: &Request) -> Result<Answer, EngineError> {
+pub(crate) async fn decide<C: Clock>(shared: &Shared<C>, api: Api, request: &Request) -> Result<Answer, EngineError> {
     let start = Instant::now();
-    let result = shared.engine.decide(request);
+    let result = shared.engine.decide(request).await;
     shared.metrics.request(api, outcome(&result), start.elapsed());
     if let Ok(answer) = &result {
         let config = shared.engine.config();
@@ -193,7 +193,7 @@ impl<C: Clock + Send + Sync + 'static> RateLimitService for Grpc<C> {
         request: tonic::Request<RateLimitRequest>,
     ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
         let request = request_from_wire(request.into_inner());
-        match decide(&self.shared, Api::Grpc, &request) {
+        match decide(&self.shared, Api::Grpc, &request).await {
             Ok(answer) => Ok(tonic::Response::new(answer_to_wire(&answer, self.shared.grpc_headers))),
             Err(e) => Err(grpc_status(e)),
         }

@@ -143,7 +143,7 @@ async fn json<C: Clock + Send + Sync + 'static>(
         shared.metrics.request(Api::Json, Outcome::Invalid, Duration::ZERO);
         Problem::bad_request(format!("the body is not a RateLimitRequest in proto3 JSON: {e}"))
     })?;
-    let answer = decide(&shared, Api::Json, &request_from_wire(wire))?;
+    let answer = decide(&shared, Api::Json, &request_from_wire(wire)).await?;
     let wire = answer_to_wire(&answer, shared.grpc_headers);
     Ok(json_response(
         status_of(&answer),
@@ -391,7 +391,7 @@ async fn check<C: Clock + Send + Sync + 'static>(
     })?;
     match parsed {
         CheckBody::Descriptors(request) => {
-            let answer = decide(&shared, Api::Check, &request)?;
+            let answer = decide(&shared, Api::Check, &request).await?;
             Ok(json_response(
                 status_of(&answer),
                 &answer_json(&answer),
@@ -408,7 +408,7 @@ async fn check<C: Clock + Send + Sync + 'static>(
                 policy,
                 cost: body.cost.unwrap_or(1),
             };
-            let result = shared.engine.decide_ad_hoc(&ad_hoc);
+            let result = shared.engine.decide_ad_hoc(&ad_hoc).await;
             let outcome = match &result {
                 Ok(d) if d.allowed() => Outcome::Ok,
                 Ok(_) => Outcome::OverLimit,
@@ -452,7 +452,7 @@ async fn reset<C: Clock + Send + Sync + 'static>(
         CheckBody::Descriptors(request) => {
             let mut held = 0;
             for descriptor in &request.descriptors {
-                held += shared.engine.reset_descriptor(&request.domain, descriptor)?;
+                held += shared.engine.reset_descriptor(&request.domain, descriptor).await?;
             }
             held
         }
@@ -461,7 +461,7 @@ async fn reset<C: Clock + Send + Sync + 'static>(
                 return Err(Problem::bad_request("a reset takes no `cost`"));
             }
             let policy = body.policy()?;
-            usize::from(shared.engine.reset_ad_hoc(&body.key, &policy))
+            usize::from(shared.engine.reset_ad_hoc(&body.key, &policy).await?)
         }
     };
     Ok(json_response(

@@ -5,7 +5,8 @@
 //! `RateLimit` headers, Prometheus metrics and live reload.
 //!
 //! - [`config`]: the YAML files, checked with file, line and column;
-//! - [`engine`]: the decisions, in one bounded in-memory counter store;
+//! - [`engine`]: the decisions, in one bounded in-memory counter store or
+//!   in Redis ([`redis_store`], shared by every instance on it);
 //! - [`grpc`] and [`http`](mod@http): the front ends; [`proto`]: the wire types;
 //! - [`metrics`]: the Prometheus registry;
 //! - [`server`]: starting, reloading and graceful shutdown.
@@ -17,4 +18,5 @@ pub mod grpc;
 pub mod http;
 pub mod metrics;
 pub mod proto;
+pub mod redis_store;
 pub mod server;

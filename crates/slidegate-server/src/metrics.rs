@@ -2,6 +2,7 @@
 //! several servers in one process, as in the tests, count apart).
 
 use crate::engine::{Answer, Code};
+use crate::redis_store::RedisStats;
 use parking_lot::Mutex;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
@@ -79,6 +80,19 @@ struct ReloadLabels {
     result: ReloadResult,
 }
 
+/// Who decided without Redis.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+enum FallbackSource {
+    FailOpen,
+    FailClosed,
+    Local,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FallbackLabels {
+    source: FallbackSource,
+}
+
 /// The server's metrics.
 pub struct Metrics {
     registry: Registry,
@@ -94,6 +108,10 @@ pub struct Metrics {
     evictions_seen: Mutex<u64>,
     store_errors: Counter,
     reloads: Family<ReloadLabels, Counter>,
+    redis_errors: Counter,
+    redis_fallbacks: Family<FallbackLabels, Counter>,
+    /// The Redis store's figures at the last scrape.
+    redis_seen: Mutex<RedisStats>,
     in_flight: Gauge,
     rules: Family<RuleLabels, Counter>,
     /// The rule counters seen (ok, over limit), by domain and rule name.
@@ -174,6 +192,18 @@ impl Metrics {
         );
         let reloads = Family::<ReloadLabels, Counter>::default();
         registry.register("config_reloads", "Config reloads by result", reloads.clone());
+        let redis_errors = Counter::default();
+        registry.register(
+            "redis_errors",
+            "Calls to Redis that failed or timed out (0 without --redis)",
+            redis_errors.clone(),
+        );
+        let redis_fallbacks = Family::<FallbackLabels, Counter>::default();
+        registry.register(
+            "redis_fallbacks",
+            "Decisions made without Redis by the failure policy, by source (fail_open, fail_closed, local)",
+            redis_fallbacks.clone(),
+        );
         let in_flight = Gauge::default();
         registry.register(
             "http_requests_in_flight",
@@ -197,6 +227,9 @@ impl Metrics {
             evictions_seen: Mutex::new(0),
             store_errors,
             reloads,
+            redis_errors,
+            redis_fallbacks,
+            redis_seen: Mutex::new(RedisStats::default()),
         }
     }
 
@@ -313,8 +346,26 @@ impl Metrics {
         self.reloads.get_or_create(&ReloadLabels { result }).inc();
     }
 
-    /// The text exposition (OpenMetrics), with the store's figures read now.
-    pub fn render(&self, stats: &Stats) -> String {
+    /// The text exposition (OpenMetrics), with the store's figures (and
+    /// the Redis store's, with Redis) read now.
+    pub fn render(&self, stats: &Stats, redis: Option<RedisStats>) -> String {
+        if let Some(now) = redis {
+            let mut guard = self.redis_seen.lock();
+            let seen = &mut *guard;
+            let add = |counter: &Counter, now: u64, seen: &mut u64| {
+                counter.inc_by(now.saturating_sub(*seen));
+                *seen = (*seen).max(now);
+            };
+            add(&self.redis_errors, now.errors, &mut seen.errors);
+            for (source, now, seen) in [
+                (FallbackSource::FailOpen, now.fail_open, &mut seen.fail_open),
+                (FallbackSource::FailClosed, now.fail_closed, &mut seen.fail_closed),
+                (FallbackSource::Local, now.local, &mut seen.local),
+            ] {
+                let counter = self.redis_fallbacks.get_or_create(&FallbackLabels { source }).clone();
+                add(&counter, now, seen);
+            }
+        }
         self.keys.set(i64::try_from(stats.keys).unwrap_or(i64::MAX));
         self.capacity.set(i64::try_from(stats.capacity).unwrap_or(i64::MAX));
         self.bytes.set(i64::try_from(stats.bytes).unwrap_or(i64::MAX));
@@ -357,4 +408,5 @@ label_values! {
     Api { Grpc => "grpc", Json => "json", Check => "check", AdHoc => "ad_hoc" }
     Outcome { Ok => "ok", OverLimit => "over_limit", Invalid => "invalid", Unavailable => "unavailable" }
     ReloadResult { Success => "success", Failure => "failure" }
+    FallbackSource { FailOpen => "fail_open", FailClosed => "fail_closed", Local => "local" }
 }

@@ -4,6 +4,7 @@ use crate::config::{Config, ConfigError};
 use crate::engine::{Engine, InputLimits};
 use crate::grpc::{Grpc, HeaderOptions};
 use crate::metrics::Metrics;
+use crate::redis_store::{RedisConnectError, RedisOptions, RedisStore};
 use slidegate_core::Clock;
 use slidegate_memory::Budget;
 use slidegate_tower::LegacyReset;
@@ -43,6 +44,9 @@ pub struct Options {
     /// `X-RateLimit-*` on HTTP answers (and gRPC ones, when on), with this
     /// flavour of `-Reset`.
     pub legacy_headers: Option<LegacyReset>,
+    /// Count in Redis, shared with every instance on it, instead of in
+    /// memory (the budgets then do not apply).
+    pub redis: Option<RedisOptions>,
 }
 
 impl Default for Options {
@@ -58,6 +62,7 @@ impl Default for Options {
             reload_every: Some(Duration::from_secs(1)),
             grpc_headers: false,
             legacy_headers: None,
+            redis: None,
         }
     }
 }
@@ -69,6 +74,9 @@ pub enum StartError {
     /// The config did not load.
     #[error("{0}")]
     Config(#[from] ConfigError),
+    /// Redis could not be reached (or its URL or prefix is bad).
+    #[error("{0}")]
+    Redis(#[from] RedisConnectError),
     /// An address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -111,9 +119,8 @@ impl<C: Clock> Shared<C> {
     }
 
     fn load_again(&self) -> Result<(), ConfigError> {
-        match Config::load(&self.paths) {
-            Ok(config) => {
-                self.engine.replace_config(config);
+        match Config::load(&self.paths).and_then(|config| self.engine.replace_config(config)) {
+            Ok(()) => {
                 self.metrics.reload(true);
                 tracing::info!(domains = self.engine.config().domains().count(), "config reloaded");
                 Ok(())
@@ -133,7 +140,7 @@ impl<C: Clock> Shared<C> {
 
     /// The metrics in text form.
     pub fn metrics_text(&self) -> String {
-        self.metrics.render(&self.engine.stats())
+        self.metrics.render(&self.engine.stats(), self.engine.redis_stats())
     }
 }
 
@@ -196,10 +203,20 @@ fn fingerprint(paths: &[PathBuf]) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
 ///
 /// # Errors
 ///
-/// [`StartError`] if the config does not load or an address cannot be
-/// bound.
+/// [`StartError`] if the config does not load (or, with Redis, has a
+/// limit without a Redis form), Redis cannot be reached, or an address
+/// cannot be bound.
 pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C) -> Result<Running<C>, StartError> {
     let config = Config::load(&options.config)?;
+    let engine = match options.redis.clone() {
+        None => Engine::new(config, clock, options.budget, options.other_budget, options.input),
+        Some(redis) => {
+            // The config is checked before Redis is reached.
+            RedisStore::check_config(&config)?;
+            let store = RedisStore::connect(redis).await?;
+            Engine::with_redis(config, clock, store, options.input)?
+        }
+    };
     let http_listener = TcpListener::bind(options.http)
         .await
         .map_err(|source| StartError::Bind {
@@ -215,7 +232,7 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
     let http = http_listener.local_addr().unwrap_or(options.http);
     let grpc = grpc_listener.local_addr().unwrap_or(options.grpc);
     let shared = Arc::new(Shared {
-        engine: Engine::new(config, clock, options.budget, options.other_budget, options.input),
+        engine,
         metrics: Metrics::new(),
         grpc_headers: HeaderOptions {
             draft: options.grpc_headers,

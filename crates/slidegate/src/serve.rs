@@ -1,11 +1,13 @@
 //! `slidegate serve`: the rate limit service.
 
 use anyhow::Context as _;
-use clap::Args as ClapArgs;
+use clap::{Args as ClapArgs, ValueEnum};
 use slidegate_core::MonotonicClock;
 use slidegate_core::duration::parse_positive_duration;
 use slidegate_memory::Budget;
+use slidegate_redis::FailurePolicy;
 use slidegate_server::engine::InputLimits;
+use slidegate_server::redis_store::RedisOptions;
 use slidegate_server::server::{self, Options};
 use slidegate_tower::LegacyReset;
 use std::net::SocketAddr;
@@ -58,6 +60,58 @@ pub(crate) struct Args {
     /// from now) or `epoch` (a Unix time).
     #[arg(long, env = "SLIDEGATE_LEGACY_HEADERS", value_parser = ["delay", "epoch"])]
     legacy_headers: Option<String>,
+    /// Count in Redis instead of in memory, so that every instance on the
+    /// same Redis shares its limits: a `redis://` URL (TLS is not built
+    /// in). Repeat it for the seed nodes of a Redis Cluster. Redis must
+    /// answer at start, or `serve` exits with status 1 and the reason; once
+    /// started, a Redis that fails is `--redis-failure`'s business, and
+    /// decisions come from Redis again when it is back. Every limit of the
+    /// config needs a Redis form (not `exponential_histogram`; see the
+    /// README for the ranges): a config with a limit that has none is
+    /// refused at start and at reload. In the environment, separate URLs with `,`.
+    #[arg(long = "redis", env = "SLIDEGATE_REDIS", value_delimiter = ',', value_name = "URL")]
+    redis: Vec<String>,
+    /// Use the Redis Cluster client even with one `--redis` URL (several
+    /// URLs always do).
+    #[arg(long, env = "SLIDEGATE_REDIS_CLUSTER", requires = "redis")]
+    redis_cluster: bool,
+    /// What a decision does when Redis fails or does not answer within
+    /// `--redis-timeout`. After a failure Redis is skipped for 100 ms, then
+    /// tried again.
+    #[arg(long, env = "SLIDEGATE_REDIS_FAILURE", value_enum, default_value_t = Failure::Open)]
+    redis_failure: Failure,
+    /// With `--redis-failure local`: how many instances share the limits;
+    /// each counts alone on the limit divided by this (rounded up) while
+    /// Redis is down.
+    #[arg(long, env = "SLIDEGATE_REDIS_INSTANCES", default_value_t = 1, value_name = "N")]
+    redis_instances: u64,
+    /// The longest wait for Redis per call (one decision of one limit).
+    /// 50 ms is far beyond a healthy call (well under 1 ms) and bounds what
+    /// a dead Redis adds to a decision; keep it below the client's own
+    /// timeout (Envoy's rate limit filter waits 20 ms by default) for this
+    /// service's failure policy to answer rather than the client's.
+    #[arg(long, env = "SLIDEGATE_REDIS_TIMEOUT", default_value = "50ms", value_parser = parse_timeout, value_name = "DURATION")]
+    redis_timeout: Duration,
+    /// What every Redis key starts with (no `{` or `}`); each key goes on
+    /// with the limit's policy and the descriptor, so that a changed limit
+    /// starts afresh.
+    #[arg(long, env = "SLIDEGATE_REDIS_PREFIX", default_value = "slidegate:")]
+    redis_prefix: String,
+}
+
+/// `--redis-failure`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Failure {
+    /// Admit, counting nothing: the service stays up, unlimited.
+    Open,
+    /// Refuse (OVER_LIMIT, HTTP 429), retry after 100 ms: nothing passes.
+    Closed,
+    /// Count in this process, on the limit divided by `--redis-instances`.
+    Local,
+}
+
+fn parse_timeout(s: &str) -> Result<Duration, String> {
+    parse_positive_duration(s).map_err(|e| e.to_string())
 }
 
 fn parse_interval(s: &str) -> Result<Duration, String> {
@@ -84,7 +138,26 @@ impl Args {
         ] {
             anyhow::ensure!(value > 0, "{flag} {value}: must be at least 1");
         }
+        anyhow::ensure!(
+            self.redis_instances > 0,
+            "--redis-instances {}: must be at least 1",
+            self.redis_instances
+        );
+        let redis = (!self.redis.is_empty()).then(|| RedisOptions {
+            urls: self.redis.clone(),
+            cluster: self.redis_cluster,
+            failure: match self.redis_failure {
+                Failure::Open => FailurePolicy::Open,
+                Failure::Closed => FailurePolicy::Closed,
+                Failure::Local => FailurePolicy::Local {
+                    instances: self.redis_instances,
+                },
+            },
+            timeout: self.redis_timeout,
+            prefix: self.redis_prefix.clone(),
+        });
         Ok(Options {
+            redis,
             config: self.config.clone(),
             http: self.http,
             grpc: self.grpc,

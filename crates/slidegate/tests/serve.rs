@@ -1,6 +1,7 @@
 //! `slidegate serve` as a process: it starts, answers, and stops cleanly on
 //! SIGTERM and on SIGINT; a bad config or flag stops it at once with the
-//! reason.
+//! reason; two processes on one Redis share their limits, and a Redis that
+//! cannot be reached at start stops it with the reason.
 
 #![cfg(unix)]
 
@@ -12,9 +13,17 @@ use std::time::Duration;
 /// Starts `slidegate serve` on free loopback ports; returns the child and
 /// its HTTP address, read from the line it prints once it listens.
 fn serve(extra: &[&str]) -> (std::process::Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_slidegate"));
+    command
         .args(["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
-        .args(extra)
+        .args(extra);
+    spawn_serve(command)
+}
+
+/// Spawns `command` (a `slidegate serve`); the child and its HTTP address,
+/// read from the line it prints once it listens.
+fn spawn_serve(mut command: Command) -> (std::process::Child, String) {
+    let mut child = command
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -38,9 +47,19 @@ fn serve(extra: &[&str]) -> (std::process::Child, String) {
 }
 
 fn get(addr: &str, path: &str) -> String {
+    request(addr, "GET", path, "")
+}
+
+/// One HTTP/1.1 request on a connection of its own; the whole answer.
+fn request(addr: &str, method: &str, path: &str, body: &str) -> String {
     let mut stream = TcpStream::connect(addr).expect("the server accepts");
     stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(stream, "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").unwrap();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
     let mut answer = String::new();
     stream.read_to_string(&mut answer).unwrap();
     answer
@@ -120,4 +139,92 @@ fn flags_come_from_the_environment_too() {
     let mut stderr = String::new();
     pipe.read_to_string(&mut stderr).unwrap();
     assert!(stderr.contains("nope"), "{stderr}");
+}
+
+/// Two processes on one Redis admit the limit once between them; one reads
+/// its flags from the environment.
+#[test]
+fn two_processes_share_one_redis() {
+    let redis = slidegate_conformance::redis::RedisServer::start();
+    let url = redis.url();
+    let (a, a_addr) = serve(&["--redis", &url, "--redis-failure", "closed"]);
+    let mut b = Command::new(env!("CARGO_BIN_EXE_slidegate"));
+    b.arg("serve")
+        .env("SLIDEGATE_HTTP", "127.0.0.1:0")
+        .env("SLIDEGATE_GRPC", "127.0.0.1:0")
+        .env("SLIDEGATE_REDIS", &url)
+        .env("SLIDEGATE_REDIS_TIMEOUT", "1s");
+    let (b, b_addr) = spawn_serve(b);
+    let body = r#"{"key":"shared","limit":5,"window":"1h","algorithm":"fixed_window"}"#;
+    let admitted = (0..12)
+        .filter(|i| {
+            let addr = if i % 2 == 0 { &a_addr } else { &b_addr };
+            request(addr, "POST", "/v1/check", body).starts_with("HTTP/1.1 200")
+        })
+        .count();
+    assert_eq!(admitted, 5);
+    let keys = redis.keys_and_ttls();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    assert!(
+        keys[0].0.starts_with("slidegate:fixed_window:5:3600000000:{"),
+        "{keys:?}"
+    );
+    let reset = request(
+        &a_addr,
+        "POST",
+        "/v1/reset",
+        r#"{"key":"shared","limit":5,"window":"1h","algorithm":"fixed_window"}"#,
+    );
+    assert!(reset.contains(r#""reset":1"#), "{reset}");
+    assert!(redis.keys_and_ttls().is_empty());
+    for child in [a, b] {
+        assert!(
+            Command::new("kill")
+                .arg(child.id().to_string())
+                .status()
+                .unwrap()
+                .success()
+        );
+        assert_eq!(exit_code(child), Some(0));
+    }
+}
+
+/// A bad `--redis` URL, and a Redis that does not answer, stop `serve` at
+/// start with status 1 and the reason.
+#[test]
+fn an_unreachable_or_bad_redis_stops_it_with_the_reason() {
+    let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        .args([
+            "serve",
+            "--http",
+            "127.0.0.1:0",
+            "--grpc",
+            "127.0.0.1:0",
+            "--redis",
+            "nope://x",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("bad Redis URL `nope://x`"), "{stderr}");
+
+    // A port nothing listens on (a server started and killed).
+    let port = slidegate_conformance::redis::RedisServer::start().kill();
+    let url = format!("redis://127.0.0.1:{port}/");
+    let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        .args([
+            "serve",
+            "--http",
+            "127.0.0.1:0",
+            "--grpc",
+            "127.0.0.1:0",
+            "--redis",
+            &url,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&format!("cannot reach Redis at {url}")), "{stderr}");
 }

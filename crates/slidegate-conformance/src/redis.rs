@@ -1,0 +1,378 @@
+//! Throw-away Redis servers for tests: a `redis-server` per test on a free
+//! loopback port (never 6379), ready when its log says so, killed on drop
+//! (and started again on the same port, for failure tests); or a
+//! three-master Redis Cluster.
+//!
+//! Every key a slidegate test writes starts with [`KEY_PREFIX`]; on drop a
+//! server checks (unless the test already failed) that every key it holds
+//! does, and that none was left without an expiry.
+
+use ::redis::aio::MultiplexedConnection;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+/// What every key a slidegate test writes starts with.
+pub const KEY_PREFIX: &str = "slidegate:";
+
+/// A `redis-server` of its own, killed on drop. On drop (unless the test
+/// already failed) it checks that no key was left without an expiry.
+pub struct RedisServer {
+    child: Child,
+    port: u16,
+    killed: bool,
+}
+
+impl RedisServer {
+    /// Starts a server on a free loopback port (never 6379) without
+    /// persistence and waits until it answers `PING`.
+    pub fn start() -> RedisServer {
+        let mut last = String::new();
+        for _ in 0..5 {
+            let port = free_port();
+            match RedisServer::start_on(port, &[]) {
+                Ok(server) => return server,
+                Err(e) => last = e,
+            }
+        }
+        panic!("redis-server did not answer PING: {last}");
+    }
+
+    /// Starts a server on `port` with `extra` arguments and waits (bounded)
+    /// until it answers `PING`; the last error if it never does (another
+    /// process took the port, say).
+    pub fn start_on(port: u16, extra: &[&str]) -> Result<RedisServer, String> {
+        let mut child = Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server is installed");
+        // Ready when its log says so (an event, not a poll); the log ends
+        // without it when the server exits (another process took the port).
+        let log = child.stdout.take().expect("stdout is piped");
+        let mut lines = std::io::BufRead::lines(std::io::BufReader::new(log));
+        let ready = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .any(|line| line.contains("Ready to accept connections"));
+        // Keep draining the log so the server never blocks writing it.
+        std::thread::spawn(move || lines.for_each(drop));
+        let mut server = RedisServer {
+            child,
+            port,
+            killed: false,
+        };
+        let answer = if ready {
+            server
+                .sync_conn()
+                .and_then(|mut c| ::redis::cmd("PING").query::<String>(&mut c))
+                .map_err(|e| e.to_string())
+        } else {
+            Err(format!("redis-server on port {port} exited before it was ready"))
+        };
+        match answer {
+            Ok(_) => Ok(server),
+            Err(last) => {
+                let _ = server.child.kill();
+                let _ = server.child.wait();
+                std::mem::forget(server);
+                Err(last)
+            }
+        }
+    }
+
+    /// The server's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Kills the server now (SIGKILL) and answers its port; the server is
+    /// gone, so there is no expiry check.
+    pub fn kill(mut self) -> u16 {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.killed = true;
+        self.port
+    }
+
+    /// The server's URL.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// A blocking connection, for checks.
+    pub fn sync_conn(&self) -> ::redis::RedisResult<::redis::Connection> {
+        ::redis::Client::open(self.url())?.get_connection_with_timeout(Duration::from_secs(2))
+    }
+
+    /// A multiplexed connection of its own.
+    pub async fn conn(&self) -> MultiplexedConnection {
+        ::redis::Client::open(self.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap()
+    }
+
+    /// Every key on the server with its `PTTL`.
+    pub fn keys_and_ttls(&self) -> Vec<(String, i64)> {
+        let mut conn = self.sync_conn().unwrap();
+        let keys: Vec<String> = ::redis::cmd("SCAN")
+            .cursor_arg(0)
+            .arg("COUNT")
+            .arg(1000)
+            .clone()
+            .iter(&mut conn)
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        keys.into_iter()
+            .map(|k| {
+                let ttl: i64 = ::redis::cmd("PTTL").arg(&k).query(&mut conn).unwrap();
+                (k, ttl)
+            })
+            .collect()
+    }
+
+    /// Asserts that every key on the server has an expiry.
+    pub fn assert_every_key_expires(&self) {
+        for (key, ttl) in self.keys_and_ttls() {
+            assert!(key.starts_with(KEY_PREFIX), "a key that is not the tests': {key}");
+            // -1: no expiry; -2: gone meanwhile.
+            assert!(ttl != -1, "{key} has no expiry");
+        }
+    }
+
+    /// Waits (bounded) until `key` is gone; false if it is still there
+    /// after `within`.
+    pub fn wait_gone(&self, key: &str, within: Duration) -> bool {
+        let mut conn = self.sync_conn().unwrap();
+        let start = Instant::now();
+        while start.elapsed() < within {
+            let exists: bool = ::redis::cmd("EXISTS").arg(key).query(&mut conn).unwrap();
+            if !exists {
+                return true;
+            }
+            sleep(Duration::from_millis(20));
+        }
+        false
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let check = (!std::thread::panicking() && !self.killed)
+            .then(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.assert_every_key_expires())));
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Some(Err(e)) = check {
+            std::panic::resume_unwind(e);
+        }
+    }
+}
+
+/// A free loopback port below 55 536, so that a cluster node's bus port
+/// (the port + 10 000) is a port too, and free as well.
+pub fn free_port() -> u16 {
+    loop {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        if port < 55_536 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// A Redis Cluster of three masters (no replicas), each a throw-away
+/// `redis-server --cluster-enabled yes` in a temporary directory of its own,
+/// all killed and the directory removed on drop. On drop (unless the test
+/// already failed) it checks that no key on any master was left without an
+/// expiry.
+pub struct RedisCluster {
+    /// The masters, in the order they were given to `--cluster create`
+    /// (the first holds slots 0 to 5460, the second 5461 to 10922, the
+    /// third the rest).
+    pub nodes: Vec<RedisServer>,
+    dir: PathBuf,
+}
+
+impl RedisCluster {
+    /// Starts three nodes, joins them with `redis-cli --cluster create`,
+    /// and waits (bounded) until every node reports `cluster_state:ok` and
+    /// knows all 16 384 slots.
+    pub fn start() -> RedisCluster {
+        static DIRS: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "slidegate-cluster-{}-{}",
+            std::process::id(),
+            DIRS.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut nodes = Vec::new();
+        while nodes.len() < 3 {
+            let port = free_port();
+            let conf = dir.join(format!("nodes-{port}.conf"));
+            let extra = [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                conf.to_str().unwrap(),
+                "--dir",
+                dir.to_str().unwrap(),
+            ];
+            if let Ok(node) = RedisServer::start_on(port, &extra) {
+                nodes.push(node);
+            }
+        }
+        let cluster = RedisCluster { nodes, dir };
+        let addresses: Vec<String> = cluster.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli is installed");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        cluster.wait_ok(Duration::from_secs(20));
+        cluster
+    }
+
+    /// Waits (bounded) until every node reports `cluster_state:ok` with all
+    /// 16 384 slots assigned and agrees on the owner of every slot.
+    pub fn wait_ok(&self, within: Duration) {
+        let start = Instant::now();
+        let mut last = String::new();
+        while start.elapsed() < within {
+            let ok = self.nodes.iter().all(|node| {
+                let info = node
+                    .sync_conn()
+                    .and_then(|mut c| ::redis::cmd("CLUSTER").arg("INFO").query::<String>(&mut c));
+                match info {
+                    Ok(info) => {
+                        let ok = info.contains("cluster_state:ok") && info.contains("cluster_slots_ok:16384");
+                        if !ok {
+                            last = info;
+                        }
+                        ok
+                    }
+                    Err(e) => {
+                        last = e.to_string();
+                        false
+                    }
+                }
+            });
+            if ok && self.owners_agree() {
+                return;
+            }
+            sleep(Duration::from_millis(20));
+        }
+        panic!("the cluster did not come up within {within:?}: {last}");
+    }
+
+    /// Whether every node names the same node for every slot.
+    fn owners_agree(&self) -> bool {
+        let slots: Vec<Option<Vec<(i64, i64, u16)>>> = self
+            .nodes
+            .iter()
+            .map(|node| {
+                let mut conn = node.sync_conn().ok()?;
+                let value: ::redis::Value = ::redis::cmd("CLUSTER").arg("SLOTS").query(&mut conn).ok()?;
+                let ::redis::Value::Array(ranges) = value else {
+                    return None;
+                };
+                let mut out = Vec::new();
+                for range in ranges {
+                    let ::redis::Value::Array(parts) = range else {
+                        return None;
+                    };
+                    let (
+                        Some(::redis::Value::Int(from)),
+                        Some(::redis::Value::Int(to)),
+                        Some(::redis::Value::Array(master)),
+                    ) = (parts.first(), parts.get(1), parts.get(2))
+                    else {
+                        return None;
+                    };
+                    let Some(::redis::Value::Int(port)) = master.get(1) else {
+                        return None;
+                    };
+                    out.push((*from, *to, *port as u16));
+                }
+                out.sort();
+                Some(out)
+            })
+            .collect();
+        slots.iter().all(|s| s.is_some()) && slots.windows(2).all(|w| w[0] == w[1])
+    }
+
+    /// The nodes' URLs.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// The slot of `key`, as the cluster computes it.
+    pub fn slot(&self, key: &str) -> u16 {
+        let mut conn = self.nodes[0].sync_conn().unwrap();
+        ::redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut conn)
+            .unwrap()
+    }
+
+    /// The node's id in the cluster.
+    pub fn node_id(&self, node: usize) -> String {
+        let mut conn = self.nodes[node].sync_conn().unwrap();
+        ::redis::cmd("CLUSTER").arg("MYID").query(&mut conn).unwrap()
+    }
+
+    /// The indices of the nodes holding `key`, asked of every node (one
+    /// that does not own the slot answers `MOVED`: it does not hold it).
+    pub fn holders(&self, key: &str) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| {
+                let mut conn = self.nodes[i].sync_conn().unwrap();
+                match ::redis::cmd("EXISTS").arg(key).query::<bool>(&mut conn) {
+                    Ok(exists) => exists,
+                    Err(e) if e.redirect_node().is_some() => false,
+                    Err(e) => panic!("EXISTS {key}: {e}"),
+                }
+            })
+            .collect()
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        // Each node checks its own keys as it is dropped; the first failure
+        // is raised after all are gone.
+        let mut failure = None;
+        for node in self.nodes.drain(..) {
+            if let Err(e) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(node))) {
+                failure.get_or_insert(e);
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+        if let Some(e) = failure {
+            std::panic::resume_unwind(e);
+        }
+    }
+}
