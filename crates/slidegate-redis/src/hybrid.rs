@@ -588,6 +588,23 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
         Ok(())
     }
 
+    /// Forgets the counts of `key`: this instance's view and pending
+    /// counts, and its Redis key ([`RedisLimiter::reset`]). Other
+    /// instances' views keep what they last heard until their next sync of
+    /// the key. True if Redis held the key.
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisLimiter::reset`]; the local counts are forgotten anyway.
+    pub async fn reset(&self, key: &str) -> Result<bool, RedisStoreError> {
+        let i = &self.inner;
+        i.views.reset(key);
+        if self.outbox(key).lock().remove(key).is_some() {
+            i.pending_keys.fetch_sub(1, Ordering::Relaxed);
+        }
+        i.redis.reset(key).await
+    }
+
     /// Starts syncing every [`interval`](HybridOptions::interval) (and as
     /// soon as a batch fills) on the current Tokio runtime, until the
     /// returned task is dropped or every clone of the limiter is. Sync

@@ -306,6 +306,16 @@ impl<C: Clock> Engine<C> {
         }
     }
 
+    /// Sends the counts the hybrid mode has not yet sent to Redis (at
+    /// shutdown); nothing to do otherwise.
+    pub async fn flush(&self) {
+        if let Backend::Redis(store) = &self.backend
+            && let Err(e) = store.flush().await
+        {
+            tracing::warn!(error = %e, "the last sync to Redis failed: counts of the last interval are lost");
+        }
+    }
+
     /// The Redis store's failures and fallbacks; `None` without Redis.
     pub fn redis_stats(&self) -> Option<RedisStats> {
         match &self.backend {

@@ -110,6 +110,8 @@ pub struct Metrics {
     reloads: Family<ReloadLabels, Counter>,
     redis_errors: Counter,
     redis_fallbacks: Family<FallbackLabels, Counter>,
+    redis_sync_commands: Counter,
+    redis_pending_keys: Gauge,
     /// The Redis store's figures at the last scrape.
     redis_seen: Mutex<RedisStats>,
     in_flight: Gauge,
@@ -204,6 +206,18 @@ impl Metrics {
             "Decisions made without Redis by the failure policy, by source (fail_open, fail_closed, local)",
             redis_fallbacks.clone(),
         );
+        let redis_sync_commands = Counter::default();
+        registry.register(
+            "redis_sync_commands",
+            "Hybrid mode: commands the syncs sent to Redis, one per key per sync (0 without --redis-sync-interval)",
+            redis_sync_commands.clone(),
+        );
+        let redis_pending_keys = Gauge::default();
+        registry.register(
+            "redis_pending_keys",
+            "Hybrid mode: keys whose counts wait for the next sync",
+            redis_pending_keys.clone(),
+        );
         let in_flight = Gauge::default();
         registry.register(
             "http_requests_in_flight",
@@ -229,6 +243,8 @@ impl Metrics {
             reloads,
             redis_errors,
             redis_fallbacks,
+            redis_sync_commands,
+            redis_pending_keys,
             redis_seen: Mutex::new(RedisStats::default()),
         }
     }
@@ -357,6 +373,9 @@ impl Metrics {
                 *seen = (*seen).max(now);
             };
             add(&self.redis_errors, now.errors, &mut seen.errors);
+            add(&self.redis_sync_commands, now.sync_commands, &mut seen.sync_commands);
+            self.redis_pending_keys
+                .set(i64::try_from(now.pending_keys).unwrap_or(i64::MAX));
             for (source, now, seen) in [
                 (FallbackSource::FailOpen, now.fail_open, &mut seen.fail_open),
                 (FallbackSource::FailClosed, now.fail_closed, &mut seen.fail_closed),

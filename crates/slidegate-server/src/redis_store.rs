@@ -26,7 +26,9 @@ use ::redis::cluster_async::ClusterConnection;
 use ::redis::{Cmd, Pipeline, RedisFuture, Value};
 use parking_lot::RwLock;
 use slidegate_core::{Algorithm, Decision, Policy, Weighting};
-use slidegate_redis::{FailurePolicy, RedisLimiter, RedisStoreError, Source, microsecond_policy};
+use slidegate_redis::{
+    FailurePolicy, HybridLimiter, HybridOptions, RedisLimiter, RedisStoreError, Source, SyncTask, microsecond_policy,
+};
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
@@ -69,6 +71,11 @@ pub struct RedisOptions {
     pub timeout: Duration,
     /// What every key starts with; no `{` or `}`.
     pub prefix: String,
+    /// Hybrid mode: `sliding_window` limits decide locally and send their
+    /// counts to Redis every interval (see [`HybridLimiter`]); the other
+    /// algorithms stay one script per decision. `None`: every decision is
+    /// one script.
+    pub sync_interval: Option<Duration>,
 }
 
 impl Default for RedisOptions {
@@ -79,6 +86,7 @@ impl Default for RedisOptions {
             failure: FailurePolicy::Open,
             timeout: DEFAULT_TIMEOUT,
             prefix: DEFAULT_PREFIX.to_owned(),
+            sync_interval: None,
         }
     }
 }
@@ -203,13 +211,49 @@ pub struct RedisStats {
     pub fail_closed: u64,
     /// Decisions of the `Local` fallback.
     pub local: u64,
+    /// Hybrid mode: commands the syncs sent (one per key per sync).
+    pub sync_commands: u64,
+    /// Hybrid mode: keys whose counts wait for the next sync.
+    pub pending_keys: u64,
+}
+
+/// A policy's limiter: one script per decision, or hybrid with its
+/// background sync.
+#[derive(Clone)]
+enum Limiter {
+    Direct(Arc<RedisLimiter<RedisConn>>),
+    Hybrid {
+        limiter: HybridLimiter<RedisConn>,
+        /// Stops the sync when the last clone goes.
+        _sync: Arc<SyncTask>,
+    },
+}
+
+impl Limiter {
+    fn errors(&self) -> u64 {
+        match self {
+            Limiter::Direct(l) => l.stats().failures,
+            Limiter::Hybrid { limiter: h, .. } => h.stats().failures,
+        }
+    }
+}
+
+/// The hybrid mode's figures, over all its limiters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HybridFigures {
+    /// Decisions made locally.
+    pub decisions: u64,
+    /// Redis commands sent by the syncs.
+    pub commands: u64,
+    /// Keys whose counts wait for the next sync.
+    pub pending_keys: usize,
 }
 
 /// The limiters of one Redis (or cluster), one per policy.
 pub struct RedisStore {
     conn: RedisConn,
     options: RedisOptions,
-    limiters: RwLock<HashMap<PolicyId, Arc<RedisLimiter<RedisConn>>>>,
+    limiters: RwLock<HashMap<PolicyId, Limiter>>,
     /// The failures of limiters that were not kept.
     unkept_errors: AtomicU64,
     fail_open: AtomicU64,
@@ -319,24 +363,41 @@ impl RedisStore {
         Ok(())
     }
 
-    /// The limiter of `policy`, and whether it is kept.
-    fn limiter(&self, policy: &Policy) -> Result<(Arc<RedisLimiter<RedisConn>>, bool), RedisStoreError> {
+    /// The limiter of `policy`, and whether it is kept. In hybrid mode a
+    /// `sliding_window` policy gets a hybrid limiter, syncing in the
+    /// background, if it can be kept (one that is not kept would never
+    /// sync), a direct one otherwise.
+    fn limiter(&self, policy: &Policy) -> Result<(Limiter, bool), RedisStoreError> {
         let id = policy_id(policy);
         if let Some(limiter) = self.limiters.read().get(&id) {
-            return Ok((Arc::clone(limiter), true));
+            return Ok((limiter.clone(), true));
         }
         let prefix = format!("{}{}", self.options.prefix, policy_tag(policy));
-        let limiter = RedisLimiter::new(self.conn.clone(), *policy, prefix, self.options.timeout)?
+        let direct = RedisLimiter::new(self.conn.clone(), *policy, prefix, self.options.timeout)?
             .with_failure_policy(self.options.failure);
         let mut limiters = self.limiters.write();
         if let Some(limiter) = limiters.get(&id) {
-            return Ok((Arc::clone(limiter), true));
+            return Ok((limiter.clone(), true));
         }
-        let limiter = Arc::new(limiter);
         if limiters.len() >= MAX_LIMITERS {
-            return Ok((limiter, false));
+            return Ok((Limiter::Direct(Arc::new(direct)), false));
         }
-        limiters.insert(id, Arc::clone(&limiter));
+        let hybrid = match (self.options.sync_interval, policy.algorithm()) {
+            (Some(interval), Algorithm::SlidingWindow { .. }) => Some(HybridOptions::every(interval)),
+            _ => None,
+        };
+        let limiter = match hybrid {
+            Some(options) => {
+                let hybrid = HybridLimiter::new(direct, options)?;
+                let task = Arc::new(hybrid.spawn_sync());
+                Limiter::Hybrid {
+                    limiter: hybrid,
+                    _sync: task,
+                }
+            }
+            None => Limiter::Direct(Arc::new(direct)),
+        };
+        limiters.insert(id, limiter.clone());
         Ok((limiter, true))
     }
 
@@ -349,7 +410,10 @@ impl RedisStore {
     /// (a limit override or an ad-hoc policy out of range).
     pub(crate) async fn decide(&self, policy: &Policy, key: &str, cost: u64) -> Result<Decision, RedisStoreError> {
         let (limiter, kept) = self.limiter(policy)?;
-        let outcome = limiter.decide(key, cost).await;
+        let outcome = match &limiter {
+            Limiter::Direct(l) => l.decide(key, cost).await,
+            Limiter::Hybrid { limiter: h, .. } => h.decide(key, cost),
+        };
         let counter = match outcome.source {
             Source::Redis => None,
             Source::FailOpen => Some(&self.fail_open),
@@ -360,8 +424,7 @@ impl RedisStore {
             counter.fetch_add(1, Ordering::Relaxed);
         }
         if !kept {
-            self.unkept_errors
-                .fetch_add(limiter.stats().failures, Ordering::Relaxed);
+            self.unkept_errors.fetch_add(limiter.errors(), Ordering::Relaxed);
         }
         Ok(outcome.decision)
     }
@@ -372,18 +435,65 @@ impl RedisStore {
     ///
     /// [`RedisStoreError`] when Redis fails or the policy has no Redis form.
     pub(crate) async fn reset(&self, policy: &Policy, key: &str) -> Result<bool, RedisStoreError> {
-        let (limiter, _) = self.limiter(policy)?;
-        limiter.reset(key).await
+        match self.limiter(policy)?.0 {
+            Limiter::Direct(l) => l.reset(key).await,
+            Limiter::Hybrid { limiter: h, .. } => h.reset(key).await,
+        }
+    }
+
+    /// Sends the hybrid limiters' pending counts to Redis now (at
+    /// shutdown, so that no count is lost).
+    ///
+    /// # Errors
+    ///
+    /// The first limiter's sync that failed; the others are tried all the
+    /// same.
+    pub async fn flush(&self) -> Result<(), RedisStoreError> {
+        let hybrids: Vec<HybridLimiter<RedisConn>> = self
+            .limiters
+            .read()
+            .values()
+            .filter_map(|l| match l {
+                Limiter::Hybrid { limiter: h, .. } => Some(h.clone()),
+                Limiter::Direct(_) => None,
+            })
+            .collect();
+        let mut first = Ok(());
+        for h in hybrids {
+            if let Err(e) = h.sync().await
+                && first.is_ok()
+            {
+                first = Err(e);
+            }
+        }
+        first
+    }
+
+    /// The hybrid mode's figures (all 0 without it).
+    pub fn hybrid(&self) -> HybridFigures {
+        let mut figures = HybridFigures::default();
+        for l in self.limiters.read().values() {
+            if let Limiter::Hybrid { limiter: h, .. } = l {
+                let s = h.stats();
+                figures.decisions += s.decisions;
+                figures.commands += s.commands;
+                figures.pending_keys += s.pending_keys;
+            }
+        }
+        figures
     }
 
     /// The failures and fallbacks so far.
     pub fn stats(&self) -> RedisStats {
-        let kept: u64 = self.limiters.read().values().map(|l| l.stats().failures).sum();
+        let kept: u64 = self.limiters.read().values().map(Limiter::errors).sum();
+        let hybrid = self.hybrid();
         RedisStats {
             errors: kept + self.unkept_errors.load(Ordering::Relaxed),
             fail_open: self.fail_open.load(Ordering::Relaxed),
             fail_closed: self.fail_closed.load(Ordering::Relaxed),
             local: self.local.load(Ordering::Relaxed),
+            sync_commands: hybrid.commands,
+            pending_keys: hybrid.pending_keys as u64,
         }
     }
 }

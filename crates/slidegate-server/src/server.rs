@@ -168,6 +168,8 @@ impl<C: Clock> Running<C> {
         for task in self.tasks {
             let _ = task.await;
         }
+        // The hybrid mode's last counts go to Redis before the process ends.
+        self.shared.engine.flush().await;
     }
 
     /// Runs until `signal` resolves, then shuts down gracefully.

@@ -330,3 +330,92 @@ async fn redis_down_counts_locally() {
     })
     .await;
 }
+
+impl Instance {
+    /// The remaining count of one descriptor, peeked (`hits_addend` 0).
+    async fn remaining(&mut self, domain: &str, entries: &[(&str, &str)]) -> u32 {
+        let request = RateLimitRequest {
+            domain: domain.to_owned(),
+            descriptors: vec![RateLimitDescriptor {
+                entries: entries
+                    .iter()
+                    .map(|(k, v)| Entry {
+                        key: (*k).to_owned(),
+                        value: (*v).to_owned(),
+                    })
+                    .collect(),
+                hits_addend: Some(pbjson_types::UInt64Value { value: 0 }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let response = self.grpc.should_rate_limit(request).await.unwrap().into_inner();
+        response.statuses[0].limit_remaining
+    }
+}
+
+/// The sum of the bucket counts of the sliding window ring whose key has
+/// `needle` in it (0 when there is none).
+fn ring_count(redis: &RedisServer, needle: &str) -> u64 {
+    let Some((key, _)) = redis.keys_and_ttls().into_iter().find(|(k, _)| k.contains(needle)) else {
+        return 0;
+    };
+    let fields: Vec<(String, u64)> = redis::cmd("HGETALL")
+        .arg(key)
+        .query(&mut redis.sync_conn().unwrap())
+        .unwrap();
+    fields.iter().filter(|(f, _)| f != "n").map(|(_, c)| c).sum()
+}
+
+/// Waits (bounded) until `done` holds.
+async fn until(what: &str, mut done: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done().await {
+        assert!(Instant::now() < deadline, "never: {what}");
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Hybrid mode: decisions are local, their counts reach Redis with the
+/// background sync, an instance's view learns the others' counts with its
+/// next sync, and shutdown sends what is still pending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hybrid_mode_decides_locally_and_syncs() {
+    let redis = RedisServer::start();
+    let yaml = limit_yaml("hybrid", 7, None);
+    let key = "alice";
+    let hybrid = |interval| RedisOptions {
+        sync_interval: Some(interval),
+        ..redis_options(redis.url(), FailurePolicy::Closed, Duration::from_secs(2))
+    };
+    let mut a = start(&yaml, hybrid(Duration::from_millis(20))).await.unwrap();
+    for _ in 0..5 {
+        assert_eq!(a.hit("hybrid", &[("user", "alice")]).await, Code::Ok);
+    }
+    until("A's counts reach Redis", async || ring_count(&redis, key) == 5).await;
+    assert!(a.metric("slidegate_redis_sync_commands_total") >= 1.0);
+
+    let mut b = start(&yaml, hybrid(Duration::from_millis(20))).await.unwrap();
+    // B's first decision is its own (its view is empty); its sync brings
+    // back A's counts.
+    assert_eq!(b.hit("hybrid", &[("user", "alice")]).await, Code::Ok);
+    until("B's view holds the global count", async || {
+        b.remaining("hybrid", &[("user", "alice")]).await == 1
+    })
+    .await;
+    assert_eq!(b.hit("hybrid", &[("user", "alice")]).await, Code::Ok);
+    assert_eq!(b.hit("hybrid", &[("user", "alice")]).await, Code::OverLimit);
+    assert_eq!(b.metric("slidegate_redis_fallbacks_total"), 0.0);
+    until("B's counts reach Redis", async || ring_count(&redis, key) == 7).await;
+    a.running.shutdown().await;
+    b.running.shutdown().await;
+
+    // Counts still pending at shutdown are sent before it returns.
+    let mut c = start(&yaml, hybrid(Duration::from_secs(3600))).await.unwrap();
+    for _ in 0..3 {
+        assert_eq!(c.hit("hybrid", &[("user", "bob")]).await, Code::Ok);
+    }
+    c.running.shutdown().await;
+    assert_eq!(ring_count(&redis, "bob"), 3);
+    drop((a.dir, b.dir, c.dir));
+}

@@ -97,6 +97,17 @@ pub(crate) struct Args {
     /// starts afresh.
     #[arg(long, env = "SLIDEGATE_REDIS_PREFIX", default_value = "slidegate:")]
     redis_prefix: String,
+    /// Hybrid mode: `sliding_window` limits (the default algorithm) decide
+    /// in this process, on the count Redis last answered plus this
+    /// instance's own since, and send their counts to Redis every
+    /// DURATION (say 50ms) in one pipelined batch: no round trip per
+    /// decision, one command per key per interval. Instances together may
+    /// admit more than the limit, up to about (instances − 1) × rate ×
+    /// interval (two intervals at worst; see the README). Other algorithms
+    /// stay one script per decision. Syncs failing for 4 intervals (at
+    /// least 200 ms) hand decisions to `--redis-failure`.
+    #[arg(long, env = "SLIDEGATE_REDIS_SYNC_INTERVAL", value_parser = parse_timeout, value_name = "DURATION", requires = "redis")]
+    redis_sync_interval: Option<Duration>,
 }
 
 /// `--redis-failure`.
@@ -155,6 +166,7 @@ impl Args {
             },
             timeout: self.redis_timeout,
             prefix: self.redis_prefix.clone(),
+            sync_interval: self.redis_sync_interval,
         });
         Ok(Options {
             redis,
