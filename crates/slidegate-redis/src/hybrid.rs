@@ -44,9 +44,13 @@ pub struct HybridOptions {
     /// drain them) is decided by the failure policy, so that memory stays
     /// bounded and no count is dropped.
     pub max_pending_keys: usize,
-    /// How long syncs may fail before decisions go to the failure policy;
-    /// until then they go on locally, on the last global count.
+    /// How long syncs may fail (counted from the first failure) before
+    /// decisions go to the failure policy; until then they go on locally,
+    /// on the last global count.
     pub stale_after: Duration,
+    /// The bound of one batch: a sync is not on any request's path, so it
+    /// may wait longer than a decision of the direct mode.
+    pub sync_timeout: Duration,
     /// The budget of the local views (the last global count of each key
     /// plus its own counts since). A view dropped for room costs only
     /// accuracy: the key starts again from its own counts until its next
@@ -57,13 +61,14 @@ pub struct HybridOptions {
 impl HybridOptions {
     /// Options syncing every `interval`, in batches of 2048 keys, with at
     /// most 100 000 keys pending, stale after `max(4 × interval, 200 ms)`,
-    /// views for 100 000 keys.
+    /// each batch bounded by 1 s, views for 100 000 keys.
     pub fn every(interval: Duration) -> Self {
         HybridOptions {
             interval,
             batch: 2048,
             max_pending_keys: 100_000,
             stale_after: (interval * 4).max(Duration::from_millis(200)),
+            sync_timeout: Duration::from_secs(1),
             budget: Budget::keys(100_000),
         }
     }
@@ -286,8 +291,8 @@ impl LocalClock {
 }
 
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
-    /// A hybrid limiter over `redis`: its connection, policy, prefix,
-    /// timeout (each batch is bounded by it), clock and failure policy.
+    /// A hybrid limiter over `redis`: its connection, policy, prefix, clock
+    /// and failure policy.
     ///
     /// # Errors
     ///
@@ -302,8 +307,10 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
                 reason: "hybrid mode counts sliding_window only; use the direct scripts for the others",
             });
         };
-        if options.interval.is_zero() {
-            return Err(RedisStoreError::Options("the sync interval must be more than zero"));
+        if options.interval.is_zero() || options.sync_timeout.is_zero() {
+            return Err(RedisStoreError::Options(
+                "the sync interval and timeout must be more than zero",
+            ));
         }
         if options.batch == 0 || options.max_pending_keys == 0 {
             return Err(RedisStoreError::Options(
@@ -445,7 +452,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
     /// Sends every count pending now to Redis, in batches of at most
     /// [`batch`](HybridOptions::batch) keys, each batch one `EVALSHA` per
     /// key issued together on the connection (pipelined) and bounded by
-    /// the timeout; each reply becomes its key's view. Counts made while
+    /// [`sync_timeout`](HybridOptions::sync_timeout); each reply becomes its key's view. Counts made while
     /// the batches are on their way wait for the next sync. A key whose
     /// sync fails keeps its counts for the next sync.
     ///
@@ -497,7 +504,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
         });
         i.syncs.fetch_add(1, Ordering::Relaxed);
         i.commands.fetch_add(batch.len() as u64, Ordering::Relaxed);
-        let timeout = i.redis.timeout();
+        let timeout = i.options.sync_timeout;
         let replies = match tokio::time::timeout(timeout, futures_util::future::join_all(calls)).await {
             Ok(replies) => replies,
             Err(_) => {

@@ -58,6 +58,11 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// the backoff are not shared between such decisions).
 const MAX_LIMITERS: usize = 4096;
 
+/// The most calls in flight on the connection to one server: beyond it a
+/// call waits for room, within its timeout (then the failure policy
+/// answers), so a slow Redis meets a bounded queue, not an unbounded one.
+const MAX_IN_FLIGHT: usize = 1024;
+
 /// How to reach Redis, and what to do when it fails.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RedisOptions {
@@ -320,6 +325,7 @@ impl RedisStore {
             // Reconnects quickly and keeps trying: a request that finds the
             // connection broken starts another round of attempts.
             let config = ConnectionManagerConfig::new()
+                .set_concurrency_limit(MAX_IN_FLIGHT)
                 .set_number_of_retries(2)
                 .set_min_delay(Duration::from_millis(20))
                 .set_max_delay(Duration::from_millis(500))
