@@ -1,11 +1,13 @@
 //! `slidegate bench --redis URL`: slidegate's script path against plain
-//! `INCR`, through the same client at the same concurrency, in the same run.
+//! `INCR`, through the same client at the same concurrency, in the same run,
+//! at each concurrency of `--redis-concurrency`.
 //!
-//! `--concurrency` tasks share one multiplexed connection (as the store
-//! does). Every key the run makes starts with a prefix unique to the run
-//! (`slidegate-bench:<pid>:`) and is deleted at the end (`SCAN` with `MATCH`
-//! on the prefix, `UNLINK`), so the bench leaves nothing behind. Only
-//! loopback servers are measured.
+//! At each concurrency, that many tasks share one multiplexed connection (as
+//! the store does), each with one call in flight: `INCR` first, then every
+//! script case, each compared with that `INCR`. Every key the run makes
+//! starts with a prefix unique to the run (`slidegate-bench:<pid>:`) and is
+//! deleted at the end (`SCAN` with `MATCH` on the prefix, `UNLINK`), so the
+//! bench leaves nothing behind. Only loopback servers are measured.
 
 use crate::bench::{Case, key, percentile};
 use anyhow::{Context, Result, bail};
@@ -23,9 +25,14 @@ const TIMEOUT: Duration = Duration::from_secs(2);
 /// Distinct keys of the many-key case.
 const MANY_KEYS: u64 = 100_000;
 
-/// Steps of the progress bar: `INCR`, five algorithms on one hot key, the
+/// Cases at each concurrency: `INCR`, five algorithms on one hot key, the
 /// many-key case.
-pub(crate) const STEPS: u64 = 7;
+const CASES: u64 = 7;
+
+/// Steps of the progress bar for `concurrencies` concurrencies.
+pub(crate) fn steps(concurrencies: usize) -> u64 {
+    CASES * concurrencies as u64
+}
 
 /// Decisions answered and their latencies.
 type Load = (u64, Vec<Duration>);
@@ -101,9 +108,10 @@ where
 }
 
 /// A case of the `redis` group from its load.
-fn case(name: String, time: Duration, (count, mut latencies): Load) -> Case {
+fn case(name: String, time: Duration, concurrency: usize, (count, mut latencies): Load) -> Case {
     latencies.sort_unstable();
     let mut case = Case::new("redis", name, count as f64 / time.as_secs_f64());
+    case.concurrency = Some(concurrency);
     case.p50_us = percentile(&latencies, 0.50);
     case.p99_us = percentile(&latencies, 0.99);
     case
@@ -146,7 +154,7 @@ fn policies() -> Result<Vec<(&'static str, &'static str, Policy)>> {
     ])
 }
 
-/// The cases, on `conn`, every key under `prefix`.
+/// The cases at one concurrency, on `conn`, every key under `prefix`.
 async fn cases(
     conn: &MultiplexedConnection,
     prefix: &str,
@@ -154,7 +162,7 @@ async fn cases(
     concurrency: usize,
     progress: &dyn Fn(&str),
 ) -> Result<Vec<Case>> {
-    progress("redis INCR");
+    progress(&format!("redis INCR, {concurrency} in flight"));
     let incr = format!("{prefix}{{bench}}:incr");
     let c = conn.clone();
     let base = load(time, concurrency, move |_, _| {
@@ -168,24 +176,29 @@ async fn cases(
         }
     })
     .await?;
-    let baseline = format!("INCR, one hot key, {concurrency} tasks on one connection");
-    let base = case(baseline.clone(), time, base);
+    let baseline = format!("INCR, one hot key, {concurrency} in flight");
+    let base = case(baseline.clone(), time, concurrency, base);
     let base_rate = base.per_second;
     let mut cases = vec![base];
     let mut scripts = Vec::new();
     for (tag, name, policy) in policies()? {
-        scripts.push((tag, format!("{name} script, one hot key"), policy, 1));
+        scripts.push((
+            tag,
+            format!("{name} script, one hot key, {concurrency} in flight"),
+            policy,
+            1,
+        ));
     }
     let sw8 = Algorithm::SlidingWindow {
         buckets: 8,
         weighting: Weighting::Conservative,
     };
     let policy = Policy::new(1_000_000, Duration::from_secs(1), sw8)?;
-    let many = format!("sliding_window n=8 conservative script, {MANY_KEYS} keys");
+    let many = format!("sliding_window n=8 conservative script, {MANY_KEYS} keys, {concurrency} in flight");
     scripts.push(("many", many, policy, MANY_KEYS));
     for (tag, name, policy, spread) in scripts {
         progress(&format!("redis {name}"));
-        let limiter = RedisLimiter::new(conn.clone(), policy, format!("{prefix}{tag}:"), TIMEOUT)
+        let limiter = RedisLimiter::new(conn.clone(), policy, format!("{prefix}{tag}:{concurrency}:"), TIMEOUT)
             .with_context(|| format!("the {name} limiter"))?;
         let limiter = Arc::new(limiter);
         let load = load(time, concurrency, move |task, i| {
@@ -201,7 +214,7 @@ async fn cases(
             }
         })
         .await?;
-        let mut case = case(name, time, load);
+        let mut case = case(name, time, concurrency, load);
         case.ratio = Some(case.per_second / base_rate);
         case.baseline = Some(baseline.clone());
         cases.push(case);
@@ -241,8 +254,9 @@ async fn clean(conn: &MultiplexedConnection, prefix: &str) -> Result<()> {
     }
 }
 
-/// The `redis` group against the server at `url`.
-pub(crate) fn bench(url: &str, time: Duration, concurrency: usize, progress: &dyn Fn(&str)) -> Result<Vec<Case>> {
+/// The `redis` group against the server at `url`, at each of
+/// `concurrencies` in turn.
+pub(crate) fn bench(url: &str, time: Duration, concurrencies: &[usize], progress: &dyn Fn(&str)) -> Result<Vec<Case>> {
     // Refused before any runtime starts.
     loopback_client(url)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -253,7 +267,14 @@ pub(crate) fn bench(url: &str, time: Duration, concurrency: usize, progress: &dy
         let conn = connect(url).await?;
         // The pid is digits, no glob character: `MATCH` on the prefix is exact.
         let prefix = format!("slidegate-bench:{}:", std::process::id());
-        let measured = cases(&conn, &prefix, time, concurrency, progress).await;
+        let measured = async {
+            let mut all = Vec::new();
+            for &concurrency in concurrencies {
+                all.extend(cases(&conn, &prefix, time, concurrency, progress).await?);
+            }
+            anyhow::Ok(all)
+        }
+        .await;
         let cleaned = clean(&conn, &prefix)
             .await
             .with_context(|| format!("deleting the run's keys ({prefix}*)"));
