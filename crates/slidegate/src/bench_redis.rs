@@ -61,7 +61,7 @@ enum Op {
     Incr(String),
     /// A decision of this limiter on one key, or on keys spread over this
     /// many.
-    Script(RedisLimiter, u64),
+    Script(Box<RedisLimiter>, u64),
 }
 
 impl Op {
@@ -249,7 +249,7 @@ async fn cases(
     for (tag, name, policy, spread) in scripts {
         let limiter = RedisLimiter::new(conn.clone(), policy, format!("{prefix}{tag}:{concurrency}:"), TIMEOUT)
             .with_context(|| format!("the {name} limiter"))?;
-        ops.push((name, Op::Script(limiter, spread)));
+        ops.push((name, Op::Script(Box::new(limiter), spread)));
     }
     let ops: Vec<(String, Arc<Op>)> = ops.into_iter().map(|(name, op)| (name, Arc::new(op))).collect();
     let mut loads: Vec<Load> = ops.iter().map(|_| Load::default()).collect();
