@@ -8,10 +8,12 @@
 //! are measured round-robin, in [`ROUNDS`] slices of `--time / ROUNDS`
 //! each (`INCR`, every script, `INCR`, ...), so that a burst of load from
 //! elsewhere on the machine falls on `INCR` and the scripts alike instead of
-//! on whichever case ran at the time. Every key the run makes
-//! starts with a prefix unique to the run (`slidegate-bench:<pid>:`) and is
-//! deleted at the end (`SCAN` with `MATCH` on the prefix, `UNLINK`), so the
-//! bench leaves nothing behind. Only loopback servers are measured.
+//! on whichever case ran at the time.
+//!
+//! Every key the run makes starts with a prefix unique to the run
+//! (`slidegate-bench:<pid>:`) and is deleted at the end (`SCAN` with `MATCH`
+//! on the prefix, `UNLINK`), so the bench leaves nothing behind. Only
+//! loopback servers are measured.
 
 use crate::bench::{Case, key, percentile};
 use anyhow::{Context, Result, bail};
