@@ -22,11 +22,14 @@
 --          is still in the ring, refused otherwise (as the core).
 -- Writes   a counted request (its bucket), and any request with a cost whose
 --          time moves the ring forward (`n`, and the buckets that left it),
---          as the core's state moves; a peek (cost 0) never writes.
+--          as the core's state moves, in one HSET (and one HDEL of the
+--          buckets that left the ring); a peek (cost 0) never writes.
 -- Expiry   PEXPIRE max(1 s, 2 max((n - 1) b, (newest + n) b - now)) on every
 --          write, in this same call.
 -- Cost     O(n): the whole ring is read (HGETALL of at most n + 1 fields) and
---          a refusal scans it for its retry time.
+--          walked once; a refusal scans it for its retry time. Per decision
+--          at most TIME (on the server clock), HGETALL, HDEL, HSET, PEXPIRE;
+--          in the newest bucket no HDEL.
 -- Exact    for integers below 2^53: the products are count * (part of b), at
 --          most limit * b <= 2^50, and the instants at most
 --          now + n b < 2^53 (see the crate docs for the ranges).
@@ -38,70 +41,64 @@ local limit = tonumber(ARGV[4])
 local conservative = ARGV[5] == '1'
 local cost = tonumber(ARGV[6])
 
--- The stored ring: `newest` and the counts by bucket index.
+local own, rem = divmod(now, b)
+
+-- The stored ring: `newest`, then the counts by bucket index, read in one
+-- pass.
 local flat = redis.call('HGETALL', KEYS[1])
 local newest = 0
 for i = 1, #flat, 2 do
   if flat[i] == 'n' then
     newest = tonumber(flat[i + 1])
+    break
   end
 end
-local counts = {}
-local stale = {}
-for i = 1, #flat, 2 do
-  local idx = tonumber(flat[i])
-  if idx ~= nil then
-    if idx > newest - n and idx <= newest then
-      counts[idx] = tonumber(flat[i + 1])
-    else
-      stale[#stale + 1] = flat[i]
-    end
-  end
-end
--- Buckets outside the ring (after newest, before it by n or more, before
--- 0) hold nothing.
-local function count(i)
-  return counts[i] or 0
-end
-
-local own, rem = divmod(now, b)
-local wrote = false
-if cost > 0 and own > newest then
-  -- The ring moves forward before the decision, refused or not.
-  for idx, _ in pairs(counts) do
-    if idx <= own - n then
-      counts[idx] = nil
-      stale[#stale + 1] = int(idx)
-    end
-  end
-  newest = own
-  redis.call('HSET', KEYS[1], 'n', int(newest))
-  if #stale > 0 then
-    redis.call('HDEL', KEYS[1], unpack(stale))
-  end
-  wrote = true
-end
+-- A request with a cost whose time is after `newest` moves the ring forward
+-- before the decision, refused or not: the buckets at or before own - n
+-- leave it.
+local moves = cost > 0 and own > newest
 -- A request in time order with a cost: the core's in-order path.
 local in_order = cost > 0 and own >= newest
-
 -- The ring as seen at the decision's bucket: buckets bucket - n < i <=
 -- newest (a peek may look ahead of newest: the buckets between are empty).
 local bucket, elapsed = own, rem
 if own < newest then
   bucket, elapsed = newest, 0
 end
-local gap = bucket - newest
+-- Buckets outside the ring (after newest, before it by n or more, before
+-- 0, or leaving it as it moves) hold nothing; when the ring moves, they
+-- are deleted.
+local low = newest - n
+if moves and own - n > low then
+  low = own - n
+end
+local counts = {}
+local stale = {}
 local total = 0
 local last = nil -- the newest non-empty bucket in view
-for idx, c in pairs(counts) do
-  if idx > bucket - n and c > 0 then
-    total = total + c
-    if last == nil or idx > last then
-      last = idx
+for i = 1, #flat, 2 do
+  local idx = tonumber(flat[i])
+  if idx ~= nil then
+    if idx > low and idx <= newest then
+      local c = tonumber(flat[i + 1])
+      counts[idx] = c
+      if idx > bucket - n and c > 0 then
+        total = total + c
+        if last == nil or idx > last then
+          last = idx
+        end
+      end
+    elseif moves then
+      stale[#stale + 1] = flat[i]
     end
   end
 end
-local oldest = count(bucket - n + 1)
+if moves then
+  newest = own
+end
+local gap = bucket - newest
+
+local oldest = counts[bucket - n + 1] or 0
 local rest = total - oldest
 local w = b - elapsed
 if conservative then
@@ -113,16 +110,26 @@ local in_ring = bucket - own < n
 local free = limit - rest
 local allowed = in_ring and free >= cost and part <= (free - cost) * b
 local after = total
-if allowed and cost > 0 then
-  counts[own] = count(own) + cost
-  redis.call('HSET', KEYS[1], int(own), int(counts[own]))
-  wrote = true
+local counted = allowed and cost > 0
+if counted then
+  counts[own] = (counts[own] or 0) + cost
   after = total + cost
   if last == nil or own > last then
     last = own
   end
 end
-if wrote then
+-- The writes: an HDEL of the buckets that left the ring, then one HSET.
+if #stale > 0 then
+  redis.call('HDEL', KEYS[1], unpack(stale))
+end
+if moves and counted then
+  redis.call('HSET', KEYS[1], 'n', int(newest), int(own), int(counts[own]))
+elseif moves then
+  redis.call('HSET', KEYS[1], 'n', int(newest))
+elseif counted then
+  redis.call('HSET', KEYS[1], int(own), int(counts[own]))
+end
+if moves or counted then
   local span = math.max((n - 1) * b, (newest + n) * b - now)
   redis.call('PEXPIRE', KEYS[1], int(math.max(1000, math.ceil(2 * span / 1000))))
 end
@@ -146,40 +153,40 @@ if after > 0 and gap < n then
   reset_at = (last + n) * b
 end
 
--- The least e >= e_from (< b) at which cost fits beside `rest` and the
--- oldest bucket's part, or nil.
-local function fits_at(rest_k, oldest_k, e_from)
-  local room = limit - rest_k - cost
-  if room < 0 then
-    return nil
-  end
-  room = room * b
-  local e
-  if oldest_k == 0 then
-    e = e_from
-  elseif conservative then
-    if oldest_k * b <= room then
-      e = e_from
-    else
-      return nil
-    end
-  else
-    -- oldest*(b - e) <= room  <=>  e >= b - floor(room / oldest)
-    local qr = divmod(room, oldest_k)
-    local least = 0
-    if qr < b then
-      least = b - qr
-    end
-    e = math.max(least, e_from)
-  end
-  if e < b then
-    return e
-  end
-  return nil
-end
-
 local retry_at = -1
 if not allowed and cost <= limit then
+  -- The least e >= e_from (< b) at which cost fits beside `rest` and the
+  -- oldest bucket's part, or nil.
+  local function fits_at(rest_k, oldest_k, e_from)
+    local room = limit - rest_k - cost
+    if room < 0 then
+      return nil
+    end
+    room = room * b
+    local e
+    if oldest_k == 0 then
+      e = e_from
+    elseif conservative then
+      if oldest_k * b <= room then
+        e = e_from
+      else
+        return nil
+      end
+    else
+      -- oldest*(b - e) <= room  <=>  e >= b - floor(room / oldest)
+      local qr = divmod(room, oldest_k)
+      local least = 0
+      if qr < b then
+        least = b - qr
+      end
+      e = math.max(least, e_from)
+    end
+    if e < b then
+      return e
+    end
+    return nil
+  end
+
   if not in_ring and fits_at(rest, oldest, 0) == 0 then
     -- It fits as judged; it waits for its own bucket to be back in the ring.
     retry_at = (bucket - (n - 1)) * b
@@ -190,7 +197,7 @@ if not allowed and cost <= limit then
     local rest_k, oldest_k, e_from = rest, oldest, elapsed
     for k = 0, n - 1 do
       if k > 0 then
-        oldest_k = count(bucket - n + 1 + k)
+        oldest_k = counts[bucket - n + 1 + k] or 0
         rest_k = math.max(rest_k - oldest_k, 0)
         e_from = 0
       end

@@ -138,8 +138,8 @@
 //!   most `now + n·b < 2⁵² + 2⁵¹ + n`, since `(n − 1)·b < W + n`.
 //!
 //! A `sliding_window` script reads the whole ring (`HGETALL`, at most
-//! `n + 1` fields) and a refusal scans it for the retry time: O(n) Lua on
-//! the server per decision. Measured on a full ring (Redis 7.0): about
+//! `n + 1` fields) in one pass and a refusal scans it for the retry time:
+//! O(n) Lua on the server per decision. Measured on a full ring (Redis 7.0): about
 //! 0.1 ms at 64 buckets and 0.65 ms at 1024, hence the line at 256 (about
 //! 0.2 ms).
 //!
@@ -170,6 +170,42 @@
 //! flight share one multiplexed connection (clone it freely); each call,
 //! retry included, is bounded by the limiter's timeout and fails with
 //! [`RedisStoreError::Timeout`] beyond it, never hangs.
+//!
+//! # Cost on the server
+//!
+//! Redis runs one command at a time, so what bounds the decisions per
+//! second of a busy server is its CPU time per decision. A script's is the
+//! `EVALSHA` itself, about twice an `INCR`'s before any Lua runs, plus each
+//! `redis.call` (0.3–0.6 µs each), plus its own Lua (arithmetic, `tonumber`
+//! of every argument and field read, the eight-integer reply):
+//!
+//! | script | `redis.call`s of a counted request | server CPU per decision |
+//! |---|---|---|
+//! | `INCR`, for scale | — | 0.55 µs |
+//! | `fixed_window` | `TIME`, `HMGET`, `HSET`, `PEXPIRE` | 5.7 µs |
+//! | `gcra` | `TIME`, `HGET`, `HSET`, `PEXPIRE` | 5.5 µs |
+//! | `sliding_window` n = 2, 8 | `TIME`, `HGETALL`, `HSET` (`HDEL` as the ring moves), `PEXPIRE` | 7.3 µs, 8.8 µs |
+//! | `sliding_log` | `TIME`, `ZRANGE`, `ZREMRANGEBYSCORE`, `ZRANGEBYSCORE`, `ZADD` (`ZREM`), `PEXPIRE` | O(entries in the window) |
+//!
+//! (Redis 7.0, one hot key, pipelined so that the server's I/O is
+//! amortized; `BENCHMARKS.md` has the commands.) Four calls are the least a
+//! limiter on a hash needs (the time, the state, the write, the expiry:
+//! Redis 7.0 has no command that writes a hash field and its key's expiry
+//! at once); they alone cost 3.0 µs, and an `EVALSHA` that calls nothing
+//! 1.2 µs. So when the server is the bottleneck (many decisions in flight
+//! over multiplexed connections) a decision costs 10–16 `INCR`s, and no
+//! one-`EVALSHA`-per-decision design gets closer than about 5. With few
+//! calls in flight the round trip and the server's I/O per request (about
+//! 6 µs of server CPU per unpipelined command) dominate, and a decision
+//! costs little more than an `INCR`.
+//!
+//! Measured and not kept: `gcra` (and `fixed_window`) in a string written
+//! with `SET key value PX ms` instead of a hash and `PEXPIRE` (one call
+//! fewer, no faster: `SET` with `PX` costs what `HSET` and `PEXPIRE` cost
+//! together); a shorter reply (two integers instead of eight: 0.2 µs);
+//! numbers passed straight to `redis.call` instead of formatted (none);
+//! `sliding_window` reading only its own ring with `HMGET` (slower: the
+//! field names are formatted in Lua on every call).
 //!
 //! # Failure policy
 //!

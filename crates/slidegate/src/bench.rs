@@ -38,9 +38,14 @@ pub(crate) struct Args {
     #[arg(long, value_name = "N", default_value_t = 1_000_000)]
     keys: u64,
 
-    /// Concurrent requests of the service and Redis cases
+    /// Concurrent requests of the service cases
     #[arg(long, value_name = "N", default_value_t = 32)]
     concurrency: usize,
+
+    /// Concurrent calls of the Redis cases, one connection shared by that
+    /// many tasks: every case at each, `INCR` first; separate with commas
+    #[arg(long, value_name = "N,...", value_delimiter = ',', default_value = "1,8,32,128")]
+    redis_concurrency: Vec<usize>,
 
     /// Output format
     #[arg(long, value_enum, default_value_t = Format::Table)]
@@ -73,6 +78,8 @@ pub(crate) struct Case {
     pub(crate) p50_us: Option<f64>,
     /// 99th percentile latency in microseconds (service and Redis cases).
     pub(crate) p99_us: Option<f64>,
+    /// Requests in flight (service and Redis cases).
+    pub(crate) concurrency: Option<usize>,
     /// Redis commands the server processed per 1000 decisions (hybrid
     /// cases).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -93,6 +100,7 @@ impl Case {
             ratio: None,
             p50_us: None,
             p99_us: None,
+            concurrency: None,
             commands_per_1000: None,
             admitted_over_limit: None,
         }
@@ -258,6 +266,7 @@ fn bench_service(time: Duration, concurrency: usize, progress: &dyn Fn(&str)) ->
             let mut case = Case::new("service", name, count as f64 / time.as_secs_f64());
             case.p50_us = percentile(&latencies, 0.50);
             case.p99_us = percentile(&latencies, 0.99);
+            case.concurrency = Some(concurrency);
             case
         };
         Ok(vec![
@@ -290,7 +299,7 @@ fn write_table(cases: &[Case], out: &mut dyn Write) -> Result<()> {
     writeln!(
         out,
         "ratio: decisions/s of the case over its baseline in the same run (the line above it; \
-         in the redis group, the group's INCR line)"
+         in the redis group, the INCR line of the same concurrency)"
     )?;
     for c in cases {
         if let Some(k) = c.commands_per_1000 {
@@ -299,6 +308,65 @@ fn write_table(cases: &[Case], out: &mut dyn Write) -> Result<()> {
         if let Some(r) = c.admitted_over_limit {
             writeln!(out, "{}: {r:.3} × the limit", c.name)?;
         }
+    }
+    write_redis_matrix(cases, out)
+}
+
+/// The `redis` group again, one line per case and one column per
+/// concurrency: decisions/s and, for the scripts, the ratio to `INCR` at
+/// that concurrency. Nothing when the run has no `redis` case.
+fn write_redis_matrix(cases: &[Case], out: &mut dyn Write) -> Result<()> {
+    let redis: Vec<(&str, usize, &Case)> = cases
+        .iter()
+        .filter(|c| c.group == "redis")
+        .filter_map(|c| {
+            let concurrency = c.concurrency?;
+            let label = c
+                .name
+                .strip_suffix(&format!(", {concurrency} in flight"))
+                .unwrap_or(&c.name);
+            Some((label, concurrency, c))
+        })
+        .collect();
+    if redis.is_empty() {
+        return Ok(());
+    }
+    let mut labels: Vec<&str> = Vec::new();
+    let mut concurrencies: Vec<usize> = Vec::new();
+    for &(label, concurrency, _) in &redis {
+        if !labels.contains(&label) {
+            labels.push(label);
+        }
+        if !concurrencies.contains(&concurrency) {
+            concurrencies.push(concurrency);
+        }
+    }
+    let title = "redis: decisions/s (ratio to INCR) by calls in flight";
+    let width = labels
+        .iter()
+        .map(|l| l.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(title.chars().count());
+    writeln!(out)?;
+    write!(out, "{title:<width$}")?;
+    for c in &concurrencies {
+        write!(out, "  {:>17}", format!("{c} in flight"))?;
+    }
+    writeln!(out)?;
+    for label in labels {
+        write!(out, "{label:<width$}")?;
+        for &c in &concurrencies {
+            let cell = redis.iter().find(|&&(l, k, _)| l == label && k == c).map_or_else(
+                || "—".to_owned(),
+                |(_, _, case)| match case.ratio {
+                    Some(ratio) => format!("{:.0} ({ratio:.2})", case.per_second),
+                    None => format!("{:.0}", case.per_second),
+                },
+            );
+            write!(out, "  {cell:>17}")?;
+        }
+        writeln!(out)?;
     }
     Ok(())
 }
@@ -309,6 +377,10 @@ pub(crate) fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     anyhow::ensure!(args.keys > 0, "--keys 0: must be at least 1");
     anyhow::ensure!(args.concurrency > 0, "--concurrency 0: must be at least 1");
     anyhow::ensure!(
+        !args.redis_concurrency.is_empty() && !args.redis_concurrency.contains(&0),
+        "--redis-concurrency: every concurrency must be at least 1"
+    );
+    anyhow::ensure!(
         args.redis.is_some() || !args.only.iter().any(|g| g == "redis" || g == "hybrid"),
         "--only redis or hybrid: needs --redis URL (a loopback Redis server)"
     );
@@ -318,7 +390,7 @@ pub(crate) fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
         ("algorithms", 7),
         ("store", 4),
         ("service", 2),
-        ("redis", crate::bench_redis::STEPS),
+        ("redis", crate::bench_redis::steps(args.redis_concurrency.len())),
         ("hybrid", crate::bench_hybrid::STEPS),
     ]
     .iter()
@@ -339,7 +411,12 @@ pub(crate) fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
         cases.extend(bench_service(args.time, args.concurrency, &progress)?);
     }
     if let Some(url) = redis {
-        cases.extend(crate::bench_redis::bench(url, args.time, args.concurrency, &progress)?);
+        cases.extend(crate::bench_redis::bench(
+            url,
+            args.time,
+            &args.redis_concurrency,
+            &progress,
+        )?);
     }
     if let Some(url) = hybrid {
         cases.extend(crate::bench_hybrid::bench(url, args.time, args.concurrency, &progress)?);

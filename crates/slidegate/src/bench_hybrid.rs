@@ -7,8 +7,8 @@
 //! Keys live under the run's prefix and are deleted at the end, as in
 //! `crate::bench_redis`.
 
-use crate::bench::{Case, key};
-use crate::bench_redis::{TIMEOUT, case, clean, connect, load, loopback_client};
+use crate::bench::{Case, key, percentile};
+use crate::bench_redis::{TIMEOUT, clean, connect, loopback_client};
 use anyhow::{Context, Result};
 use redis::aio::MultiplexedConnection;
 use slidegate_core::{Algorithm, Policy, Weighting};
@@ -31,6 +31,43 @@ const INSTANCES: usize = 4;
 const SHARED_LIMIT: u64 = 10_000;
 /// Decisions per second offered to each instance: twice the limit in all.
 const OFFERED: u64 = 2 * SHARED_LIMIT / INSTANCES as u64;
+
+/// `concurrency` tasks calling `op(task, i)` one call at a time for `time`:
+/// a case of the `hybrid` group, with p50 and p99, and the calls made.
+async fn drive<F, Fut>(name: String, time: Duration, concurrency: usize, op: F) -> Result<(Case, u64)>
+where
+    F: Fn(u64, u64) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<()>> + Send,
+{
+    let op = Arc::new(op);
+    let start = Instant::now();
+    let deadline = start + time;
+    let mut tasks = Vec::new();
+    for task in 0..concurrency as u64 {
+        let op = Arc::clone(&op);
+        tasks.push(tokio::spawn(async move {
+            let (mut latencies, mut i) = (Vec::new(), 0);
+            while Instant::now() < deadline {
+                let call = Instant::now();
+                op(task, i).await?;
+                latencies.push(call.elapsed());
+                i += 1;
+            }
+            anyhow::Ok(latencies)
+        }));
+    }
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await.context("a load task")??);
+    }
+    let calls = latencies.len() as u64;
+    latencies.sort_unstable();
+    let mut case = Case::new("hybrid", name, calls as f64 / start.elapsed().as_secs_f64());
+    case.concurrency = Some(concurrency);
+    case.p50_us = percentile(&latencies, 0.50);
+    case.p99_us = percentile(&latencies, 0.99);
+    Ok((case, calls))
+}
 
 fn ring(limit: u64) -> Result<Policy> {
     let sw8 = Algorithm::SlidingWindow {
@@ -80,7 +117,7 @@ async fn hybrid_case(
     let before = evalsha_calls(conn).await?;
     let task = limiter.spawn_sync();
     let l = limiter.clone();
-    let measured = load(time, concurrency, move |task, i| {
+    let (mut case, decisions) = drive(name, time, concurrency, move |task, i| {
         let limiter = l.clone();
         async move {
             let k = if spread == 1 {
@@ -104,9 +141,6 @@ async fn hybrid_case(
         "{} decisions were made by the failure policy: Redis failed during the run",
         stats.fallbacks
     );
-    let decisions = measured.0;
-    let mut case = case(name, time, measured);
-    case.group = "hybrid";
     case.commands_per_1000 = Some(sent as f64 * 1000.0 / decisions.max(1) as f64);
     Ok(case)
 }
@@ -180,7 +214,8 @@ async fn cases(
         format!("{prefix}direct:"),
         TIMEOUT,
     )?);
-    let measured = load(time, concurrency, move |_, _| {
+    let baseline = format!("sliding_window n=8 conservative, direct script, one hot key, {concurrency} in flight");
+    let (base, _) = drive(baseline.clone(), time, concurrency, move |_, _| {
         let direct = Arc::clone(&direct);
         async move {
             direct.check("bench", 1).await.context("a script call")?;
@@ -188,15 +223,12 @@ async fn cases(
         }
     })
     .await?;
-    let baseline = format!("sliding_window n=8 conservative, direct script, one hot key, {concurrency} tasks");
-    let mut base = case(baseline.clone(), time, measured);
-    base.group = "hybrid";
     let base_rate = base.per_second;
     let mut cases = vec![base];
     let ms = INTERVAL.as_millis();
     for (spread, what) in [(1, "one hot key".to_owned()), (KEYS, format!("{KEYS} keys"))] {
         progress(&format!("hybrid: {what}"));
-        let name = format!("hybrid, sync every {ms} ms, {what}, {concurrency} tasks");
+        let name = format!("hybrid, sync every {ms} ms, {what}, {concurrency} in flight");
         let mut case = hybrid_case(
             url,
             conn,

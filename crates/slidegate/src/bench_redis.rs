@@ -1,8 +1,16 @@
 //! `slidegate bench --redis URL`: slidegate's script path against plain
-//! `INCR`, through the same client at the same concurrency, in the same run.
+//! `INCR`, through the same client at the same concurrency, in the same run,
+//! at each concurrency of `--redis-concurrency`.
 //!
-//! `--concurrency` tasks share one multiplexed connection (as the store
-//! does). Every key the run makes starts with a prefix unique to the run
+//! At each concurrency, that many tasks share one multiplexed connection (as
+//! the store does), each with one call in flight, and every script case is
+//! compared with `INCR` at that concurrency. The cases of one concurrency
+//! are measured round-robin, in [`ROUNDS`] slices of `--time / ROUNDS`
+//! each (`INCR`, every script, `INCR`, ...), so that a burst of load from
+//! elsewhere on the machine falls on `INCR` and the scripts alike instead of
+//! on whichever case ran at the time.
+//!
+//! Every key the run makes starts with a prefix unique to the run
 //! (`slidegate-bench:<pid>:`) and is deleted at the end (`SCAN` with `MATCH`
 //! on the prefix, `UNLINK`), so the bench leaves nothing behind. Only
 //! loopback servers are measured.
@@ -23,12 +31,64 @@ pub(crate) const TIMEOUT: Duration = Duration::from_secs(2);
 /// Distinct keys of the many-key case.
 const MANY_KEYS: u64 = 100_000;
 
-/// Steps of the progress bar: `INCR`, five algorithms on one hot key, the
-/// many-key case.
-pub(crate) const STEPS: u64 = 7;
+/// The slices each case's `--time` is cut into, the cases of one
+/// concurrency taking turns.
+const ROUNDS: u32 = 10;
 
-/// Decisions answered and their latencies.
-type Load = (u64, Vec<Duration>);
+/// Steps of the progress bar for `concurrencies` concurrencies: one per
+/// round.
+pub(crate) fn steps(concurrencies: usize) -> u64 {
+    u64::from(ROUNDS) * concurrencies as u64
+}
+
+/// Calls answered, their latencies, and the time they took.
+#[derive(Default)]
+struct Load {
+    count: u64,
+    latencies: Vec<Duration>,
+    elapsed: Duration,
+}
+
+impl Load {
+    fn add(&mut self, other: Load) {
+        self.count += other.count;
+        self.latencies.extend(other.latencies);
+        self.elapsed += other.elapsed;
+    }
+}
+
+/// What one case calls.
+enum Op {
+    /// `INCR` of this key.
+    Incr(String),
+    /// A decision of this limiter on one key, or on keys spread over this
+    /// many.
+    Script(Box<RedisLimiter>, u64),
+}
+
+impl Op {
+    /// The `i`-th call of `task` in `round`.
+    async fn call(&self, conn: &MultiplexedConnection, round: u64, task: u64, i: u64) -> Result<()> {
+        match self {
+            Op::Incr(key) => {
+                let mut conn = conn.clone();
+                let _: i64 = tokio::time::timeout(TIMEOUT, redis::cmd("INCR").arg(key).query_async(&mut conn))
+                    .await
+                    .map_err(|_| anyhow::anyhow!("no answer to INCR within {TIMEOUT:?}"))?
+                    .context("INCR")?;
+            }
+            Op::Script(limiter, spread) => {
+                let k = if *spread == 1 {
+                    "bench".to_owned()
+                } else {
+                    key(round << 56 | task << 40 | i, *spread).to_string()
+                };
+                limiter.check(&k, 1).await.context("a script call")?;
+            }
+        }
+        Ok(())
+    }
+}
 
 /// Refuses a URL that does not parse or does not name a loopback host.
 pub(crate) fn loopback_client(url: &str) -> Result<redis::Client> {
@@ -67,45 +127,57 @@ pub(crate) async fn connect(url: &str) -> Result<MultiplexedConnection> {
     Ok(conn)
 }
 
-/// `concurrency` tasks calling `op(task, i)` one call at a time until
-/// `time` has passed.
-pub(crate) async fn load<F, Fut>(time: Duration, concurrency: usize, op: F) -> Result<Load>
-where
-    F: Fn(u64, u64) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<()>> + Send,
-{
-    let op = Arc::new(op);
-    let deadline = Instant::now() + time;
+/// `concurrency` tasks calling `op` one call at a time until `time` has
+/// passed.
+async fn load(
+    conn: &MultiplexedConnection,
+    op: &Arc<Op>,
+    round: u64,
+    time: Duration,
+    concurrency: usize,
+) -> Result<Load> {
+    let start = Instant::now();
+    let deadline = start + time;
     let mut tasks = Vec::new();
     for task in 0..concurrency as u64 {
-        let op = Arc::clone(&op);
+        let (op, conn) = (Arc::clone(op), conn.clone());
         tasks.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
             let mut i = 0;
             while Instant::now() < deadline {
                 let start = Instant::now();
-                op(task, i).await?;
+                op.call(&conn, round, task, i).await?;
                 latencies.push(start.elapsed());
                 i += 1;
             }
-            anyhow::Ok((latencies.len() as u64, latencies))
+            anyhow::Ok(latencies)
         }));
     }
-    let (mut count, mut latencies) = (0, Vec::new());
+    let mut load = Load::default();
     for task in tasks {
-        let (n, l) = task.await.context("a load task")??;
-        count += n;
-        latencies.extend(l);
+        let latencies = task.await.context("a load task")??;
+        load.count += latencies.len() as u64;
+        load.latencies.extend(latencies);
     }
-    Ok((count, latencies))
+    // Until the last call in flight at the deadline was answered.
+    load.elapsed = start.elapsed();
+    Ok(load)
 }
 
-/// A case of the `redis` group from its load.
-pub(crate) fn case(name: String, time: Duration, (count, mut latencies): Load) -> Case {
-    latencies.sort_unstable();
-    let mut case = Case::new("redis", name, count as f64 / time.as_secs_f64());
-    case.p50_us = percentile(&latencies, 0.50);
-    case.p99_us = percentile(&latencies, 0.99);
+/// A case of the `redis` group from its load: calls answered per second of
+/// the time its slices took.
+fn case(name: String, concurrency: usize, mut load: Load) -> Case {
+    load.latencies.sort_unstable();
+    let seconds = load.elapsed.as_secs_f64();
+    let per_second = if seconds > 0.0 {
+        load.count as f64 / seconds
+    } else {
+        0.0
+    };
+    let mut case = Case::new("redis", name, per_second);
+    case.concurrency = Some(concurrency);
+    case.p50_us = percentile(&load.latencies, 0.50);
+    case.p99_us = percentile(&load.latencies, 0.99);
     case
 }
 
@@ -146,7 +218,8 @@ fn policies() -> Result<Vec<(&'static str, &'static str, Policy)>> {
     ])
 }
 
-/// The cases, on `conn`, every key under `prefix`.
+/// The cases at one concurrency, on `conn`, every key under `prefix`,
+/// round-robin.
 async fn cases(
     conn: &MultiplexedConnection,
     prefix: &str,
@@ -154,57 +227,50 @@ async fn cases(
     concurrency: usize,
     progress: &dyn Fn(&str),
 ) -> Result<Vec<Case>> {
-    progress("redis INCR");
-    let incr = format!("{prefix}{{bench}}:incr");
-    let c = conn.clone();
-    let base = load(time, concurrency, move |_, _| {
-        let (mut c, incr) = (c.clone(), incr.clone());
-        async move {
-            let _: i64 = tokio::time::timeout(TIMEOUT, redis::cmd("INCR").arg(&incr).query_async(&mut c))
-                .await
-                .map_err(|_| anyhow::anyhow!("no answer to INCR within {TIMEOUT:?}"))?
-                .context("INCR")?;
-            Ok(())
-        }
-    })
-    .await?;
-    let baseline = format!("INCR, one hot key, {concurrency} tasks on one connection");
-    let base = case(baseline.clone(), time, base);
-    let base_rate = base.per_second;
-    let mut cases = vec![base];
+    let baseline = format!("INCR, one hot key, {concurrency} in flight");
+    let mut ops = vec![(
+        baseline.clone(),
+        Op::Incr(format!("{prefix}{{bench}}:incr:{concurrency}")),
+    )];
     let mut scripts = Vec::new();
     for (tag, name, policy) in policies()? {
-        scripts.push((tag, format!("{name} script, one hot key"), policy, 1));
+        scripts.push((
+            tag,
+            format!("{name} script, one hot key, {concurrency} in flight"),
+            policy,
+            1,
+        ));
     }
     let sw8 = Algorithm::SlidingWindow {
         buckets: 8,
         weighting: Weighting::Conservative,
     };
     let policy = Policy::new(1_000_000, Duration::from_secs(1), sw8)?;
-    let many = format!("sliding_window n=8 conservative script, {MANY_KEYS} keys");
+    let many = format!("sliding_window n=8 conservative script, {MANY_KEYS} keys, {concurrency} in flight");
     scripts.push(("many", many, policy, MANY_KEYS));
     for (tag, name, policy, spread) in scripts {
-        progress(&format!("redis {name}"));
-        let limiter = RedisLimiter::new(conn.clone(), policy, format!("{prefix}{tag}:"), TIMEOUT)
+        let limiter = RedisLimiter::new(conn.clone(), policy, format!("{prefix}{tag}:{concurrency}:"), TIMEOUT)
             .with_context(|| format!("the {name} limiter"))?;
-        let limiter = Arc::new(limiter);
-        let load = load(time, concurrency, move |task, i| {
-            let limiter = Arc::clone(&limiter);
-            async move {
-                let k = if spread == 1 {
-                    "bench".to_owned()
-                } else {
-                    key(task << 40 | i, spread).to_string()
-                };
-                limiter.check(&k, 1).await.context("a script call")?;
-                Ok(())
-            }
-        })
-        .await?;
-        let mut case = case(name, time, load);
+        ops.push((name, Op::Script(Box::new(limiter), spread)));
+    }
+    let ops: Vec<(String, Arc<Op>)> = ops.into_iter().map(|(name, op)| (name, Arc::new(op))).collect();
+    let mut loads: Vec<Load> = ops.iter().map(|_| Load::default()).collect();
+    let slice = time / ROUNDS;
+    for round in 0..ROUNDS {
+        progress(&format!("redis, {concurrency} in flight, round {}/{ROUNDS}", round + 1));
+        for ((_, op), total) in ops.iter().zip(&mut loads) {
+            total.add(load(conn, op, u64::from(round), slice, concurrency).await?);
+        }
+    }
+    let mut cases: Vec<Case> = ops
+        .into_iter()
+        .zip(loads)
+        .map(|((name, _), load)| case(name, concurrency, load))
+        .collect();
+    let base_rate = cases[0].per_second;
+    for case in &mut cases[1..] {
         case.ratio = Some(case.per_second / base_rate);
         case.baseline = Some(baseline.clone());
-        cases.push(case);
     }
     Ok(cases)
 }
@@ -241,8 +307,9 @@ pub(crate) async fn clean(conn: &MultiplexedConnection, prefix: &str) -> Result<
     }
 }
 
-/// The `redis` group against the server at `url`.
-pub(crate) fn bench(url: &str, time: Duration, concurrency: usize, progress: &dyn Fn(&str)) -> Result<Vec<Case>> {
+/// The `redis` group against the server at `url`, at each of
+/// `concurrencies` in turn.
+pub(crate) fn bench(url: &str, time: Duration, concurrencies: &[usize], progress: &dyn Fn(&str)) -> Result<Vec<Case>> {
     // Refused before any runtime starts.
     loopback_client(url)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -253,7 +320,14 @@ pub(crate) fn bench(url: &str, time: Duration, concurrency: usize, progress: &dy
         let conn = connect(url).await?;
         // The pid is digits, no glob character: `MATCH` on the prefix is exact.
         let prefix = format!("slidegate-bench:{}:", std::process::id());
-        let measured = cases(&conn, &prefix, time, concurrency, progress).await;
+        let measured = async {
+            let mut all = Vec::new();
+            for &concurrency in concurrencies {
+                all.extend(cases(&conn, &prefix, time, concurrency, progress).await?);
+            }
+            anyhow::Ok(all)
+        }
+        .await;
         let cleaned = clean(&conn, &prefix)
             .await
             .with_context(|| format!("deleting the run's keys ({prefix}*)"));

@@ -48,7 +48,9 @@ enum Command {
     /// in-memory store on one hot key and over --keys keys, against
     /// governor's keyed limiter (one thread each); service: `slidegate
     /// serve` started in this process on loopback, HTTP `POST /v1/check` and
-    /// gRPC `ShouldRateLimit` from --concurrency clients in this process.
+    /// gRPC `ShouldRateLimit` from --concurrency clients in this process;
+    /// redis (with --redis): the Lua scripts against plain INCR through the
+    /// same client, at each of --redis-concurrency.
     Bench(bench::Args),
     /// Simulate the algorithms on traffic models against an exact oracle
     ///

@@ -1,5 +1,6 @@
 //! `slidegate bench` as a process: every case beside its baseline, in JSON;
-//! the `redis` group against a throw-away `redis-server`.
+//! the `redis` group against a throw-away `redis-server`, at several
+//! concurrencies.
 
 use serde_json::Value;
 use std::process::Command;
@@ -85,6 +86,17 @@ fn bad_flags_are_refused() {
         .expect("the binary runs");
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--keys 0"));
+    for list in ["0", "1,0,8"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+            .args(["bench", "--redis-concurrency", list])
+            .output()
+            .expect("the binary runs");
+        assert_eq!(out.status.code(), Some(1), "{list}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("--redis-concurrency"),
+            "{list}"
+        );
+    }
 }
 
 /// A throw-away `redis-server` on a free loopback port (never 6379), without
@@ -155,7 +167,7 @@ fn free_port() -> u16 {
 }
 
 #[test]
-fn the_redis_scripts_beside_plain_incr_leaving_no_key() {
+fn the_redis_scripts_beside_plain_incr_at_each_concurrency_leaving_no_key() {
     let server = RedisServer::start();
     let url = format!("redis://127.0.0.1:{}", server.port);
     let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
@@ -166,9 +178,9 @@ fn the_redis_scripts_beside_plain_incr_leaving_no_key() {
             "--redis",
             &url,
             "--time",
-            "100ms",
-            "--concurrency",
-            "8",
+            "50ms",
+            "--redis-concurrency",
+            "1,8",
             "--format",
             "json",
         ])
@@ -176,36 +188,87 @@ fn the_redis_scripts_beside_plain_incr_leaving_no_key() {
         .expect("the binary runs");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let cases: Vec<Value> = serde_json::from_slice(&out.stdout).expect("JSON output");
-    // INCR, five algorithms on one hot key, the many-key case.
-    assert_eq!(cases.len(), 1 + 5 + 1, "{cases:#?}");
-    let incr = &cases[0];
-    assert!(incr["name"].as_str().unwrap().starts_with("INCR"), "{incr}");
-    assert!(incr["baseline"].is_null() && incr["ratio"].is_null(), "{incr}");
-    let base = incr["per_second"].as_f64().unwrap();
-    for name in [
-        "sliding_window n=8 conservative script, one hot key",
-        "sliding_window n=2 interpolated script, one hot key",
-        "fixed_window script, one hot key",
-        "gcra script, one hot key",
-        "sliding_log (limit 1000/s) script, one hot key",
-        "sliding_window n=8 conservative script, 100000 keys",
-    ] {
-        let case = cases
-            .iter()
-            .find(|c| c["name"] == name)
-            .unwrap_or_else(|| panic!("{name}"));
-        assert_eq!(case["group"], "redis");
-        assert_eq!(case["baseline"], incr["name"], "{case}");
-        let rate = case["per_second"].as_f64().unwrap();
-        assert!(rate > 0.0, "{case}");
-        assert!((case["ratio"].as_f64().unwrap() - rate / base).abs() < 1e-9, "{case}");
-    }
-    for case in &cases {
-        assert!(case["per_second"].as_f64().is_some_and(|v| v > 0.0), "{case}");
-        let (p50, p99) = (case["p50_us"].as_f64().unwrap(), case["p99_us"].as_f64().unwrap());
-        assert!(p50 > 0.0 && p50 <= p99, "{case}");
+    // At each concurrency: INCR, five algorithms on one hot key, the
+    // many-key case.
+    assert_eq!(cases.len(), 2 * (1 + 5 + 1), "{cases:#?}");
+    for (block, concurrency) in cases.chunks(7).zip([1, 8]) {
+        let incr = &block[0];
+        assert_eq!(
+            incr["name"],
+            format!("INCR, one hot key, {concurrency} in flight"),
+            "{incr}"
+        );
+        assert!(incr["baseline"].is_null() && incr["ratio"].is_null(), "{incr}");
+        let base = incr["per_second"].as_f64().unwrap();
+        for name in [
+            "sliding_window n=8 conservative script, one hot key",
+            "sliding_window n=2 interpolated script, one hot key",
+            "fixed_window script, one hot key",
+            "gcra script, one hot key",
+            "sliding_log (limit 1000/s) script, one hot key",
+            "sliding_window n=8 conservative script, 100000 keys",
+        ] {
+            let name = format!("{name}, {concurrency} in flight");
+            let case = block
+                .iter()
+                .find(|c| c["name"] == name.as_str())
+                .unwrap_or_else(|| panic!("{name}"));
+            assert_eq!(case["group"], "redis");
+            // Compared with the INCR of the same concurrency.
+            assert_eq!(case["baseline"], incr["name"], "{case}");
+            let rate = case["per_second"].as_f64().unwrap();
+            assert!(rate > 0.0, "{case}");
+            assert!((case["ratio"].as_f64().unwrap() - rate / base).abs() < 1e-9, "{case}");
+        }
+        for case in block {
+            assert_eq!(case["concurrency"], concurrency, "{case}");
+            assert!(case["per_second"].as_f64().is_some_and(|v| v > 0.0), "{case}");
+            let (p50, p99) = (case["p50_us"].as_f64().unwrap(), case["p99_us"].as_f64().unwrap());
+            assert!(p50 > 0.0 && p50 <= p99, "{case}");
+        }
     }
     // The run deleted every key it made.
+    assert_eq!(server.cli(&["DBSIZE"]), "0");
+}
+
+#[test]
+fn the_redis_table_has_a_line_per_case_and_a_column_per_concurrency() {
+    let server = RedisServer::start();
+    let url = format!("redis://127.0.0.1:{}", server.port);
+    let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        .args([
+            "bench",
+            "--only",
+            "redis",
+            "--redis",
+            &url,
+            "--time",
+            "20ms",
+            "--redis-concurrency",
+            "2,3",
+        ])
+        .output()
+        .expect("the binary runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let table = String::from_utf8_lossy(&out.stdout);
+    let matrix: Vec<&str> = table
+        .lines()
+        .skip_while(|line| !line.starts_with("redis: decisions/s (ratio to INCR) by calls in flight"))
+        .collect();
+    assert_eq!(matrix.len(), 1 + 7, "{table}");
+    assert!(
+        matrix[0].contains("2 in flight") && matrix[0].contains("3 in flight"),
+        "{table}"
+    );
+    assert!(matrix[1].starts_with("INCR, one hot key "), "{table}");
+    // A ratio in each column of every script's line.
+    let ratios = |line: &str| {
+        line.split_whitespace()
+            .filter_map(|w| w.strip_prefix('(')?.strip_suffix(')')?.parse::<f64>().ok())
+            .count()
+    };
+    assert_eq!(ratios(matrix[1]), 0, "{table}");
+    assert!(matrix[2..].iter().all(|line| ratios(line) == 2), "{table}");
     assert_eq!(server.cli(&["DBSIZE"]), "0");
 }
 
