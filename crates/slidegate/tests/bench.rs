@@ -231,6 +231,53 @@ fn the_redis_scripts_beside_plain_incr_at_each_concurrency_leaving_no_key() {
     assert_eq!(server.cli(&["DBSIZE"]), "0");
 }
 
+/// The hybrid group: the direct script as the baseline, the hybrid mode
+/// beside it with the commands it sent per 1000 decisions (read from the
+/// server), the over-admission of four instances; no key left behind.
+#[test]
+fn the_hybrid_mode_beside_the_direct_script_leaving_no_key() {
+    let server = RedisServer::start();
+    let url = format!("redis://127.0.0.1:{}", server.port);
+    let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        .args([
+            "bench",
+            "--only",
+            "hybrid",
+            "--redis",
+            &url,
+            "--time",
+            "100ms",
+            "--concurrency",
+            "4",
+            "--format",
+            "json",
+        ])
+        .output()
+        .expect("the binary runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let cases: Vec<Value> = serde_json::from_slice(&out.stdout).expect("JSON output");
+    assert_eq!(cases.len(), 4, "{cases:#?}");
+    assert!(cases.iter().all(|c| c["group"] == "hybrid"), "{cases:#?}");
+    let direct = &cases[0];
+    assert!(direct["ratio"].is_null(), "{direct}");
+    for case in &cases[1..3] {
+        assert_eq!(case["baseline"], direct["name"], "{case}");
+        let ratio = case["ratio"].as_f64().unwrap();
+        let expected = case["per_second"].as_f64().unwrap() / direct["per_second"].as_f64().unwrap();
+        assert!((ratio - expected).abs() < 1e-9, "{case}");
+        // Some commands were sent (the final sync at least), far fewer
+        // than decisions.
+        let per_1000 = case["commands_per_1000"].as_f64().unwrap();
+        assert!(per_1000 > 0.0 && per_1000 < 1000.0, "{case}");
+    }
+    let shared = &cases[3];
+    // Four instances together admit at least the limit, and at most each
+    // its own limit.
+    let over = shared["admitted_over_limit"].as_f64().unwrap();
+    assert!((0.9..=4.0).contains(&over), "{shared}");
+    assert_eq!(server.cli(&["DBSIZE"]), "0");
+}
+
 #[test]
 fn the_redis_table_has_a_line_per_case_and_a_column_per_concurrency() {
     let server = RedisServer::start();
