@@ -169,7 +169,11 @@
 //! loaded and the call retried, invisibly to the caller. Many decisions in
 //! flight share one multiplexed connection (clone it freely); each call,
 //! retry included, is bounded by the limiter's timeout and fails with
-//! [`RedisStoreError::Timeout`] beyond it, never hangs.
+//! [`RedisStoreError::Timeout`] beyond it, never hangs. The connection's
+//! queue is bounded: redis-rs buffers at most 50 commands waiting to be
+//! written by default (`set_pipeline_buffer_size`) and can bound the calls
+//! in flight (`set_concurrency_limit`; `slidegate serve` sets 1024); a call
+//! that finds them full waits, within its timeout.
 //!
 //! # Cost on the server
 //!
@@ -241,11 +245,38 @@
 //! # }
 //! ```
 //!
-//! # Not there yet
+//! # Hybrid mode
 //!
-//! The hybrid mode (local counting with periodic sync); serving a Redis
-//! store from `slidegate serve` (`--redis`); benchmarks of the store. These
-//! are later slices.
+//! [`HybridLimiter`] decides `sliding_window` limits in the process, on
+//! each key's ring as Redis last answered it plus this instance's counts
+//! since, and sends the counts in batches (one `EVALSHA` of
+//! [`SLIDING_WINDOW_SYNC`] per key, every interval or when a batch fills),
+//! for about 15–20 times the direct mode's decisions per second and one
+//! command per key per interval. One instance alone decides exactly as
+//! [`RedisLimiter`]; several over-admit by about `(instances − 1) × rate ×
+//! interval` (the bound, and the figures, are in [`HybridLimiter`]'s docs).
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! use slidegate_core::{Algorithm, Policy, Weighting};
+//! use slidegate_redis::{HybridLimiter, HybridOptions, RedisLimiter};
+//! use std::time::Duration;
+//!
+//! let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+//! let conn = client.get_connection_manager().await?;
+//! let ring = Algorithm::SlidingWindow { buckets: 8, weighting: Weighting::Conservative };
+//! let policy = Policy::new(100, Duration::from_secs(60), ring)?;
+//! let direct = RedisLimiter::new(conn, policy, "rl:", Duration::from_millis(50))?;
+//! let limiter = HybridLimiter::new(direct, HybridOptions::every(Duration::from_millis(50)))?;
+//! let _sync = limiter.spawn_sync(); // syncs until dropped
+//! let outcome = limiter.decide("user:42", 1); // no round trip
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! `slidegate serve --redis URL` serves limits from these stores (with
+//! `--redis-sync-interval` in hybrid mode), and `slidegate bench --redis
+//! URL` measures them (BENCHMARKS.md).
 
 #![forbid(unsafe_code)]
 
