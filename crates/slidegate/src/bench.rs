@@ -47,6 +47,13 @@ pub(crate) struct Args {
     #[arg(long, value_name = "N,...", value_delimiter = ',', default_value = "1,8,32,128")]
     redis_concurrency: Vec<usize>,
 
+    /// How the Redis cases' tasks reach the server: `shared`, one
+    /// multiplexed connection (the calls in flight are pipelined, as the
+    /// store does), or `per-call`, a connection per task (no pipelining,
+    /// as a pool of connections)
+    #[arg(long, value_name = "HOW", value_parser = ["shared", "per-call"], default_value = "shared")]
+    redis_connections: String,
+
     /// Output format
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
@@ -321,9 +328,9 @@ fn write_redis_matrix(cases: &[Case], out: &mut dyn Write) -> Result<()> {
         .filter(|c| c.group == "redis")
         .filter_map(|c| {
             let concurrency = c.concurrency?;
-            let label = c
-                .name
-                .strip_suffix(&format!(", {concurrency} in flight"))
+            let label = [" on their own connections", ""]
+                .iter()
+                .find_map(|own| c.name.strip_suffix(&format!(", {concurrency} in flight{own}")))
                 .unwrap_or(&c.name);
             Some((label, concurrency, c))
         })
@@ -415,6 +422,7 @@ pub(crate) fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
             url,
             args.time,
             &args.redis_concurrency,
+            args.redis_connections == "per-call",
             &progress,
         )?);
     }

@@ -61,9 +61,9 @@ impl Load {
 enum Op {
     /// `INCR` of this key.
     Incr(String),
-    /// A decision of this limiter on one key, or on keys spread over this
-    /// many.
-    Script(Box<RedisLimiter>, u64),
+    /// A decision of these limiters (one per connection: task `t` uses
+    /// `t mod len`) on one key, or on keys spread over this many.
+    Script(Vec<RedisLimiter>, u64),
 }
 
 impl Op {
@@ -77,7 +77,8 @@ impl Op {
                     .map_err(|_| anyhow::anyhow!("no answer to INCR within {TIMEOUT:?}"))?
                     .context("INCR")?;
             }
-            Op::Script(limiter, spread) => {
+            Op::Script(limiters, spread) => {
+                let limiter = &limiters[task as usize % limiters.len()];
                 let k = if *spread == 1 {
                     "bench".to_owned()
                 } else {
@@ -130,7 +131,7 @@ pub(crate) async fn connect(url: &str) -> Result<MultiplexedConnection> {
 /// `concurrency` tasks calling `op` one call at a time until `time` has
 /// passed.
 async fn load(
-    conn: &MultiplexedConnection,
+    conns: &[MultiplexedConnection],
     op: &Arc<Op>,
     round: u64,
     time: Duration,
@@ -140,7 +141,7 @@ async fn load(
     let deadline = start + time;
     let mut tasks = Vec::new();
     for task in 0..concurrency as u64 {
-        let (op, conn) = (Arc::clone(op), conn.clone());
+        let (op, conn) = (Arc::clone(op), conns[task as usize % conns.len()].clone());
         tasks.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
             let mut i = 0;
@@ -221,13 +222,13 @@ fn policies() -> Result<Vec<(&'static str, &'static str, Policy)>> {
 /// The cases at one concurrency, on `conn`, every key under `prefix`,
 /// round-robin.
 async fn cases(
-    conn: &MultiplexedConnection,
+    conns: &[MultiplexedConnection],
     prefix: &str,
     time: Duration,
     concurrency: usize,
     progress: &dyn Fn(&str),
 ) -> Result<Vec<Case>> {
-    let baseline = format!("INCR, one hot key, {concurrency} in flight");
+    let baseline = format!("INCR, one hot key, {concurrency} in flight{}", suffix(conns));
     let mut ops = vec![(
         baseline.clone(),
         Op::Incr(format!("{prefix}{{bench}}:incr:{concurrency}")),
@@ -236,7 +237,7 @@ async fn cases(
     for (tag, name, policy) in policies()? {
         scripts.push((
             tag,
-            format!("{name} script, one hot key, {concurrency} in flight"),
+            format!("{name} script, one hot key, {concurrency} in flight{}", suffix(conns)),
             policy,
             1,
         ));
@@ -246,12 +247,18 @@ async fn cases(
         weighting: Weighting::Conservative,
     };
     let policy = Policy::new(1_000_000, Duration::from_secs(1), sw8)?;
-    let many = format!("sliding_window n=8 conservative script, {MANY_KEYS} keys, {concurrency} in flight");
+    let many = format!(
+        "sliding_window n=8 conservative script, {MANY_KEYS} keys, {concurrency} in flight{}",
+        suffix(conns)
+    );
     scripts.push(("many", many, policy, MANY_KEYS));
     for (tag, name, policy, spread) in scripts {
-        let limiter = RedisLimiter::new(conn.clone(), policy, format!("{prefix}{tag}:{concurrency}:"), TIMEOUT)
+        let limiters = conns
+            .iter()
+            .map(|conn| RedisLimiter::new(conn.clone(), policy, format!("{prefix}{tag}:{concurrency}:"), TIMEOUT))
+            .collect::<Result<Vec<_>, _>>()
             .with_context(|| format!("the {name} limiter"))?;
-        ops.push((name, Op::Script(Box::new(limiter), spread)));
+        ops.push((name, Op::Script(limiters, spread)));
     }
     let ops: Vec<(String, Arc<Op>)> = ops.into_iter().map(|(name, op)| (name, Arc::new(op))).collect();
     let mut loads: Vec<Load> = ops.iter().map(|_| Load::default()).collect();
@@ -259,7 +266,7 @@ async fn cases(
     for round in 0..ROUNDS {
         progress(&format!("redis, {concurrency} in flight, round {}/{ROUNDS}", round + 1));
         for ((_, op), total) in ops.iter().zip(&mut loads) {
-            total.add(load(conn, op, u64::from(round), slice, concurrency).await?);
+            total.add(load(conns, op, u64::from(round), slice, concurrency).await?);
         }
     }
     let mut cases: Vec<Case> = ops
@@ -309,7 +316,25 @@ pub(crate) async fn clean(conn: &MultiplexedConnection, prefix: &str) -> Result<
 
 /// The `redis` group against the server at `url`, at each of
 /// `concurrencies` in turn.
-pub(crate) fn bench(url: &str, time: Duration, concurrencies: &[usize], progress: &dyn Fn(&str)) -> Result<Vec<Case>> {
+/// The name's mark of a run with a connection per call.
+fn suffix(conns: &[MultiplexedConnection]) -> &'static str {
+    if conns.len() > 1 {
+        " on their own connections"
+    } else {
+        ""
+    }
+}
+
+/// The `redis` group against the server at `url`: at each concurrency, the
+/// tasks share one multiplexed connection (pipelined, as the store does),
+/// or with `per_call` each has its own (no pipelining: a pool).
+pub(crate) fn bench(
+    url: &str,
+    time: Duration,
+    concurrencies: &[usize],
+    per_call: bool,
+    progress: &dyn Fn(&str),
+) -> Result<Vec<Case>> {
     // Refused before any runtime starts.
     loopback_client(url)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -323,7 +348,13 @@ pub(crate) fn bench(url: &str, time: Duration, concurrencies: &[usize], progress
         let measured = async {
             let mut all = Vec::new();
             for &concurrency in concurrencies {
-                all.extend(cases(&conn, &prefix, time, concurrency, progress).await?);
+                let mut conns = vec![conn.clone()];
+                if per_call {
+                    for _ in 1..concurrency {
+                        conns.push(connect(url).await?);
+                    }
+                }
+                all.extend(cases(&conns, &prefix, time, concurrency, progress).await?);
             }
             anyhow::Ok(all)
         }

@@ -231,6 +231,44 @@ fn the_redis_scripts_beside_plain_incr_at_each_concurrency_leaving_no_key() {
     assert_eq!(server.cli(&["DBSIZE"]), "0");
 }
 
+/// With `--redis-connections per-call` every task has its own connection,
+/// and the names say so.
+#[test]
+fn the_redis_group_on_a_connection_per_call() {
+    let server = RedisServer::start();
+    let url = format!("redis://127.0.0.1:{}", server.port);
+    let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        .args([
+            "bench",
+            "--only",
+            "redis",
+            "--redis",
+            &url,
+            "--time",
+            "30ms",
+            "--redis-concurrency",
+            "3",
+            "--redis-connections",
+            "per-call",
+            "--format",
+            "json",
+        ])
+        .output()
+        .expect("the binary runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let cases: Vec<Value> = serde_json::from_slice(&out.stdout).expect("JSON output");
+    assert_eq!(cases.len(), 7, "{cases:#?}");
+    for case in &cases {
+        let name = case["name"].as_str().unwrap();
+        assert!(name.ends_with(", 3 in flight on their own connections"), "{name}");
+        assert!(case["per_second"].as_f64().is_some_and(|v| v > 0.0), "{case}");
+    }
+    // Every connection of the run is closed: only this redis-cli is left.
+    let clients = server.cli(&["INFO", "clients"]);
+    assert!(clients.contains("connected_clients:1"), "{clients}");
+    assert_eq!(server.cli(&["DBSIZE"]), "0");
+}
+
 /// The hybrid group: the direct script as the baseline, the hybrid mode
 /// beside it with the commands it sent per 1000 decisions (read from the
 /// server), the over-admission of four instances; no key left behind.
