@@ -31,7 +31,7 @@
 //! |---|---|---|
 //! | `fixed_window` | hash `<prefix>{<key>}`: `w` (window index), `c` (count) | [`scripts::FIXED_WINDOW`] |
 //! | `gcra` | hash `<prefix>{<key>}`: `t` (the theoretical arrival time) | [`scripts::GCRA`] |
-//! | `sliding_log` | sorted set `<prefix>{<key>}:log`: member `<time>:<cost>`, score `<time>` | [`scripts::SLIDING_LOG`] |
+//! | `sliding_log` | sorted set `<prefix>{<key>}:log`: member `<time>:<cost>`, score `<time>`; string `<prefix>{<key>}:sum`: the sum of the log's costs | [`scripts::SLIDING_LOG`] |
 //! | `sliding_window` | hash `<prefix>{<key>}`: `n` (the newest bucket index), and `<i>` (the count of bucket `i`) for each non-empty bucket of the ring | [`scripts::SLIDING_WINDOW`] |
 //!
 //! `exponential_histogram` has no Redis form: [`RedisLimiter::new`] refuses
@@ -47,8 +47,9 @@
 //! and can never disagree with the buckets. A packed string would make
 //! every write rewrite all `n` counts.
 //!
-//! All the state of a limited key is one Redis key whose hash tag is the
-//! limited key (`{<key>}`), so that a cluster keeps it in one slot and a
+//! All the state of a limited key is one Redis key (two for `sliding_log`:
+//! its log and the log's sum) whose hash tag is the limited key
+//! (`{<key>}`), so that a cluster keeps it in one slot and a
 //! hot namespace is not one hot slot. The prefix may not contain `{` or
 //! `}`; give each policy its own prefix.
 //!
@@ -56,9 +57,9 @@
 //!
 //! [`RedisLimiter`] is generic over the connection: give it a
 //! [`ClusterConnection`](redis::cluster_async::ClusterConnection) and every
-//! decision goes to the master of its key's slot. A script touches one key,
-//! `KEYS[1]`, whose hash tag is the limited key (`sliding_log`'s
-//! `<prefix>{<key>}:log` included), so no script ever crosses slots.
+//! decision goes to the master of its key's slot. A script touches only
+//! keys whose hash tag is the limited key (`KEYS[1]`, and `sliding_log`'s
+//! `<prefix>{<key>}:log` and `:sum`), so no script ever crosses slots.
 //! redis-rs's cluster client follows `MOVED` and `ASK` redirections and
 //! loads a script on every node on `NOSCRIPT`, so a resharding in the middle
 //! of a run is invisible to the caller (tested: slots moved between masters
@@ -189,7 +190,7 @@
 //! | `fixed_window` | `TIME`, `HMGET`, `HSET`, `PEXPIRE` | 5.7 µs |
 //! | `gcra` | `TIME`, `HGET`, `HSET`, `PEXPIRE` | 5.5 µs |
 //! | `sliding_window` n = 2, 8 | `TIME`, `HGETALL`, `HSET` (`HDEL` as the ring moves), `PEXPIRE` | 7.3 µs, 8.8 µs |
-//! | `sliding_log` | `TIME`, `ZRANGE`, `ZREMRANGEBYSCORE`, `ZRANGEBYSCORE`, `ZADD` (`ZREM`), `PEXPIRE` | O(entries in the window) |
+//! | `sliding_log` | `TIME`, `ZRANGE`, `GET`, `ZRANGEBYSCORE` (the entries leaving), `ZREMRANGEBYSCORE`, `ZADD` (`ZREM`), `PEXPIRE`, `SET … PX` | O(log n) and the entries leaving the window (each once) |
 //!
 //! (Redis 7.0, one hot key, pipelined so that the server's I/O is
 //! amortized; `BENCHMARKS.md` has the commands.) Four calls are the least a
@@ -308,7 +309,8 @@ pub mod scripts {
         include_str!("../scripts/prelude.lua"),
         include_str!("../scripts/gcra.lua")
     );
-    /// `sliding_log`: `KEYS[1]` a sorted set; `ARGV = [now, W, limit, cost]`.
+    /// `sliding_log`: `KEYS[1]` a sorted set, `KEYS[2]` its sum; `ARGV =
+    /// [now, W, limit, cost]`.
     pub const SLIDING_LOG: &str = concat!(
         include_str!("../scripts/prelude.lua"),
         include_str!("../scripts/sliding_log.lua")
@@ -801,13 +803,27 @@ impl<C: ConnectionLike + Clone> RedisLimiter<C> {
     }
 
     /// The Redis key holding the state of `key`: `<prefix>{<key>}`, with
-    /// `:log` after it for `sliding_log`.
+    /// `:log` after it for `sliding_log` (whose sum is a second key,
+    /// [`RedisLimiter::redis_keys`]).
     pub fn redis_key(&self, key: &str) -> String {
         let suffix = match self.params {
             Params::SlidingLog { .. } => ":log",
             _ => "",
         };
         format!("{}{{{key}}}{suffix}", self.prefix)
+    }
+
+    /// Every Redis key of the state of `key`, all with the hash tag
+    /// `{<key>}`: [`RedisLimiter::redis_key`], and for `sliding_log` the
+    /// sum of its log, `<prefix>{<key>}:sum`.
+    pub fn redis_keys(&self, key: &str) -> Vec<String> {
+        match self.params {
+            Params::SlidingLog { .. } => vec![
+                format!("{}{{{key}}}:log", self.prefix),
+                format!("{}{{{key}}}:sum", self.prefix),
+            ],
+            _ => vec![self.redis_key(key)],
+        }
     }
 
     /// Decides whether `cost` units for `key` fit the policy now; if they do
@@ -845,7 +861,10 @@ impl<C: ConnectionLike + Clone> RedisLimiter<C> {
                 conservative,
             } => (&SLIDING_WINDOW, &[*b, *n, *limit, *conservative]),
         };
-        let mut invocation = script.key(self.redis_key(key));
+        let mut invocation = script.prepare_invoke();
+        for k in self.redis_keys(key) {
+            invocation.key(k);
+        }
         invocation.arg(now);
         for figure in figures {
             invocation.arg(*figure);
