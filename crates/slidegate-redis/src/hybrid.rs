@@ -7,8 +7,8 @@ use crate::{FailurePolicy, MAX_TIME_US, Outcome, RedisClock, RedisLimiter, Redis
 use parking_lot::Mutex;
 use redis::Script;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
-use slidegate_core::{Algorithm, LimitState, Policy, SlidingWindow, State};
-use slidegate_memory::{Budget, Store};
+use slidegate_core::{Algorithm, Policy, SlidingWindow, State};
+use slidegate_memory::{Budget, KeyState, Store};
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::BuildHasher;
@@ -51,6 +51,13 @@ pub struct HybridOptions {
     /// The bound of one batch: a sync is not on any request's path, so it
     /// may wait longer than a decision of the direct mode.
     pub sync_timeout: Duration,
+    /// How many instances share the limit: a key new to this instance (or
+    /// whose view was dropped for room) is decided on the limit divided by
+    /// this (rounded up) until Redis has answered twice for it — by its
+    /// second sync the other instances' first counts are in its view — so
+    /// that a flood of a new key on every instance at once admits about the
+    /// limit, not the limit on each. 1 (the default): the whole limit.
+    pub instances: u64,
     /// The budget of the local views (the last global count of each key
     /// plus its own counts since). A view dropped for room costs only
     /// accuracy: the key starts again from its own counts until its next
@@ -61,7 +68,7 @@ pub struct HybridOptions {
 impl HybridOptions {
     /// Options syncing every `interval`, in batches of 2048 keys, with at
     /// most 100 000 keys pending, stale after `max(4 × interval, 200 ms)`,
-    /// each batch bounded by 1 s, views for 100 000 keys.
+    /// each batch bounded by 1 s, one instance, views for 100 000 keys.
     pub fn every(interval: Duration) -> Self {
         HybridOptions {
             interval,
@@ -69,6 +76,7 @@ impl HybridOptions {
             max_pending_keys: 100_000,
             stale_after: (interval * 4).max(Duration::from_millis(200)),
             sync_timeout: Duration::from_secs(1),
+            instances: 1,
             budget: Budget::keys(100_000),
         }
     }
@@ -137,6 +145,13 @@ type Pending = Vec<(u64, u64)>;
 /// window with syncs every 10, 50 and 100 ms (`tests/hybrid.rs`), against
 /// bounds of 106, 130 and 160.
 ///
+/// A flood of a key that no instance has synced yet is the worst case:
+/// with [`instances`](HybridOptions::instances) left at 1 each instance may
+/// admit the whole limit before its first sync of the key; set it to the
+/// number of instances and each decides such a key on its share of the
+/// limit until its second sync (when the others' first counts are in), so
+/// that together they admit about the limit.
+///
 /// A refusal is never wrong by this: a view never holds more than Redis
 /// does, so an instance refuses only a key whose global count is at the
 /// limit (up to the clocks' skew). The ring is the one
@@ -182,10 +197,13 @@ struct Inner<C> {
     options: HybridOptions,
     /// The policy in microseconds read as nanoseconds: what the views run.
     micro: Policy,
+    /// `micro` with the limit divided by the instances: what a view runs
+    /// until its key's first sync.
+    share: Policy,
     /// The bucket width in µs and the number of buckets.
     b: u64,
     n: u64,
-    views: Store<String, State>,
+    views: Store<String, View>,
     outbox: Box<[Mutex<HashMap<String, Pending>>]>,
     hasher: foldhash::fast::FixedState,
     pending_keys: AtomicUsize,
@@ -323,6 +341,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
             inner: Arc::new(Inner {
                 b: micro.step_ns(),
                 n: u64::from(buckets),
+                share: crate::local_policy(&micro, options.instances),
                 micro,
                 views: Store::new(options.budget),
                 outbox: (0..OUTBOX_SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
@@ -403,8 +422,9 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
             return self.fall_back(key, cost);
         }
         let own = now_us / i.b;
-        let decided = i.views.update(&i.micro, key, now_us, |state| {
-            let d = state.check(&i.micro, now_us, cost);
+        let decided = i.views.update(&i.micro, key, now_us, |view| {
+            let policy = if view.syncs >= 2 { &i.micro } else { &i.share };
+            let d = KeyState::check(&mut view.ring, policy, now_us, cost);
             if cost > 0 {
                 // A refusal counts nothing, but the key is synced too, so
                 // that a refusing view learns what the others admit.
@@ -578,10 +598,10 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
         let (n, micro) = (i.n, &i.micro);
         let local_now = i.clock.now_us();
         // A view that cannot be kept (the budget) only costs accuracy.
-        let _ = i.views.update(micro, key, local_now, |state| {
+        let _ = i.views.update(micro, key, local_now, |view| {
             let since = self.outbox(key).lock().get(key).cloned().unwrap_or_default();
             let top = (newest as u64)
-                .max(ring_newest(state))
+                .max(ring_newest(&view.ring))
                 .max(since.iter().map(|&(b, _)| b).max().unwrap_or(0));
             let mut slots = vec![0u64; n as usize];
             for (bucket, count) in global.chain(since) {
@@ -590,7 +610,8 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
                     *s = s.saturating_add(count);
                 }
             }
-            *state = ring_state(micro, top, slots);
+            view.ring = ring_state(micro, top, slots);
+            view.syncs = view.syncs.saturating_add(1);
         });
         Ok(())
     }
@@ -635,6 +656,49 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
             }
         });
         SyncTask(handle)
+    }
+}
+
+/// A key's view: its ring, and how many times Redis has answered for the
+/// key since the view was made (until twice, it decides on the instance's
+/// share of the limit).
+struct View {
+    ring: State,
+    syncs: u8,
+}
+
+impl KeyState for View {
+    const HEAP: bool = true;
+
+    fn suits(policy: &Policy) -> bool {
+        <State as KeyState>::suits(policy)
+    }
+
+    fn fresh(policy: &Policy) -> Self {
+        View {
+            ring: <State as KeyState>::fresh(policy),
+            syncs: 0,
+        }
+    }
+
+    fn fits(&self, policy: &Policy) -> bool {
+        self.ring.fits(policy)
+    }
+
+    fn check(&mut self, policy: &Policy, now: u64, cost: u64) -> slidegate_core::Decision {
+        KeyState::check(&mut self.ring, policy, now, cost)
+    }
+
+    fn admit(&mut self, policy: &Policy, now: u64, cost: u64) -> bool {
+        KeyState::admit(&mut self.ring, policy, now, cost)
+    }
+
+    fn expires(&self, policy: &Policy) -> u64 {
+        self.ring.expires(policy)
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.ring.heap_bytes()
     }
 }
 
@@ -688,6 +752,7 @@ fn ring_state(micro: &Policy, newest: u64, slots: Vec<u64>) -> State {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use slidegate_core::LimitState;
 
     #[test]
     fn pending_counts_merge_by_bucket_and_drop_what_left_the_ring() {

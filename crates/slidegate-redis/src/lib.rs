@@ -414,7 +414,7 @@ pub struct FailureStats {
 
 /// The policy of the `Local` fallback: the limit (and a `gcra` burst)
 /// divided by `instances`, rounded up, at least 1.
-fn local_policy(policy: &Policy, instances: u64) -> Policy {
+pub(crate) fn local_policy(policy: &Policy, instances: u64) -> Policy {
     let share = |n: u64| n.div_ceil(instances.max(1)).max(1);
     let algorithm = match policy.algorithm() {
         Algorithm::Gcra { burst } => Algorithm::Gcra { burst: share(burst) },

@@ -373,3 +373,52 @@ async fn on_the_server_clock_instances_see_each_other() {
     c.sync().await.unwrap();
     assert_eq!(c.decide("f", 0).decision.estimate(), 6.0, "c learned of d's count");
 }
+
+/// With `instances` set, a new key is decided on each instance's share of
+/// the limit until its second sync: a flood of a new key on four instances
+/// at once admits the limit in all, not four times it; then every instance
+/// sees the whole count.
+#[tokio::test]
+async fn a_new_key_is_decided_on_the_instance_share_until_its_second_sync() {
+    let server = RedisServer::start();
+    let policy = sliding_window(100, Duration::from_secs(60), 8, Weighting::Conservative);
+    let clock = ManualClock::new(1_700_000_000_000_000_000);
+    let mut opts = options();
+    opts.instances = 4;
+    let mut instances = Vec::new();
+    for _ in 0..4 {
+        instances.push(hybrid(&server, policy, &clock, opts).await);
+    }
+    let mut admitted = 0;
+    for h in &instances {
+        for _ in 0..100 {
+            admitted += u64::from(h.decide("new", 1).allowed());
+        }
+    }
+    assert_eq!(admitted, 100, "25 each");
+    // First syncs, one after the other: the first instance hears only its
+    // own 25, but still decides on its share, used up.
+    for h in &instances {
+        h.sync().await.unwrap();
+    }
+    for h in &instances {
+        let d = h.decide("new", 1);
+        assert!(!d.allowed());
+        assert_eq!(d.decision.limit(), 25, "the share until the second sync");
+    }
+    // The refusals ask for a refresh: after the second sync every view
+    // holds the whole count, on the whole limit.
+    for h in &instances {
+        h.sync().await.unwrap();
+    }
+    for h in &instances {
+        let d = h.decide("new", 1);
+        assert!(!d.allowed());
+        assert_eq!(d.decision.limit(), 100);
+        assert_eq!(d.decision.estimate(), 100.0);
+    }
+    // Alone (instances 1), a new key gets the whole limit at once.
+    let alone = hybrid(&server, policy, &clock, options()).await;
+    let first: u64 = (0..100).map(|_| u64::from(alone.decide("other", 1).allowed())).sum();
+    assert_eq!(first, 100);
+}

@@ -72,6 +72,10 @@ pub struct RedisOptions {
     pub cluster: bool,
     /// What a decision does when Redis fails or does not answer in time.
     pub failure: FailurePolicy,
+    /// How many instances share the limits: in hybrid mode a key this
+    /// instance has not yet synced is decided on the limit divided by it
+    /// (see [`HybridOptions::instances`]).
+    pub instances: u64,
     /// The timeout of each call.
     pub timeout: Duration,
     /// What every key starts with; no `{` or `}`.
@@ -89,6 +93,7 @@ impl Default for RedisOptions {
             urls: Vec::new(),
             cluster: false,
             failure: FailurePolicy::Open,
+            instances: 1,
             timeout: DEFAULT_TIMEOUT,
             prefix: DEFAULT_PREFIX.to_owned(),
             sync_interval: None,
@@ -389,7 +394,10 @@ impl RedisStore {
             return Ok((Limiter::Direct(Arc::new(direct)), false));
         }
         let hybrid = match (self.options.sync_interval, policy.algorithm()) {
-            (Some(interval), Algorithm::SlidingWindow { .. }) => Some(HybridOptions::every(interval)),
+            (Some(interval), Algorithm::SlidingWindow { .. }) => Some(HybridOptions {
+                instances: self.options.instances,
+                ..HybridOptions::every(interval)
+            }),
             _ => None,
         };
         let limiter = match hybrid {

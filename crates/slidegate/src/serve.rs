@@ -80,9 +80,11 @@ pub(crate) struct Args {
     /// tried again.
     #[arg(long, env = "SLIDEGATE_REDIS_FAILURE", value_enum, default_value_t = Failure::Open)]
     redis_failure: Failure,
-    /// With `--redis-failure local`: how many instances share the limits;
+    /// How many instances share the limits. With `--redis-failure local`
     /// each counts alone on the limit divided by this (rounded up) while
-    /// Redis is down.
+    /// Redis is down; in hybrid mode (`--redis-sync-interval`) a key this
+    /// instance has not yet synced is decided on that share, so that a
+    /// flood of a new key on every instance admits about the limit in all.
     #[arg(long, env = "SLIDEGATE_REDIS_INSTANCES", default_value_t = 1, value_name = "N")]
     redis_instances: u64,
     /// The longest wait for Redis per call (one decision of one limit).
@@ -164,6 +166,7 @@ impl Args {
                     instances: self.redis_instances,
                 },
             },
+            instances: self.redis_instances,
             timeout: self.redis_timeout,
             prefix: self.redis_prefix.clone(),
             sync_interval: self.redis_sync_interval,
