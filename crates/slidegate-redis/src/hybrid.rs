@@ -779,7 +779,7 @@ mod tests {
         let mut state = ring_state(&micro, 7, vec![0, 5, 0, 2]);
         // Buckets 7 (slot 3) and 5 (slot 1): 7 counted, 93 left.
         assert_eq!(ring_newest(&state), 7);
-        let d = state.check(&micro, 7 * 10, 0);
+        let d = LimitState::check(&mut state, &micro, 7 * 10, 0);
         assert_eq!(d.remaining(), 93);
     }
 }
