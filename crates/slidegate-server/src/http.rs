@@ -311,24 +311,26 @@ fn answer_json(answer: &Answer) -> Value {
                 .applied
                 .iter()
                 .map(|a| {
-                    let mut limit = json!({
-                        "name": a.name,
-                        "requests_per_unit": a.requests_per_unit,
-                        "unit": a.unit.map(crate::config::Unit::name),
-                        "allowed": a.decision.as_ref().is_some_and(Decision::allowed),
-                    });
+                    let mut limit = serde_json::Map::new();
+                    limit.insert("name".into(), json!(a.name));
+                    limit.insert("requests_per_unit".into(), json!(a.requests_per_unit));
+                    limit.insert("unit".into(), json!(a.unit.map(crate::config::Unit::name)));
+                    limit.insert(
+                        "allowed".into(),
+                        json!(a.decision.as_ref().is_some_and(Decision::allowed)),
+                    );
                     if let Some(p) = &a.policy {
-                        limit["window_ms"] = json!(millis(p.window()));
-                        limit["algorithm"] = json!(p.algorithm().to_string());
+                        limit.insert("window_ms".into(), json!(millis(p.window())));
+                        limit.insert("algorithm".into(), json!(p.algorithm().to_string()));
                     }
                     if let Some(d) = &a.decision {
-                        limit["remaining"] = json!(d.remaining());
-                        limit["reset_after_ms"] = json!(millis(d.reset_after()));
+                        limit.insert("remaining".into(), json!(d.remaining()));
+                        limit.insert("reset_after_ms".into(), json!(millis(d.reset_after())));
                         if let Some(retry) = d.retry_after() {
-                            limit["retry_after_ms"] = json!(millis(retry));
+                            limit.insert("retry_after_ms".into(), json!(millis(retry)));
                         }
                     }
-                    limit
+                    Value::Object(limit)
                 })
                 .collect();
             json!({
