@@ -204,7 +204,7 @@ struct Inner<C> {
     b: u64,
     n: u64,
     views: Store<String, View>,
-    outbox: Box<[Mutex<HashMap<String, Pending>>]>,
+    outbox: [Mutex<HashMap<String, Pending>>; OUTBOX_SHARDS],
     hasher: foldhash::fast::FixedState,
     pending_keys: AtomicUsize,
     clock: LocalClock,
@@ -344,7 +344,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
                 share: crate::local_policy(&micro, options.instances),
                 micro,
                 views: Store::new(options.budget),
-                outbox: (0..OUTBOX_SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+                outbox: std::array::from_fn(|_| Mutex::new(HashMap::new())),
                 hasher: foldhash::fast::FixedState::default(),
                 pending_keys: AtomicUsize::new(0),
                 clock,
@@ -392,7 +392,11 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
 
     fn outbox(&self, key: &str) -> &Mutex<HashMap<String, Pending>> {
         let i = &self.inner;
-        &i.outbox[(i.hasher.hash_one(key) % OUTBOX_SHARDS as u64) as usize]
+        // The remainder is below the shard count, so `get` always finds
+        // the shard; the first one only satisfies the type.
+        let [first, ..] = &i.outbox;
+        let shard = (i.hasher.hash_one(key) % OUTBOX_SHARDS as u64) as usize;
+        i.outbox.get(shard).unwrap_or(first)
     }
 
     /// Whether syncs have failed for longer than `stale_after`.
@@ -590,11 +594,12 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
         let &[now, newest, ref buckets @ ..] = reply else {
             return Err(bad());
         };
-        if now < 0 || newest < 0 || buckets.len() % 2 != 0 || buckets.iter().any(|&x| x < 0) {
+        let (pairs, odd) = buckets.as_chunks::<2>();
+        if now < 0 || newest < 0 || !odd.is_empty() || buckets.iter().any(|&x| x < 0) {
             return Err(bad());
         }
         i.clock.learn(now as u64, sent_us);
-        let global = buckets.chunks_exact(2).map(|p| (p[0] as u64, p[1] as u64));
+        let global = pairs.iter().map(|&[bucket, count]| (bucket as u64, count as u64));
         let (n, micro) = (i.n, &i.micro);
         let local_now = i.clock.now_us();
         // A view that cannot be kept (the budget) only costs accuracy.
@@ -605,8 +610,10 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
                 .max(since.iter().map(|&(b, _)| b).max().unwrap_or(0));
             let mut slots = vec![0u64; n as usize];
             for (bucket, count) in global.chain(since) {
-                if bucket + n > top && bucket <= top {
-                    let s = &mut slots[(bucket % n) as usize];
+                if bucket + n > top
+                    && bucket <= top
+                    && let Some(s) = slots.get_mut((bucket % n) as usize)
+                {
                     *s = s.saturating_add(count);
                 }
             }

@@ -280,6 +280,19 @@
 //! URL` measures them (BENCHMARKS.md).
 
 #![forbid(unsafe_code)]
+// No panics on the request path: the lints are off in unit tests only.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic,
+        clippy::unreachable,
+        clippy::todo,
+        clippy::unimplemented
+    )
+)]
 
 mod admin;
 mod hybrid;

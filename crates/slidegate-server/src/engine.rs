@@ -687,16 +687,24 @@ fn status_of(applied: Vec<Applied>) -> Status {
     // The tightest limit: a refusing one with the longest wait, or the
     // one with the least remaining.
     let tightest = if allowed {
-        (0..applied.len()).min_by_key(|&j| applied[j].remaining())
+        applied
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, a)| a.remaining())
+            .map(|(j, _)| j)
     } else {
-        (0..applied.len()).filter(|&j| !applied[j].allowed()).max_by_key(|&j| {
-            applied[j]
-                .decision
-                .as_ref()
-                .map_or(Duration::MAX, |d| d.retry_after().unwrap_or(Duration::MAX))
-        })
+        applied
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| !a.allowed())
+            .max_by_key(|(_, a)| {
+                a.decision
+                    .as_ref()
+                    .map_or(Duration::MAX, |d| d.retry_after().unwrap_or(Duration::MAX))
+            })
+            .map(|(j, _)| j)
     };
-    let (remaining, until_reset) = match tightest.map(|j| &applied[j]) {
+    let (remaining, until_reset) = match tightest.and_then(|j| applied.get(j)) {
         Some(a) => (
             a.remaining(),
             a.decision.as_ref().map(|d| {

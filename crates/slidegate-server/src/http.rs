@@ -13,7 +13,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, WWW_AUTHENTICATE};
 use http::{HeaderMap, HeaderValue, StatusCode};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -56,11 +56,15 @@ struct Problem {
 }
 
 impl Problem {
-    fn bad_request(detail: impl Into<String>) -> Self {
+    fn new(status: StatusCode, detail: impl Into<String>) -> Self {
         Problem {
-            status: StatusCode::BAD_REQUEST,
+            status,
             detail: detail.into(),
         }
+    }
+
+    fn bad_request(detail: impl Into<String>) -> Self {
+        Problem::new(StatusCode::BAD_REQUEST, detail)
     }
 }
 
@@ -85,15 +89,18 @@ impl IntoResponse for Problem {
             "detail": self.detail,
         });
         let mut response = (self.status, body.to_string()).into_response();
-        response
-            .headers_mut()
-            .insert(CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+        let headers = response.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+        if self.status == StatusCode::UNAUTHORIZED {
+            headers.insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
         response
     }
 }
 
-/// Reads the whole body, refusing one over the limit with 413.
-async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<bytes::Bytes, Problem> {
+/// Reads the whole body, refusing one over the limit with 413 and one that
+/// does not arrive within `timeout` with 408.
+async fn read_body(body: Body, headers: &HeaderMap, limit: usize, timeout: Duration) -> Result<bytes::Bytes, Problem> {
     let too_large = || Problem {
         status: StatusCode::PAYLOAD_TOO_LARGE,
         detail: format!("the body is over the limit of {limit} bytes"),
@@ -105,7 +112,13 @@ async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<byte
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }
-    axum::body::to_bytes(body, limit).await.map_err(|e| {
+    let Ok(read) = tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await else {
+        return Err(Problem::new(
+            StatusCode::REQUEST_TIMEOUT,
+            format!("the body did not arrive within {timeout:?}"),
+        ));
+    };
+    read.map_err(|e| {
         let inner = e.into_inner();
         if inner.is::<http_body_util::LengthLimitError>() {
             too_large()
@@ -113,6 +126,48 @@ async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<byte
             Problem::bad_request(format!("the body could not be read: {inner}"))
         }
     })
+}
+
+/// Whether the request may use an admin endpoint: with no admin token
+/// configured, the endpoint is off (404, saying how to turn it on); without
+/// `Authorization: Bearer <token>`, 401; with another token, 403.
+fn authorize(admin_token: Option<&[u8]>, headers: &HeaderMap, endpoint: &str) -> Result<(), Problem> {
+    let Some(token) = admin_token else {
+        return Err(Problem::new(
+            StatusCode::NOT_FOUND,
+            format!(
+                "{endpoint} is off: start the service with --admin-token (or SLIDEGATE_ADMIN_TOKEN) and send `Authorization: Bearer <token>`"
+            ),
+        ));
+    };
+    let given = headers.get(AUTHORIZATION).and_then(|v| {
+        let v = v.as_bytes();
+        let scheme = v.get(..7)?;
+        let rest = v.get(7..)?;
+        scheme.eq_ignore_ascii_case(b"bearer ").then(|| rest.trim_ascii())
+    });
+    match given {
+        None => Err(Problem::new(
+            StatusCode::UNAUTHORIZED,
+            format!("{endpoint} needs `Authorization: Bearer <the admin token>`"),
+        )),
+        Some(given) if same_bytes(given, token) => Ok(()),
+        Some(_) => Err(Problem::new(StatusCode::FORBIDDEN, "the admin token is wrong")),
+    }
+}
+
+/// Whether `a` and `b` are equal, in time that depends on their lengths
+/// only, not on where they first differ (the token's length is not a
+/// secret worth the trouble).
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let diff = a
+        .iter()
+        .zip(b)
+        .fold(0u8, |acc, (x, y)| std::hint::black_box(acc | (x ^ y)));
+    diff == 0
 }
 
 fn json_response(status: StatusCode, body: &impl serde::Serialize, mut headers: HeaderMap) -> Response {
@@ -138,7 +193,7 @@ async fn json<C: Clock + Send + Sync + 'static>(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, Problem> {
-    let bytes = read_body(body, &headers, shared.body_limit).await?;
+    let bytes = read_body(body, &headers, shared.body_limit, shared.body_timeout).await?;
     let wire: RateLimitRequest = serde_json::from_slice(&bytes).map_err(|e| {
         shared.metrics.request(Api::Json, Outcome::Invalid, Duration::ZERO);
         Problem::bad_request(format!("the body is not a RateLimitRequest in proto3 JSON: {e}"))
@@ -256,24 +311,26 @@ fn answer_json(answer: &Answer) -> Value {
                 .applied
                 .iter()
                 .map(|a| {
-                    let mut limit = json!({
-                        "name": a.name,
-                        "requests_per_unit": a.requests_per_unit,
-                        "unit": a.unit.map(crate::config::Unit::name),
-                        "allowed": a.decision.as_ref().is_some_and(Decision::allowed),
-                    });
+                    let mut limit = serde_json::Map::new();
+                    limit.insert("name".into(), json!(a.name));
+                    limit.insert("requests_per_unit".into(), json!(a.requests_per_unit));
+                    limit.insert("unit".into(), json!(a.unit.map(crate::config::Unit::name)));
+                    limit.insert(
+                        "allowed".into(),
+                        json!(a.decision.as_ref().is_some_and(Decision::allowed)),
+                    );
                     if let Some(p) = &a.policy {
-                        limit["window_ms"] = json!(millis(p.window()));
-                        limit["algorithm"] = json!(p.algorithm().to_string());
+                        limit.insert("window_ms".into(), json!(millis(p.window())));
+                        limit.insert("algorithm".into(), json!(p.algorithm().to_string()));
                     }
                     if let Some(d) = &a.decision {
-                        limit["remaining"] = json!(d.remaining());
-                        limit["reset_after_ms"] = json!(millis(d.reset_after()));
+                        limit.insert("remaining".into(), json!(d.remaining()));
+                        limit.insert("reset_after_ms".into(), json!(millis(d.reset_after())));
                         if let Some(retry) = d.retry_after() {
-                            limit["retry_after_ms"] = json!(millis(retry));
+                            limit.insert("retry_after_ms".into(), json!(millis(retry)));
                         }
                     }
-                    limit
+                    Value::Object(limit)
                 })
                 .collect();
             json!({
@@ -385,7 +442,7 @@ async fn check<C: Clock + Send + Sync + 'static>(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, Problem> {
-    let bytes = read_body(body, &headers, shared.body_limit).await?;
+    let bytes = read_body(body, &headers, shared.body_limit, shared.body_timeout).await?;
     let parsed = parse_check_body(&bytes).inspect_err(|_| {
         shared.metrics.request(Api::Check, Outcome::Invalid, Duration::ZERO);
     })?;
@@ -441,13 +498,15 @@ async fn check<C: Clock + Send + Sync + 'static>(
 }
 
 /// `POST /v1/reset`: forgets the counts of an ad-hoc key, or of every limit
-/// the descriptors match; answers how many counters were held.
+/// the descriptors match; answers how many counters were held. Off unless
+/// an admin token is configured; then the request must carry it.
 async fn reset<C: Clock + Send + Sync + 'static>(
     State(shared): State<Arc<Shared<C>>>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, Problem> {
-    let bytes = read_body(body, &headers, shared.body_limit).await?;
+    authorize(shared.admin_token.as_deref(), &headers, "POST /v1/reset")?;
+    let bytes = read_body(body, &headers, shared.body_limit, shared.body_timeout).await?;
     let held = match parse_check_body(&bytes)? {
         CheckBody::Descriptors(request) => {
             let mut held = 0;
@@ -479,4 +538,50 @@ async fn metrics<C: Clock + Send + Sync + 'static>(State(shared): State<Arc<Shar
         HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
     );
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_authorization(value: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(AUTHORIZATION, HeaderValue::from_str(value).unwrap());
+        headers
+    }
+
+    #[test]
+    fn tokens_compare_whole() {
+        assert!(same_bytes(b"secret", b"secret"));
+        assert!(!same_bytes(b"secret", b"secreT"));
+        assert!(!same_bytes(b"secret", b"secret2"));
+        assert!(!same_bytes(b"", b"secret"));
+    }
+
+    #[test]
+    fn authorization_statuses() {
+        let status = |token: Option<&[u8]>, headers: &HeaderMap| {
+            authorize(token, headers, "POST /v1/reset").map_err(|p| p.status)
+        };
+        let none = HeaderMap::new();
+        assert_eq!(
+            status(None, &with_authorization("Bearer t")),
+            Err(StatusCode::NOT_FOUND)
+        );
+        assert_eq!(status(Some(b"t"), &none), Err(StatusCode::UNAUTHORIZED));
+        assert_eq!(
+            status(Some(b"t"), &with_authorization("Basic t")),
+            Err(StatusCode::UNAUTHORIZED)
+        );
+        assert_eq!(
+            status(Some(b"t"), &with_authorization("Bearer")),
+            Err(StatusCode::UNAUTHORIZED)
+        );
+        assert_eq!(
+            status(Some(b"t"), &with_authorization("Bearer u")),
+            Err(StatusCode::FORBIDDEN)
+        );
+        assert_eq!(status(Some(b"t"), &with_authorization("Bearer t")), Ok(()));
+        assert_eq!(status(Some(b"t"), &with_authorization("BEARER  t ")), Ok(()));
+    }
 }

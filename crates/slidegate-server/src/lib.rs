@@ -9,10 +9,25 @@
 //!   in Redis ([`redis_store`], shared by every instance on it);
 //! - [`grpc`] and [`http`](mod@http): the front ends; [`proto`]: the wire types;
 //! - [`metrics`]: the Prometheus registry;
-//! - [`server`]: starting, reloading and graceful shutdown.
+//! - [`server`]: starting, reloading and graceful shutdown; [`conn`]: the
+//!   connections' timeouts.
 #![forbid(unsafe_code)]
+// No panics on the request path: the lints are off in unit tests only.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic,
+        clippy::unreachable,
+        clippy::todo,
+        clippy::unimplemented
+    )
+)]
 
 pub mod config;
+pub mod conn;
 pub mod engine;
 pub mod grpc;
 pub mod http;

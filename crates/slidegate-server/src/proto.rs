@@ -30,6 +30,9 @@
 //! code's cross-package paths resolve; [`rls`] and [`descriptor`] are the
 //! short names.
 
+// The generated code is allowed every lint, the crate's panic lints among
+// them: it is prost's, pbjson's and tonic's, not ours to restructure.
+
 pub use envoy::extensions::common::ratelimit::v3 as descriptor;
 pub use envoy::service::ratelimit::v3 as rls;
 
@@ -41,7 +44,14 @@ pub mod envoy {
         pub mod ratelimit {
             /// Protobuf package `envoy.service.ratelimit.v3`: the
             /// `RateLimitService` and its request and response.
-            #[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic, rustdoc::all)]
+            #[allow(
+                missing_docs,
+                unreachable_pub,
+                clippy::all,
+                clippy::pedantic,
+                clippy::restriction,
+                rustdoc::all
+            )]
             pub mod v3 {
                 include!(concat!(env!("OUT_DIR"), "/envoy.service.ratelimit.v3.rs"));
                 include!(concat!(env!("OUT_DIR"), "/envoy.service.ratelimit.v3.serde.rs"));
@@ -57,7 +67,14 @@ pub mod envoy {
             pub mod ratelimit {
                 /// Protobuf package `envoy.extensions.common.ratelimit.v3`:
                 /// the rate limit descriptor.
-                #[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic, rustdoc::all)]
+                #[allow(
+                    missing_docs,
+                    unreachable_pub,
+                    clippy::all,
+                    clippy::pedantic,
+                    clippy::restriction,
+                    rustdoc::all
+                )]
                 pub mod v3 {
                     include!(concat!(env!("OUT_DIR"), "/envoy.extensions.common.ratelimit.v3.rs"));
                     include!(concat!(
@@ -72,7 +89,14 @@ pub mod envoy {
     /// Protobuf package `envoy.type`.
     pub mod r#type {
         /// Protobuf package `envoy.type.v3`: the rate limit unit.
-        #[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic, rustdoc::all)]
+        #[allow(
+            missing_docs,
+            unreachable_pub,
+            clippy::all,
+            clippy::pedantic,
+            clippy::restriction,
+            rustdoc::all
+        )]
         pub mod v3 {
             include!(concat!(env!("OUT_DIR"), "/envoy.r#type.v3.rs"));
             include!(concat!(env!("OUT_DIR"), "/envoy.r#type.v3.serde.rs"));
@@ -84,7 +108,14 @@ pub mod envoy {
         /// Protobuf package `envoy.config.core`.
         pub mod core {
             /// Protobuf package `envoy.config.core.v3`: only `HeaderValue`.
-            #[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic, rustdoc::all)]
+            #[allow(
+                missing_docs,
+                unreachable_pub,
+                clippy::all,
+                clippy::pedantic,
+                clippy::restriction,
+                rustdoc::all
+            )]
             pub mod v3 {
                 include!(concat!(env!("OUT_DIR"), "/envoy.config.core.v3.rs"));
                 include!(concat!(env!("OUT_DIR"), "/envoy.config.core.v3.serde.rs"));

@@ -1,6 +1,8 @@
 //! Starting, reloading and stopping the service.
 
 use crate::config::{Config, ConfigError};
+pub use crate::conn::Timeouts;
+use crate::conn::{Guarded, HTTP2_PREFACE_LEN};
 use crate::engine::{Engine, InputLimits};
 use crate::grpc::{Grpc, HeaderOptions};
 use crate::metrics::Metrics;
@@ -47,6 +49,11 @@ pub struct Options {
     /// Count in Redis, shared with every instance on it, instead of in
     /// memory (the budgets then do not apply).
     pub redis: Option<RedisOptions>,
+    /// The bearer token `POST /v1/reset` requires; `None` (the default)
+    /// turns the endpoint off (404).
+    pub admin_token: Option<String>,
+    /// How long connections may take and stay silent.
+    pub timeouts: Timeouts,
 }
 
 impl Default for Options {
@@ -63,6 +70,8 @@ impl Default for Options {
             grpc_headers: false,
             legacy_headers: None,
             redis: None,
+            admin_token: None,
+            timeouts: Timeouts::default(),
         }
     }
 }
@@ -77,6 +86,9 @@ pub enum StartError {
     /// Redis could not be reached (or its URL or prefix is bad).
     #[error("{0}")]
     Redis(#[from] RedisConnectError),
+    /// The admin token is empty.
+    #[error("the admin token is empty: give a token, or none to turn `POST /v1/reset` off")]
+    EmptyAdminToken,
     /// An address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -94,6 +106,8 @@ pub struct Shared<C> {
     pub(crate) grpc_headers: HeaderOptions,
     pub(crate) http_headers: HeaderOptions,
     pub(crate) body_limit: usize,
+    pub(crate) body_timeout: Duration,
+    pub(crate) admin_token: Option<Box<[u8]>>,
     paths: Vec<PathBuf>,
     /// Reloads tried so far, good or bad.
     reloads: watch::Sender<u64>,
@@ -209,6 +223,9 @@ fn fingerprint(paths: &[PathBuf]) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
 /// limit without a Redis form), Redis cannot be reached, or an address
 /// cannot be bound.
 pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C) -> Result<Running<C>, StartError> {
+    if options.admin_token.as_deref().is_some_and(|t| t.trim().is_empty()) {
+        return Err(StartError::EmptyAdminToken);
+    }
     let config = Config::load(&options.config)?;
     let engine = match options.redis.clone() {
         None => Engine::new(config, clock, options.budget, options.other_budget, options.input),
@@ -245,6 +262,8 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
             legacy: options.legacy_headers,
         },
         body_limit: options.body_limit,
+        body_timeout: options.timeouts.request,
+        admin_token: options.admin_token.as_deref().map(|t| t.trim().as_bytes().into()),
         paths: options.config.clone(),
         reloads: watch::Sender::new(0),
     });
@@ -254,22 +273,26 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
     };
 
     let mut tasks = Vec::new();
+    let timeouts = options.timeouts;
     let router = crate::http::router(Arc::clone(&shared));
-    let http_stop = until_stopped(stopped.clone());
-    tasks.push(tokio::spawn(async move {
-        let served = axum::serve(http_listener, router)
-            .with_graceful_shutdown(http_stop)
-            .await;
-        if let Err(e) = served {
-            tracing::error!(error = %e, "the HTTP server stopped");
-        }
-    }));
+    tasks.push(tokio::spawn(crate::conn::serve_http(
+        http_listener,
+        router,
+        timeouts,
+        stopped.clone(),
+    )));
 
-    let grpc_service = Grpc::service(Arc::clone(&shared));
+    let grpc_service = Grpc::service(Arc::clone(&shared)).max_decoding_message_size(options.body_limit);
     let grpc_stop = until_stopped(stopped.clone());
     tasks.push(tokio::spawn(async move {
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(grpc_listener);
+        // Every connection must send the HTTP/2 preface within the header
+        // timeout and is closed after the idle timeout without a byte.
+        let incoming = tokio_stream::StreamExt::map(
+            tokio_stream::wrappers::TcpListenerStream::new(grpc_listener),
+            move |accepted| accepted.map(|stream| Guarded::new(stream, HTTP2_PREFACE_LEN, timeouts)),
+        );
         let served = tonic::transport::Server::builder()
+            .timeout(timeouts.request)
             .add_service(grpc_service)
             .serve_with_incoming_shutdown(incoming, grpc_stop)
             .await;

@@ -16,7 +16,7 @@ use slidegate_server::proto::descriptor::rate_limit_descriptor::{Entry, RateLimi
 use slidegate_server::proto::rls::rate_limit_response::{Code, rate_limit};
 use slidegate_server::proto::rls::rate_limit_service_client::RateLimitServiceClient;
 use slidegate_server::proto::rls::{RateLimitRequest, RateLimitResponse};
-use slidegate_server::server::{self, Options, Running};
+use slidegate_server::server::{self, Options, Running, Timeouts};
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -25,6 +25,9 @@ use tonic::transport::Channel;
 
 mod common;
 use common::TempDir;
+
+/// The admin token of the harness's servers.
+const ADMIN: &str = "test-admin-token";
 
 struct Harness {
     running: Running<ManualClock>,
@@ -46,6 +49,7 @@ impl Harness {
             http: "127.0.0.1:0".parse().unwrap(),
             grpc: "127.0.0.1:0".parse().unwrap(),
             reload_every: None,
+            admin_token: Some(ADMIN.to_owned()),
             ..Options::default()
         };
         if !yaml.is_empty() {
@@ -79,6 +83,12 @@ impl Harness {
         http_post(self.running.http, path, body).await
     }
 
+    /// `POST /v1/reset` with the admin token of [`ADMIN`].
+    async fn reset(&self, body: &str) -> (StatusCode, HeaderMap, String) {
+        let bearer = format!("Bearer {ADMIN}");
+        http_post_with(self.running.http, "/v1/reset", body, &[("authorization", &bearer)]).await
+    }
+
     async fn get(&self, path: &str) -> (StatusCode, String) {
         let stream = TcpStream::connect(self.running.http).await.unwrap();
         let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
@@ -106,16 +116,27 @@ impl Harness {
 }
 
 async fn http_post(addr: SocketAddr, path: &str, body: &str) -> (StatusCode, HeaderMap, String) {
+    http_post_with(addr, path, body, &[]).await
+}
+
+async fn http_post_with(
+    addr: SocketAddr,
+    path: &str,
+    body: &str,
+    headers: &[(&str, &str)],
+) -> (StatusCode, HeaderMap, String) {
     let stream = TcpStream::connect(addr).await.unwrap();
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .unwrap();
     tokio::spawn(connection);
-    let request = Request::post(path)
+    let mut request = Request::post(path)
         .header("host", "localhost")
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(body.to_owned())))
-        .unwrap();
+        .header("content-type", "application/json");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request.body(Full::new(Bytes::from(body.to_owned()))).unwrap();
     let response = sender.send_request(request).await.unwrap();
     let (parts, body) = response.into_parts();
     let bytes = body.collect().await.unwrap().to_bytes();
@@ -427,7 +448,7 @@ async fn ad_hoc_checks_peeks_and_resets() {
     assert_eq!(headers["retry-after"], "8");
     // Reset, then the key is fresh.
     let reset = r#"{"key":"user-1","limit":2,"window":"10s","algorithm":"sliding_log"}"#;
-    let (status, _, text) = h.post("/v1/reset", reset).await;
+    let (status, _, text) = h.reset(reset).await;
     assert_eq!((status, text.as_str()), (StatusCode::OK, r#"{"reset":1}"#));
     assert_eq!(h.post("/v1/check", &check(1)).await.0, StatusCode::OK);
 }
@@ -446,10 +467,7 @@ async fn descriptor_checks_answer_slidegate_json() {
     assert_eq!(headers["ratelimit"], "\"d0\";r=0;t=1");
     assert_eq!(h.post("/v1/check", body).await.0, StatusCode::TOO_MANY_REQUESTS);
     let (status, _, text) = h
-        .post(
-            "/v1/reset",
-            r#"{"domain":"d","descriptors":[{"entries":[{"key":"a","value":"c"}]}]}"#,
-        )
+        .reset(r#"{"domain":"d","descriptors":[{"entries":[{"key":"a","value":"c"}]}]}"#)
         .await;
     assert_eq!((status, text.as_str()), (StatusCode::OK, r#"{"reset":1}"#));
     assert_eq!(h.post("/v1/check", body).await.0, StatusCode::OK);
@@ -755,4 +773,284 @@ async fn shutdown_finishes_requests_in_flight() {
         .await
         .unwrap()
         .unwrap();
+}
+
+/// `POST /v1/reset` is off without an admin token (404, saying how to turn
+/// it on); with one, it needs `Authorization: Bearer <token>`: 401 without
+/// it, 403 with another; every refusal is a problem document and resets
+/// nothing.
+#[tokio::test]
+async fn reset_needs_the_admin_token() {
+    let body = r#"{"key":"k","limit":1,"window":"1m"}"#;
+    let off = Harness::start_with("", |o| o.admin_token = None).await;
+    assert_eq!(off.post("/v1/check", body).await.0, StatusCode::OK);
+    let (status, headers, text) = off.reset(body).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(headers["content-type"], "application/problem+json");
+    assert!(
+        text.contains("--admin-token") && text.contains("SLIDEGATE_ADMIN_TOKEN"),
+        "{text}"
+    );
+    assert_eq!(off.post("/v1/check", body).await.0, StatusCode::TOO_MANY_REQUESTS);
+
+    let on = Harness::start("").await;
+    assert_eq!(on.post("/v1/check", body).await.0, StatusCode::OK);
+    let (status, headers, text) = on.post("/v1/reset", body).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{text}");
+    assert_eq!(headers["www-authenticate"], "Bearer");
+    assert_eq!(headers["content-type"], "application/problem+json");
+    assert!(text.contains("Authorization: Bearer"), "{text}");
+    for wrong in [
+        "Bearer test-admin-tokeN",
+        "Bearer test-admin-token-and-more",
+        "Bearer ",
+        "Basic dGVzdC1hZG1pbi10b2tlbg==",
+    ] {
+        let (status, _, text) = http_post_with(on.running.http, "/v1/reset", body, &[("authorization", wrong)]).await;
+        assert!(
+            status == StatusCode::FORBIDDEN || status == StatusCode::UNAUTHORIZED,
+            "{wrong}: {status} {text}"
+        );
+        assert!(!text.contains(ADMIN), "{text}");
+    }
+    assert_eq!(on.post("/v1/check", body).await.0, StatusCode::TOO_MANY_REQUESTS);
+    // The scheme is case-insensitive.
+    let lower = format!("bearer {ADMIN}");
+    let (status, _, text) = http_post_with(on.running.http, "/v1/reset", body, &[("authorization", &lower)]).await;
+    assert_eq!((status, text.as_str()), (StatusCode::OK, r#"{"reset":1}"#));
+    assert_eq!(on.post("/v1/check", body).await.0, StatusCode::OK);
+
+    let empty = server::start(
+        Options {
+            admin_token: Some("  ".to_owned()),
+            http: "127.0.0.1:0".parse().unwrap(),
+            grpc: "127.0.0.1:0".parse().unwrap(),
+            ..Options::default()
+        },
+        ManualClock::new(0),
+    )
+    .await;
+    assert!(empty.err().unwrap().to_string().contains("admin token is empty"));
+}
+
+/// Oversized input over HTTP, each refused with the limit named: a key or
+/// value over `max_text` and too many descriptors or entries are 400, a body
+/// over the limit 413.
+#[tokio::test]
+async fn oversized_http_input_names_the_limit() {
+    let h = Harness::start(BASIC).await;
+    let long = "k".repeat(1025);
+    let cases = [
+        (
+            "/v1/check".to_owned(),
+            format!(r#"{{"key":"{long}","limit":1,"window":"1s"}}"#),
+            "over the limit of 1024 bytes",
+        ),
+        (
+            "/v1/check".to_owned(),
+            format!(r#"{{"domain":"d","descriptors":[{{"entries":[{{"key":"a","value":"{long}"}}]}}]}}"#),
+            "over the limit of 1024 bytes",
+        ),
+        (
+            "/json".to_owned(),
+            format!(
+                r#"{{"domain":"d","descriptors":[{}]}}"#,
+                vec![r#"{"entries":[{"key":"a","value":"1"}]}"#; 65].join(",")
+            ),
+            "65 descriptors, over the limit of 64",
+        ),
+        (
+            "/v1/check".to_owned(),
+            format!(
+                r#"{{"domain":"d","descriptors":[{{"entries":[{}]}}]}}"#,
+                vec![r#"{"key":"a","value":"1"}"#; 17].join(",")
+            ),
+            "17 entries, over the limit of 16",
+        ),
+    ];
+    for (path, body, needle) in cases {
+        let (status, headers, text) = h.post(&path, &body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {text}");
+        assert_eq!(headers["content-type"], "application/problem+json");
+        assert!(text.contains(needle), "{path}: {text}");
+    }
+    let (status, _, text) = h.post("/json", &"x".repeat(65 * 1024)).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(text.contains("limit of 65536 bytes"), "{text}");
+}
+
+/// Oversized input over gRPC: too many descriptors or entries and a long
+/// value are `INVALID_ARGUMENT` naming the limit; a message over the body
+/// limit is refused by tonic with `OUT_OF_RANGE` before it is decoded. The
+/// service answers on after each.
+#[tokio::test]
+async fn oversized_grpc_requests_are_refused() {
+    let mut h = Harness::start(BASIC).await;
+    let many = h
+        .rls(request("d", vec![descriptor(&[("a", "1")]); 65]))
+        .await
+        .unwrap_err();
+    assert_eq!(many.code(), tonic::Code::InvalidArgument);
+    assert!(many.message().contains("over the limit of 64"), "{many:?}");
+    let wide = vec![("a", "1"); 17];
+    let wide = h.rls(one("d", &wide)).await.unwrap_err();
+    assert_eq!(wide.code(), tonic::Code::InvalidArgument);
+    assert!(wide.message().contains("over the limit of 16"), "{wide:?}");
+    let long = "v".repeat(1025);
+    let long = h.rls(one("d", &[("a", &long)])).await.unwrap_err();
+    assert_eq!(long.code(), tonic::Code::InvalidArgument);
+    assert!(long.message().contains("over the limit of 1024 bytes"), "{long:?}");
+    let huge = "v".repeat(70_000);
+    let huge = h.rls(one("d", &[("a", &huge)])).await.unwrap_err();
+    assert_eq!(huge.code(), tonic::Code::OutOfRange, "{huge:?}");
+    assert!(huge.message().contains("65536"), "{huge:?}");
+    assert_eq!(h.rls(one("d", &[("a", "1")])).await.unwrap().overall_code(), Code::Ok);
+}
+
+/// Short timeouts for the connection tests: headers (and the HTTP/2
+/// preface) within 200 ms, a body within 300 ms, no byte for 1 s closes.
+fn short_timeouts(options: &mut Options) {
+    options.timeouts = Timeouts {
+        header: Duration::from_millis(200),
+        idle: Duration::from_secs(1),
+        request: Duration::from_millis(300),
+    };
+}
+
+/// Reads until the server closes the connection (EOF or an error), for at
+/// most `deadline`: what it sent, or `None` if the connection is still open.
+async fn read_until_closed(stream: &mut TcpStream, deadline: Duration) -> Option<Vec<u8>> {
+    let until = tokio::time::Instant::now() + deadline;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout_at(until, stream.read(&mut buf)).await {
+            Err(_) => return None,
+            Ok(Ok(0) | Err(_)) => return Some(got),
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// HTTP/1.1: a connection that sends nothing is closed after the header
+/// timeout; so is one sending its headers a byte at a time (slowloris), and
+/// a kept-alive connection left idle after an answer; a body that does not
+/// arrive in time is answered 408. A client that keeps talking keeps its
+/// connection past every timeout.
+#[tokio::test]
+async fn silent_and_slow_http_connections_are_closed() {
+    let h = Harness::start_with("", short_timeouts).await;
+    let addr = h.running.http;
+    let bound = Duration::from_secs(5);
+
+    let opened = tokio::time::Instant::now();
+    let mut silent = TcpStream::connect(addr).await.unwrap();
+    assert!(
+        read_until_closed(&mut silent, bound).await.is_some(),
+        "a silent connection stays open"
+    );
+    assert!(
+        opened.elapsed() >= Duration::from_millis(150),
+        "closed before the timeout"
+    );
+
+    let mut slowloris = TcpStream::connect(addr).await.unwrap();
+    slowloris
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nx-slow: ")
+        .await
+        .unwrap();
+    let until = tokio::time::Instant::now() + bound;
+    let mut buf = [0u8; 1024];
+    let closed = loop {
+        assert!(tokio::time::Instant::now() < until, "a slowloris connection stays open");
+        if slowloris.write_all(b"a").await.is_err() {
+            break true;
+        }
+        // Waits on the socket, 20 ms at most, between two bytes.
+        if let Ok(Ok(0) | Err(_)) = tokio::time::timeout(Duration::from_millis(20), slowloris.read(&mut buf)).await {
+            break true;
+        }
+    };
+    assert!(closed);
+
+    let mut idle = TcpStream::connect(addr).await.unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = read_until_closed(&mut idle, bound)
+        .await
+        .expect("an idle connection stays open");
+    assert!(String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 200 OK"));
+
+    let mut slow_body = TcpStream::connect(addr).await.unwrap();
+    slow_body
+        .write_all(b"POST /v1/check HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"key\"")
+        .await
+        .unwrap();
+    let answer = read_until_closed(&mut slow_body, bound)
+        .await
+        .expect("a slow body stays open");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("application/problem+json"), "{answer}");
+
+    // Requests back to back on one connection, for longer than every
+    // timeout: all answered.
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let start = tokio::time::Instant::now();
+    let mut answered = 0;
+    while start.elapsed() < Duration::from_millis(1_500) {
+        let request = Request::get("/healthz")
+            .header("host", "localhost")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let response = sender.send_request(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        response.into_body().collect().await.unwrap();
+        answered += 1;
+    }
+    assert!(answered > 1);
+}
+
+/// gRPC: a connection that sends nothing, or only part of the HTTP/2
+/// preface, is closed after the header timeout; one that opens HTTP/2 and
+/// then says nothing, after the idle timeout.
+#[tokio::test]
+async fn silent_and_idle_grpc_connections_are_closed() {
+    let mut h = Harness::start_with(BASIC, short_timeouts).await;
+    assert_eq!(h.rls(one("d", &[("a", "1")])).await.unwrap().overall_code(), Code::Ok);
+    let addr = h.running.grpc;
+    let bound = Duration::from_secs(5);
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+    let mut silent = TcpStream::connect(addr).await.unwrap();
+    assert!(
+        read_until_closed(&mut silent, bound).await.is_some(),
+        "a silent connection stays open"
+    );
+
+    let mut partial = TcpStream::connect(addr).await.unwrap();
+    partial.write_all(&PREFACE[..10]).await.unwrap();
+    assert!(
+        read_until_closed(&mut partial, bound).await.is_some(),
+        "a partial preface stays open"
+    );
+
+    let opened = tokio::time::Instant::now();
+    let mut idle = TcpStream::connect(addr).await.unwrap();
+    idle.write_all(PREFACE).await.unwrap();
+    // An empty SETTINGS frame.
+    idle.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap();
+    let sent = read_until_closed(&mut idle, bound)
+        .await
+        .expect("an idle connection stays open");
+    assert!(!sent.is_empty(), "the server never answered the preface");
+    assert!(
+        opened.elapsed() >= Duration::from_millis(900),
+        "closed before the idle timeout"
+    );
 }

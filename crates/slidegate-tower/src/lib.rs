@@ -21,6 +21,19 @@
 //!
 //! [`Policy`]: slidegate_core::Policy
 #![forbid(unsafe_code)]
+// No panics on the request path: the lints are off in unit tests only.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic,
+        clippy::unreachable,
+        clippy::todo,
+        clippy::unimplemented
+    )
+)]
 
 mod body;
 mod headers;

@@ -8,7 +8,7 @@ use slidegate_memory::Budget;
 use slidegate_redis::FailurePolicy;
 use slidegate_server::engine::InputLimits;
 use slidegate_server::redis_store::RedisOptions;
-use slidegate_server::server::{self, Options};
+use slidegate_server::server::{self, Options, Timeouts};
 use slidegate_tower::LegacyReset;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -24,7 +24,8 @@ pub(crate) struct Args {
     #[arg(long, env = "SLIDEGATE_CONFIG", value_delimiter = ':')]
     config: Vec<PathBuf>,
     /// The HTTP address (`POST /json`, `/v1/check`, `/v1/reset`, `GET
-    /// /healthz`, `/metrics`).
+    /// /healthz`, `/metrics`). Nothing in it authenticates but `/v1/reset`:
+    /// keep it on a private network.
     #[arg(long, env = "SLIDEGATE_HTTP", default_value = "127.0.0.1:8080")]
     http: SocketAddr,
     /// The gRPC address (Envoy's `RateLimitService`).
@@ -41,9 +42,31 @@ pub(crate) struct Args {
     /// How often the config files are checked for changes (`0s` never).
     #[arg(long, env = "SLIDEGATE_RELOAD_EVERY", default_value = "1s", value_parser = parse_interval)]
     reload_every: Duration,
-    /// Largest HTTP request body, in bytes.
+    /// Largest HTTP request body, and largest gRPC request message, in
+    /// bytes: larger ones are refused (HTTP 413, gRPC `OUT_OF_RANGE`).
     #[arg(long, env = "SLIDEGATE_MAX_BODY", default_value_t = 65_536)]
     max_body: usize,
+    /// Turn on `POST /v1/reset`, for requests with `Authorization: Bearer
+    /// TOKEN` (401 without it, 403 with another token). Without this flag
+    /// the endpoint is off (404). Prefer the environment variable: a flag
+    /// shows in the process list.
+    #[arg(long, env = "SLIDEGATE_ADMIN_TOKEN", hide_env_values = true, value_name = "TOKEN")]
+    admin_token: Option<String>,
+    /// HTTP: the longest wait for a request's headers, from when the
+    /// connection opens or the previous answer is sent (so also the longest
+    /// a kept-alive connection may sit idle between requests); gRPC: the
+    /// longest wait for the HTTP/2 preface. The connection is then closed.
+    #[arg(long, env = "SLIDEGATE_HEADER_TIMEOUT", default_value = "10s", value_parser = parse_timeout, value_name = "DURATION")]
+    header_timeout: Duration,
+    /// A connection (HTTP or gRPC) on which no byte is read or written for
+    /// this long is closed.
+    #[arg(long, env = "SLIDEGATE_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_timeout, value_name = "DURATION")]
+    idle_timeout: Duration,
+    /// HTTP: the longest wait for a request body (then 408); gRPC: the
+    /// longest a call may take (then `CANCELLED`), or the client's
+    /// `grpc-timeout` if shorter.
+    #[arg(long, env = "SLIDEGATE_REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_timeout, value_name = "DURATION")]
+    request_timeout: Duration,
     /// Most descriptors in one request.
     #[arg(long, env = "SLIDEGATE_MAX_DESCRIPTORS", default_value_t = 64)]
     max_descriptors: usize,
@@ -184,6 +207,12 @@ impl Args {
                 text: self.max_text,
             },
             body_limit: self.max_body,
+            admin_token: self.admin_token.clone(),
+            timeouts: Timeouts {
+                header: self.header_timeout,
+                idle: self.idle_timeout,
+                request: self.request_timeout,
+            },
             reload_every: (!self.reload_every.is_zero()).then_some(self.reload_every),
             grpc_headers: self.grpc_headers,
             legacy_headers: match self.legacy_headers.as_deref() {

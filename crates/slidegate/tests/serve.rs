@@ -52,11 +52,16 @@ fn get(addr: &str, path: &str) -> String {
 
 /// One HTTP/1.1 request on a connection of its own; the whole answer.
 fn request(addr: &str, method: &str, path: &str, body: &str) -> String {
+    request_with(addr, method, path, "", body)
+}
+
+/// [`request`] with `extra` header lines (each ending in `\r\n`).
+fn request_with(addr: &str, method: &str, path: &str, extra: &str, body: &str) -> String {
     let mut stream = TcpStream::connect(addr).expect("the server accepts");
     stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     write!(
         stream,
-        "{method} {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\n{extra}content-length: {}\r\n\r\n{body}",
         body.len()
     )
     .unwrap();
@@ -147,7 +152,7 @@ fn flags_come_from_the_environment_too() {
 fn two_processes_share_one_redis() {
     let redis = slidegate_conformance::redis::RedisServer::start();
     let url = redis.url();
-    let (a, a_addr) = serve(&["--redis", &url, "--redis-failure", "closed"]);
+    let (a, a_addr) = serve(&["--redis", &url, "--redis-failure", "closed", "--admin-token", "t0ken"]);
     let mut b = Command::new(env!("CARGO_BIN_EXE_slidegate"));
     b.arg("serve")
         .env("SLIDEGATE_HTTP", "127.0.0.1:0")
@@ -169,10 +174,11 @@ fn two_processes_share_one_redis() {
         keys[0].0.starts_with("slidegate:fixed_window:5:3600000000:{"),
         "{keys:?}"
     );
-    let reset = request(
+    let reset = request_with(
         &a_addr,
         "POST",
         "/v1/reset",
+        "authorization: Bearer t0ken\r\n",
         r#"{"key":"shared","limit":5,"window":"1h","algorithm":"fixed_window"}"#,
     );
     assert!(reset.contains(r#""reset":1"#), "{reset}");
@@ -227,4 +233,77 @@ fn an_unreachable_or_bad_redis_stops_it_with_the_reason() {
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains(&format!("cannot reach Redis at {url}")), "{stderr}");
+}
+
+/// At the default log level (info), nothing a request carries is logged:
+/// not its keys or values, valid or not, nor its client's address; and the
+/// admin token never shows, in the log or in `--help`.
+#[test]
+fn requests_leave_no_trace_at_info() {
+    const NEEDLE: &str = "needle-7f3a9c";
+    let mut command = Command::new(env!("CARGO_BIN_EXE_slidegate"));
+    command
+        .args(["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
+        .env("SLIDEGATE_ADMIN_TOKEN", "token-0d1e2f")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = command.spawn().expect("the binary starts");
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let log = std::thread::spawn(move || {
+        let mut log = String::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(rest) = line.strip_prefix("slidegate: HTTP on ") {
+                let _ = addr_tx.send(rest.split(',').next().unwrap_or_default().to_owned());
+            }
+            log.push_str(&line);
+            log.push('\n');
+        }
+        log
+    });
+    let addr = addr_rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the server says where it listens");
+    let ad_hoc = format!(r#"{{"key":"{NEEDLE}","limit":1,"window":"1m"}}"#);
+    let descriptors = format!(r#"{{"domain":"d","descriptors":[{{"entries":[{{"key":"k","value":"{NEEDLE}"}}]}}]}}"#);
+    for (path, body, extra) in [
+        ("/v1/check", ad_hoc.as_str(), ""),
+        ("/v1/check", ad_hoc.as_str(), ""),
+        ("/json", descriptors.as_str(), ""),
+        ("/v1/check", descriptors.as_str(), ""),
+        ("/v1/check", &format!(r#"{{"key":"{NEEDLE}","colour":1}}"#), ""),
+        ("/v1/reset", ad_hoc.as_str(), ""),
+        ("/v1/reset", ad_hoc.as_str(), "authorization: Bearer wrong-5e6f\r\n"),
+        ("/v1/reset", ad_hoc.as_str(), "authorization: Bearer token-0d1e2f\r\n"),
+        ("/nowhere", ad_hoc.as_str(), ""),
+    ] {
+        let answer = request_with(&addr, "POST", path, extra, body);
+        assert!(answer.starts_with("HTTP/1.1 "), "{path}: {answer}");
+    }
+    assert!(
+        Command::new("kill")
+            .arg(child.id().to_string())
+            .status()
+            .unwrap()
+            .success()
+    );
+    assert_eq!(exit_code(child), Some(0));
+    let log = log.join().unwrap();
+    assert!(log.contains("serving"), "the info log is on: {log}");
+    for secret in [NEEDLE, "token-0d1e2f", "wrong-5e6f"] {
+        assert!(!log.contains(secret), "{secret} in the log:\n{log}");
+    }
+    let help = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        .args(["serve", "--help"])
+        .env("SLIDEGATE_ADMIN_TOKEN", "token-0d1e2f")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("--admin-token"), "{help}");
+    assert!(
+        help.contains("--header-timeout") && help.contains("--idle-timeout"),
+        "{help}"
+    );
+    assert!(!help.contains("token-0d1e2f"), "{help}");
 }

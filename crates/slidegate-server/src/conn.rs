@@ -1,0 +1,251 @@
+//! Connections with deadlines: the HTTP/1.1 serving loop (hyper's
+//! connection builder, which has the header timeout `axum::serve` lacks)
+//! and the socket wrapper both front ends share, which closes a connection
+//! that says nothing in time.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::{Instant, Sleep};
+
+/// How long a connection may take, and stay silent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    /// HTTP/1.1: the longest wait for a request's headers, counted from
+    /// when the connection opens or the previous answer is sent (so also
+    /// the longest idle time between requests on a kept-alive connection);
+    /// gRPC: the longest wait for the 24 bytes of the HTTP/2 preface.
+    pub header: Duration,
+    /// The longest time a connection may go without a byte read or
+    /// written; it is then closed.
+    pub idle: Duration,
+    /// HTTP: the longest wait for a request body (then 408); gRPC: the
+    /// longest a call may take (then `CANCELLED`, as tonic answers it), or
+    /// the client's `grpc-timeout` if shorter.
+    pub request: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            header: Duration::from_secs(10),
+            idle: Duration::from_secs(60),
+            request: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The length of the HTTP/2 client preface (`PRI * HTTP/2.0...`).
+pub(crate) const HTTP2_PREFACE_LEN: usize = 24;
+
+/// A socket that fails with [`io::ErrorKind::TimedOut`] once its first
+/// `opening` bytes have not all arrived within `header` of the connection
+/// opening, or once no byte has been read or written for `idle`. The
+/// deadline is checked only when a read or write would wait, so an active
+/// connection pays one clock read per read or write.
+pub(crate) struct Guarded<T> {
+    inner: T,
+    timer: Pin<Box<Sleep>>,
+    opening: usize,
+    opened: Instant,
+    last: Instant,
+    header: Duration,
+    idle: Duration,
+}
+
+impl<T> Guarded<T> {
+    /// Wraps `inner`, opened now.
+    pub(crate) fn new(inner: T, opening: usize, timeouts: Timeouts) -> Self {
+        let now = Instant::now();
+        let mut guarded = Guarded {
+            inner,
+            timer: Box::pin(tokio::time::sleep_until(now)),
+            opening,
+            opened: now,
+            last: now,
+            header: timeouts.header,
+            idle: timeouts.idle,
+        };
+        let deadline = guarded.deadline();
+        guarded.timer.as_mut().reset(deadline);
+        guarded
+    }
+
+    fn deadline(&self) -> Instant {
+        let idle = self.last.checked_add(self.idle).unwrap_or(self.last);
+        if self.opening > 0 {
+            let opening = self.opened.checked_add(self.header).unwrap_or(self.opened);
+            opening.min(idle)
+        } else {
+            idle
+        }
+    }
+
+    /// Whether the deadline has passed; if not, the task is woken when it
+    /// does.
+    fn poll_expired(&mut self, cx: &mut Context<'_>) -> bool {
+        let deadline = self.deadline();
+        if self.timer.deadline() != deadline {
+            self.timer.as_mut().reset(deadline);
+        }
+        self.timer.as_mut().poll(cx).is_ready()
+    }
+
+    fn active(&mut self) {
+        self.last = Instant::now();
+    }
+
+    fn timed_out(&self) -> io::Error {
+        let what = if self.opening > 0 {
+            "the connection did not open in time"
+        } else {
+            "the connection was idle for too long"
+        };
+        io::Error::new(io::ErrorKind::TimedOut, what)
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Guarded<T> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        match Pin::new(&mut self.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                let read = buf.filled().len().saturating_sub(before);
+                if read > 0 {
+                    self.opening = self.opening.saturating_sub(read);
+                    self.active();
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending if self.poll_expired(cx) => Poll::Ready(Err(self.timed_out())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        match Pin::new(&mut self.inner).poll_write(cx, buf) {
+            Poll::Ready(Ok(n)) => {
+                if n > 0 {
+                    self.active();
+                }
+                Poll::Ready(Ok(n))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending if self.poll_expired(cx) => Poll::Ready(Err(self.timed_out())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match Pin::new(&mut self.inner).poll_write_vectored(cx, bufs) {
+            Poll::Ready(Ok(n)) => {
+                if n > 0 {
+                    self.active();
+                }
+                Poll::Ready(Ok(n))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending if self.poll_expired(cx) => Poll::Ready(Err(self.timed_out())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+impl tonic::transport::server::Connected for Guarded<TcpStream> {
+    type ConnectInfo = <TcpStream as tonic::transport::server::Connected>::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.inner.connect_info()
+    }
+}
+
+/// Serves HTTP/1.1 on `listener` until `stopped` turns true, then stops
+/// accepting (the listener is closed at once) and lets every connection
+/// finish the request in flight.
+pub(crate) async fn serve_http(
+    listener: TcpListener,
+    router: axum::Router,
+    timeouts: Timeouts,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let mut connections = JoinSet::new();
+    let connection_stop = stopped.clone();
+    let stop = async move {
+        let _ = stopped.wait_for(|&s| s).await;
+    };
+    let mut stop = std::pin::pin!(stop);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    connections.spawn(serve_connection(stream, router.clone(), timeouts, connection_stop.clone()));
+                }
+                Err(e) => {
+                    // Out of file descriptors, most likely: wait a little
+                    // rather than spin, as axum::serve does.
+                    tracing::warn!(error = %e, "cannot accept an HTTP connection");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            () = &mut stop => break,
+        }
+    }
+    drop(listener);
+    while connections.join_next().await.is_some() {}
+}
+
+async fn serve_connection(
+    stream: TcpStream,
+    router: axum::Router,
+    timeouts: Timeouts,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let io = hyper_util::rt::TokioIo::new(Guarded::new(stream, 0, timeouts));
+    let service = hyper_util::service::TowerToHyperService::new(router);
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(timeouts.header);
+    let connection = builder.serve_connection(io, service);
+    let mut connection = std::pin::pin!(connection);
+    let stop = async move {
+        let _ = stopped.wait_for(|&s| s).await;
+    };
+    let result = tokio::select! {
+        result = connection.as_mut() => result,
+        () = stop => {
+            connection.as_mut().graceful_shutdown();
+            connection.await
+        }
+    };
+    if let Err(e) = result {
+        // Timeouts, resets, malformed requests: the client's business.
+        tracing::debug!(error = %e, "an HTTP connection ended with an error");
+    }
+}
