@@ -26,7 +26,7 @@ pub struct HeaderOptions {
 }
 
 /// The engine's request from the wire's.
-pub(crate) fn request_from_wire(wire: RateLimitRequest) -> Request {
+pub fn request_from_wire(wire: RateLimitRequest) -> Request {
     Request {
         domain: wire.domain,
         hits_addend: wire.hits_addend,
@@ -130,7 +130,7 @@ pub(crate) fn answer_headers(answer: &Answer, options: HeaderOptions) -> HeaderM
 }
 
 /// The wire's response from the engine's answer.
-pub(crate) fn answer_to_wire(answer: &Answer, options: HeaderOptions) -> RateLimitResponse {
+pub fn answer_to_wire(answer: &Answer, options: HeaderOptions) -> RateLimitResponse {
     let response_headers_to_add = answer_headers(answer, options)
         .iter()
         .map(|(name, value)| WireHeader {

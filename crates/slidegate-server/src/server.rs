@@ -114,6 +114,28 @@ pub struct Shared<C> {
 }
 
 impl<C: Clock> Shared<C> {
+    /// What the front ends share, serving `engine` as `options` say (its
+    /// addresses, budgets, Redis and reload interval are not read here).
+    fn new(engine: Engine<C>, options: &Options) -> Self {
+        Shared {
+            engine,
+            metrics: Metrics::new(),
+            grpc_headers: HeaderOptions {
+                draft: options.grpc_headers,
+                legacy: options.legacy_headers.filter(|_| options.grpc_headers),
+            },
+            http_headers: HeaderOptions {
+                draft: true,
+                legacy: options.legacy_headers,
+            },
+            body_limit: options.body_limit,
+            body_timeout: options.timeouts.request,
+            admin_token: options.admin_token.as_deref().map(|t| t.trim().as_bytes().into()),
+            paths: options.config.clone(),
+            reloads: watch::Sender::new(0),
+        }
+    }
+
     /// Loads the config files again and, if they are valid, serves them
     /// from now on; if not, the old config keeps serving. Either way the
     /// reload is counted.
@@ -250,23 +272,7 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
         })?;
     let http = http_listener.local_addr().unwrap_or(options.http);
     let grpc = grpc_listener.local_addr().unwrap_or(options.grpc);
-    let shared = Arc::new(Shared {
-        engine,
-        metrics: Metrics::new(),
-        grpc_headers: HeaderOptions {
-            draft: options.grpc_headers,
-            legacy: options.legacy_headers.filter(|_| options.grpc_headers),
-        },
-        http_headers: HeaderOptions {
-            draft: true,
-            legacy: options.legacy_headers,
-        },
-        body_limit: options.body_limit,
-        body_timeout: options.timeouts.request,
-        admin_token: options.admin_token.as_deref().map(|t| t.trim().as_bytes().into()),
-        paths: options.config.clone(),
-        reloads: watch::Sender::new(0),
-    });
+    let shared = Arc::new(Shared::new(engine, &options));
     let (stop, stopped) = watch::channel(false);
     let until_stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|&s| s).await;
@@ -329,6 +335,16 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
         stop,
         tasks,
     })
+}
+
+/// The HTTP routes [`start`] serves (`/json`, `/v1/check`, `/v1/reset`,
+/// `/healthz`, `/metrics`), over `engine`, without a listener, the gRPC
+/// side or the config watch: to drive the service in-process, one request
+/// at a time (`tower::ServiceExt::oneshot`), as the tests and fuzz targets
+/// do. `options` gives the body limit and the headers; its addresses,
+/// budgets, Redis options and reload interval are not read.
+pub fn http_router<C: Clock + Send + Sync + 'static>(engine: Engine<C>, options: &Options) -> axum::Router {
+    crate::http::router(Arc::new(Shared::new(engine, options)))
 }
 
 /// A future that resolves on SIGTERM or SIGINT (Ctrl-C). The handlers are
