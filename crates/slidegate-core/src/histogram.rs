@@ -164,10 +164,16 @@ impl LimitState for ExponentialHistogram {
         }
         let cap2 = 2 * u128::from(limit);
         let allowed = cost <= limit && v.est2 + 2 * u128::from(cost) <= cap2;
-        if allowed && cost > 0 {
+        let after2 = if allowed && cost > 0 {
             self.push(v.t, cost, policy.epsilon_ppm());
-        }
-        let after2 = if allowed { v.est2 + 2 * u128::from(cost) } else { v.est2 };
+            // The push may merge the straddling bucket with a newer one,
+            // which then counts half of more: the estimate after the
+            // request is read from the new state, so that `remaining` is
+            // what the next request at this instant finds.
+            self.view(v.t, w).est2
+        } else {
+            v.est2
+        };
         let remaining = saturate(cap2.saturating_sub(after2) / 2);
         let reset_at = match self.buckets.back() {
             Some(b) if after2 > 0 => b.last.saturating_add(w),
