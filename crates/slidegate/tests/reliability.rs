@@ -1,0 +1,743 @@
+//! Faults and floods against the real `slidegate serve` process, each under
+//! a bounded load from the test (gRPC `ShouldRateLimit`, a few thousand
+//! calls, several in flight): Redis killed, started again on the same port
+//! (an empty script cache) and paused (SIGSTOP) for each failure policy; a
+//! cluster master killed; the hybrid mode through a kill and a restart; a
+//! flood of distinct keys against a small memory budget. Every call must
+//! be answered, without a gRPC error, within the Redis timeout and a
+//! margin; the service must never panic and must exit 0 on SIGTERM. The
+//! tests wait on conditions with bounded deadlines, never for a fixed time.
+//! RELIABILITY.md records what each shows.
+
+#![cfg(unix)]
+
+use slidegate_conformance::redis::{RedisCluster, RedisServer};
+use slidegate_server::proto::descriptor::RateLimitDescriptor;
+use slidegate_server::proto::descriptor::rate_limit_descriptor::Entry;
+use slidegate_server::proto::rls::RateLimitRequest;
+use slidegate_server::proto::rls::rate_limit_response::Code;
+use slidegate_server::proto::rls::rate_limit_service_client::RateLimitServiceClient;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tonic::transport::Channel;
+
+/// The `--redis-timeout` of the fault tests.
+const TIMEOUT: Duration = Duration::from_millis(200);
+/// Room beyond the timeout for a debug build on a busy 2-core machine.
+const MARGIN: Duration = Duration::from_secs(1);
+/// A call not answered within this has hung.
+const HANG: Duration = Duration::from_secs(5);
+
+type Client = RateLimitServiceClient<Channel>;
+
+/// A `slidegate serve` process on free loopback ports, with its stderr
+/// kept (to look for panics); killed on drop if still running.
+struct Serve {
+    child: Option<Child>,
+    http: String,
+    grpc: String,
+    stderr: Arc<Mutex<String>>,
+    dir: PathBuf,
+}
+
+impl Serve {
+    fn start(yaml: &str, extra: &[&str]) -> Serve {
+        static DIRS: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "slidegate-reliability-{}-{}",
+            std::process::id(),
+            DIRS.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("domain.yaml"), yaml).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+            .args([
+                "serve",
+                "--http",
+                "127.0.0.1:0",
+                "--grpc",
+                "127.0.0.1:0",
+                "--reload-every",
+                "0s",
+            ])
+            .arg("--config")
+            .arg(&dir)
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the binary starts");
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr is piped")).lines();
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let mut line = None;
+        for l in lines.by_ref().map_while(Result::ok) {
+            stderr.lock().unwrap().push_str(&format!("{l}\n"));
+            if l.starts_with("slidegate: HTTP on ") {
+                line = Some(l);
+                break;
+            }
+        }
+        let Some(line) = line else {
+            panic!("the server never listened: {}", stderr.lock().unwrap());
+        };
+        // Keep the rest of stderr (and keep draining it).
+        let kept = Arc::clone(&stderr);
+        std::thread::spawn(move || {
+            for l in lines.map_while(Result::ok) {
+                kept.lock().unwrap().push_str(&format!("{l}\n"));
+            }
+        });
+        let rest = &line["slidegate: HTTP on ".len()..];
+        let (http, grpc) = rest.split_once(", gRPC on ").expect("both addresses");
+        Serve {
+            child: Some(child),
+            http: http.to_owned(),
+            grpc: grpc.to_owned(),
+            stderr,
+            dir,
+        }
+    }
+
+    async fn client(&self) -> Client {
+        let channel = Channel::from_shared(format!("http://{}", self.grpc))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        RateLimitServiceClient::new(channel)
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    /// `/metrics`, whole.
+    fn metrics(&self) -> String {
+        let mut stream = TcpStream::connect(&self.http).expect("the server accepts");
+        stream.set_read_timeout(Some(HANG)).unwrap();
+        write!(stream, "GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").unwrap();
+        let mut text = String::new();
+        stream.read_to_string(&mut text).unwrap();
+        text
+    }
+
+    /// The value of the metric named exactly `name` (labels included), 0
+    /// when it is not there.
+    fn metric(&self, name: &str) -> f64 {
+        self.metrics()
+            .lines()
+            .find(|l| l.rsplit_once(' ').is_some_and(|(n, _)| n == name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    }
+
+    fn fallbacks(&self, source: &str) -> f64 {
+        self.metric(&format!("slidegate_redis_fallbacks_total{{source=\"{source}\"}}"))
+    }
+
+    /// SIGTERM: the process must exit 0 (within 20 s) and never have
+    /// panicked.
+    fn stop(mut self) {
+        let mut child = self.child.take().unwrap();
+        let pid = child.id();
+        assert!(signal("TERM", pid), "SIGTERM to the server");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break Some(status);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::yield_now();
+        };
+        // The drain thread ends with the pipe; give it a bounded moment.
+        let stderr = self.stderr.lock().unwrap().clone();
+        assert!(!stderr.contains("panicked"), "the server panicked:\n{stderr}");
+        assert_eq!(status.and_then(|s| s.code()), Some(0), "exit after SIGTERM\n{stderr}");
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn signal(name: &str, pid: u32) -> bool {
+    Command::new("kill")
+        .args([format!("-{name}"), pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// One call of one descriptor `key=value` in domain `f`: its overall code,
+/// or why there is none (a gRPC error, or no answer within [`HANG`]); and
+/// how long it took.
+async fn hit(client: &mut Client, key: &str, value: &str) -> (Result<Code, String>, Duration) {
+    let request = RateLimitRequest {
+        domain: "f".to_owned(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: key.to_owned(),
+                value: value.to_owned(),
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let start = Instant::now();
+    let answer = match tokio::time::timeout(HANG, client.should_rate_limit(request)).await {
+        Ok(Ok(response)) => Ok(response.into_inner().overall_code()),
+        Ok(Err(status)) => Err(format!("gRPC error: {status}")),
+        Err(_) => Err(format!("no answer within {HANG:?}")),
+    };
+    (answer, start.elapsed())
+}
+
+/// Asks every user `per_user` times, `in_flight` calls at a time; asserts
+/// that every call was answered within the timeout and the margin; the
+/// number of `OK` answers per user.
+async fn round(client: &Client, users: &[String], per_user: usize, in_flight: usize) -> Vec<usize> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let work: Arc<Vec<usize>> = Arc::new((0..per_user).flat_map(|_| 0..users.len()).collect());
+    let users = Arc::new(users.to_vec());
+    let mut tasks = Vec::new();
+    for _ in 0..in_flight {
+        let (next, work, users, mut client) =
+            (Arc::clone(&next), Arc::clone(&work), Arc::clone(&users), client.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut ok = vec![0; users.len()];
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&user) = work.get(i) else { break };
+                let (answer, took) = hit(&mut client, "user", &users[user]).await;
+                let code = answer.unwrap_or_else(|e| panic!("{}: {e}", users[user]));
+                assert!(took < TIMEOUT + MARGIN, "{}: answered after {took:?}", users[user]);
+                ok[user] += usize::from(code == Code::Ok);
+            }
+            ok
+        }));
+    }
+    let mut ok = vec![0; users.len()];
+    for task in tasks {
+        for (sum, n) in ok.iter_mut().zip(task.await.unwrap()) {
+            *sum += n;
+        }
+    }
+    ok
+}
+
+/// A load in the background for the whole test, on its own key: calls in
+/// a loop (at most 20,000), each checked for an answer without a gRPC
+/// error within the timeout and the margin.
+struct Background {
+    stop: Arc<AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<(u64, Duration, Vec<String>)>>,
+}
+
+impl Background {
+    fn start(client: &Client, tasks: usize) -> Background {
+        let stop = Arc::new(AtomicBool::new(false));
+        let tasks = (0..tasks)
+            .map(|_| {
+                let (stop, mut client) = (Arc::clone(&stop), client.clone());
+                tokio::spawn(async move {
+                    let (mut calls, mut slowest, mut failures) = (0, Duration::ZERO, Vec::new());
+                    while !stop.load(Ordering::Relaxed) && calls < 10_000 {
+                        let (answer, took) = hit(&mut client, "bg", "load").await;
+                        calls += 1;
+                        slowest = slowest.max(took);
+                        if let Err(e) = answer {
+                            failures.push(e);
+                        }
+                    }
+                    (calls, slowest, failures)
+                })
+            })
+            .collect();
+        Background { stop, tasks }
+    }
+
+    /// Stops the load; asserts every call was answered in time; the calls.
+    async fn finish(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut total = 0;
+        for task in self.tasks {
+            let (calls, slowest, failures) = task.await.unwrap();
+            assert!(failures.is_empty(), "background calls failed: {failures:?}");
+            assert!(slowest < TIMEOUT + MARGIN, "a background call took {slowest:?}");
+            total += calls;
+        }
+        total
+    }
+}
+
+/// `user` limited to `limit` an hour, `bg` to 10⁶, by `algorithm` (the
+/// default, a sliding window of 8 buckets, when empty).
+fn yaml(limit: u64, algorithm: &str) -> String {
+    let algorithm = if algorithm.is_empty() {
+        String::new()
+    } else {
+        format!(", algorithm: {algorithm}")
+    };
+    format!(
+        "domain: f\ndescriptors:\n  - key: user\n    rate_limit: {{ unit: hour, requests_per_unit: {limit}{algorithm} }}\n  - key: bg\n    rate_limit: {{ unit: hour, requests_per_unit: 1000000{algorithm} }}\n"
+    )
+}
+
+fn users(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("val-{i:02}")).collect()
+}
+
+/// Waits (bounded) until `done` holds, doing `step` between looks.
+async fn until(what: &str, within: Duration, mut done: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !done().await {
+        assert!(Instant::now() < deadline, "never: {what}");
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Redis SIGKILLed under load, then started again on the same port (an
+/// empty server: no keys, no scripts), for one failure policy; `during`
+/// says how many of 25 calls per user (on a limit of 20 an hour, already
+/// used up) the policy admits.
+async fn kill_and_restart(failure: &str, source: &str, admitted_during: usize) {
+    let redis = RedisServer::start();
+    let port = redis.port();
+    let url = redis.url();
+    let serve = Serve::start(
+        &yaml(20, "fixed_window"),
+        &[
+            "--redis",
+            &url,
+            "--redis-failure",
+            failure,
+            "--redis-instances",
+            "2",
+            "--redis-timeout",
+            "200ms",
+        ],
+    );
+    let client = serve.client().await;
+    let background = Background::start(&client, 2);
+    let users = users(8);
+
+    // Healthy: Redis decides, exactly 20 each.
+    assert_eq!(
+        round(&client, &users, 25, 8).await,
+        vec![20; users.len()],
+        "{failure}: healthy"
+    );
+    assert_eq!(serve.metric("slidegate_redis_errors_total"), 0.0);
+    assert_eq!(serve.fallbacks(source), 0.0);
+
+    // Killed: every call is the policy's, answered in time.
+    redis.kill();
+    let during = round(&client, &users, 25, 8).await;
+    assert_eq!(during, vec![admitted_during; users.len()], "{failure}: Redis down");
+    assert!(serve.metric("slidegate_redis_errors_total") >= 1.0, "{failure}");
+    assert!(serve.fallbacks(source) >= (25 * users.len()) as f64, "{failure}");
+
+    // Back on the same port: decisions come from Redis again (the
+    // background load finds it), then a round without a fallback; the new
+    // server counts from scratch.
+    let redis = RedisServer::start_on(port, &[]).expect("the port is free again");
+    until(
+        &format!("{failure}: a decision counted in the new Redis"),
+        Duration::from_secs(20),
+        async || !redis.keys_and_ttls().is_empty(),
+    )
+    .await;
+    // A call still in its backoff may fall back once more: let one pass.
+    let mut probe = client.clone();
+    until(
+        &format!("{failure}: a call decided by Redis"),
+        Duration::from_secs(20),
+        async || {
+            let before = serve.fallbacks(source);
+            hit(&mut probe, "user", "probe").await.0.unwrap();
+            serve.fallbacks(source) == before
+        },
+    )
+    .await;
+    let (fallbacks, errors) = (serve.fallbacks(source), serve.metric("slidegate_redis_errors_total"));
+    let after = round(&client, &users, 25, 8).await;
+    assert_eq!(after, vec![20; users.len()], "{failure}: Redis back");
+    let background_calls = background.finish().await;
+    assert!(background_calls > 0);
+    assert_eq!(
+        serve.fallbacks(source),
+        fallbacks,
+        "{failure}: a fallback after recovery"
+    );
+    assert_eq!(
+        serve.metric("slidegate_redis_errors_total"),
+        errors,
+        "{failure}: an error after recovery"
+    );
+    serve.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_and_restarted_fail_open() {
+    kill_and_restart("open", "fail_open", 25).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_and_restarted_fail_closed() {
+    kill_and_restart("closed", "fail_closed", 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_and_restarted_local() {
+    // The local share: 20 / 2 instances.
+    kill_and_restart("local", "local", 10).await;
+}
+
+/// Redis paused (SIGSTOP) under load: every call waits at most the
+/// timeout, then the policy (closed) answers; on SIGCONT the decisions
+/// come from Redis again. The calls that timed out were already written to
+/// Redis's socket: Redis runs them when it resumes, so each refused call
+/// of the pause is charged (the limit tightens; nothing is over-admitted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_paused_fails_closed_then_recovers() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query(&mut redis.sync_conn().unwrap())
+        .unwrap();
+    let redis_pid: u32 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .and_then(|p| p.trim().parse().ok())
+        .expect("INFO server names the process");
+    let serve = Serve::start(
+        &yaml(20, "fixed_window"),
+        &["--redis", &url, "--redis-failure", "closed", "--redis-timeout", "200ms"],
+    );
+    let client = serve.client().await;
+    let background = Background::start(&client, 2);
+    let users = users(8);
+    assert_eq!(round(&client, &users, 5, 8).await, vec![5; users.len()]);
+
+    let resume = Resume(redis_pid);
+    assert!(signal("STOP", redis_pid));
+    let paused = round(&client, &users, 5, 8).await;
+    drop(resume);
+    assert_eq!(paused, vec![0; users.len()], "refused while paused");
+    assert!(serve.metric("slidegate_redis_errors_total") >= 1.0);
+    assert!(serve.fallbacks("fail_closed") >= (5 * users.len()) as f64);
+
+    let mut probe = client.clone();
+    until(
+        "a call decided by Redis after SIGCONT",
+        Duration::from_secs(20),
+        async || {
+            let before = serve.fallbacks("fail_closed");
+            hit(&mut probe, "user", "probe").await.0.unwrap();
+            serve.fallbacks("fail_closed") == before
+        },
+    )
+    .await;
+    // 20 a user: 5 admitted before, and each of the 5 refused calls of the
+    // pause that reached Redis's socket is charged when it resumes.
+    let after = round(&client, &users, 20, 8).await;
+    let charged: Vec<usize> = after.iter().map(|ok| 15 - ok).collect();
+    assert!(
+        charged.iter().all(|&c| c <= 5),
+        "more charged than refused: {charged:?}"
+    );
+    eprintln!("paused: refused calls later charged by Redis, per user: {charged:?}");
+    background.finish().await;
+    serve.stop();
+    drop(redis);
+}
+
+/// Sends SIGCONT to a paused process when dropped, even when a test
+/// fails.
+struct Resume(u32);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        assert!(signal("CONT", self.0), "SIGCONT to Redis");
+    }
+}
+
+/// A three-master cluster, one master SIGKILLed under load: the keys on
+/// the other two are still decided by Redis, those of the dead master's
+/// slots get the policy (closed), and no call hangs; the same once the
+/// others have marked it failed (with `cluster-require-full-coverage no`;
+/// with the default `yes` the whole cluster refuses every command from
+/// then on, and every key gets the policy).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_master_killed() {
+    let mut cluster = RedisCluster::start();
+    for node in &cluster.nodes {
+        let mut conn = node.sync_conn().unwrap();
+        for (name, value) in [
+            ("cluster-require-full-coverage", "no"),
+            ("cluster-node-timeout", "1000"),
+        ] {
+            redis::cmd("CONFIG")
+                .arg("SET")
+                .arg(name)
+                .arg(value)
+                .query::<()>(&mut conn)
+                .unwrap();
+        }
+    }
+    let urls = cluster.urls();
+    let mut args = vec!["--redis-failure", "closed", "--redis-timeout", "200ms"];
+    for url in &urls {
+        args.extend(["--redis", url]);
+    }
+    let serve = Serve::start(&yaml(40, "fixed_window"), &args);
+    let client = serve.client().await;
+    let users = users(24);
+    assert_eq!(round(&client, &users, 10, 8).await, vec![10; users.len()]);
+
+    // Which users the first master holds.
+    let first: Vec<(String, i64)> = cluster.nodes[0].keys_and_ttls();
+    let on_first: Vec<bool> = users
+        .iter()
+        .map(|u| first.iter().any(|(k, _)| k.contains(u.as_str())))
+        .collect();
+    assert!(
+        on_first.iter().any(|&b| b) && !on_first.iter().all(|&b| b),
+        "{on_first:?}"
+    );
+    let dead = on_first.iter().filter(|&&b| b).count();
+
+    let killed = cluster.nodes.remove(0);
+    let killed_id = {
+        let mut conn = killed.sync_conn().unwrap();
+        redis::cmd("CLUSTER").arg("MYID").query::<String>(&mut conn).unwrap()
+    };
+    killed.kill();
+    let before = serve.fallbacks("fail_closed");
+    let live = check_cluster_round(&round(&client, &users, 10, 8).await, &on_first, "master killed");
+    assert!(serve.fallbacks("fail_closed") - before >= (10 * dead) as f64);
+
+    // Once the others mark it failed, still the same.
+    until(
+        "the others mark the master failed",
+        Duration::from_secs(20),
+        async || {
+            let mut conn = cluster.nodes[0].sync_conn().unwrap();
+            let nodes: String = redis::cmd("CLUSTER").arg("NODES").query(&mut conn).unwrap();
+            nodes.lines().any(|l| {
+                l.starts_with(&killed_id)
+                    && l.split(' ')
+                        .nth(2)
+                        .is_some_and(|f| f.contains("fail") && !f.contains("fail?"))
+            })
+        },
+    )
+    .await;
+    let marked = check_cluster_round(&round(&client, &users, 10, 8).await, &on_first, "master marked failed");
+    eprintln!(
+        "cluster: of {} calls on the live masters' keys, {live} admitted by Redis after the kill and {marked} once the master was marked failed",
+        10 * (users.len() - dead)
+    );
+    serve.stop();
+    // The dead master's slots are gone with it; the others' keys expire.
+    drop(cluster);
+}
+
+/// Checks one round of 10 calls a user after a master died: the dead
+/// master's keys get the policy (closed: none admitted) and the live ones
+/// are never admitted past their limit; the calls admitted on live keys.
+///
+/// FINDING (RELIABILITY.md): the live masters' keys should all be admitted
+/// (Redis holds their counts), but most get the policy too: after any
+/// failed call the limiter skips Redis for 100 ms for every key of its
+/// policy, and under load a call on a dead slot comes every few
+/// milliseconds, so the live keys are decided by Redis only now and then.
+fn check_cluster_round(ok: &[usize], on_first: &[bool], what: &str) -> usize {
+    for (&ok, &dead) in ok.iter().zip(on_first) {
+        assert!(ok <= 10, "{what}: {ok} admitted");
+        if dead {
+            assert_eq!(ok, 0, "{what}: a dead master's key admitted under fail-closed");
+        }
+    }
+    ok.iter().zip(on_first).filter(|(_, d)| !**d).map(|(ok, _)| ok).sum()
+}
+
+/// The sum of the bucket counts of the sliding window ring whose key has
+/// `needle` in it (0 when there is none).
+fn ring_count(redis: &RedisServer, needle: &str) -> u64 {
+    let Some((key, _)) = redis.keys_and_ttls().into_iter().find(|(k, _)| k.contains(needle)) else {
+        return 0;
+    };
+    let fields: Vec<(String, u64)> = redis::cmd("HGETALL")
+        .arg(key)
+        .query(&mut redis.sync_conn().unwrap())
+        .unwrap();
+    fields.iter().filter(|(f, _)| f != "n").map(|(_, c)| c).sum()
+}
+
+/// Hybrid mode (`--redis-sync-interval 50ms`, closed) through a Redis kill
+/// and restart: decisions go on locally while the view is fresh, then,
+/// once the syncs have failed for 4 intervals, the policy refuses; when
+/// Redis is back the syncs resume, and the counts admitted locally while it
+/// was down reach the new server (nothing admitted is lost).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hybrid_mode_through_a_kill_and_a_restart() {
+    let redis = RedisServer::start();
+    let (port, url) = (redis.port(), redis.url());
+    let serve = Serve::start(
+        &yaml(1_000_000, ""),
+        &[
+            "--redis",
+            &url,
+            "--redis-failure",
+            "closed",
+            "--redis-timeout",
+            "200ms",
+            "--redis-sync-interval",
+            "50ms",
+        ],
+    );
+    let mut client = serve.client().await;
+    let background = Background::start(&client, 2);
+    for _ in 0..20 {
+        assert_eq!(hit(&mut client, "user", "hot").await.0, Ok(Code::Ok));
+    }
+    until("the counts reach Redis", Duration::from_secs(20), async || {
+        ring_count(&redis, "user3:hot") >= 20
+    })
+    .await;
+
+    redis.kill();
+    // Local decisions go on until the view is stale, then the policy.
+    let mut admitted_while_down = 0u64;
+    let mut first_refusal = None;
+    until("the policy takes over", Duration::from_secs(20), async || {
+        let (code, took) = hit(&mut client, "user", "hot").await;
+        assert!(took < TIMEOUT + MARGIN, "{took:?}");
+        match code.unwrap() {
+            Code::Ok => admitted_while_down += 1,
+            _ => first_refusal = Some(admitted_while_down),
+        }
+        first_refusal.is_some()
+    })
+    .await;
+    assert!(admitted_while_down >= 1, "no local decision after the kill");
+    assert!(serve.fallbacks("fail_closed") >= 1.0);
+    assert!(serve.metric("slidegate_redis_errors_total") >= 1.0);
+
+    let redis = RedisServer::start_on(port, &[]).expect("the port is free again");
+    until("decisions admit again", Duration::from_secs(20), async || {
+        hit(&mut client, "user", "hot").await.0 == Ok(Code::Ok)
+    })
+    .await;
+    // Syncs resume: a fresh key's counts reach the new server, and so do
+    // the counts admitted locally while Redis was down.
+    for _ in 0..30 {
+        assert_eq!(hit(&mut client, "user", "fresh").await.0, Ok(Code::Ok));
+    }
+    until(
+        "the fresh key's counts reach the new Redis",
+        Duration::from_secs(20),
+        async || ring_count(&redis, "user5:fresh") == 30,
+    )
+    .await;
+    let hot = ring_count(&redis, "user3:hot");
+    assert!(
+        hot >= admitted_while_down,
+        "the new Redis holds {hot} for the hot key; {admitted_while_down} were admitted while it was down"
+    );
+    eprintln!("hybrid: {admitted_while_down} admitted locally while Redis was down; the new Redis holds {hot}");
+    background.finish().await;
+    serve.stop();
+}
+
+/// The server's resident set, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap()
+}
+
+/// 200,000 distinct keys (64 descriptors a call) through a 1 MiB store:
+/// the store stays at its capacity, evicting, and the RSS grows by no
+/// more than the budget and a fixed margin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_distinct_keys_stays_in_its_budget() {
+    const KEYS: usize = 200_000;
+    let serve = Serve::start(&yaml(1000, ""), &["--memory-mib", "1", "--other-memory-mib", "1"]);
+    let client = serve.client().await;
+    let rss_start = rss_kib(serve.pid());
+    let capacity = serve.metric("slidegate_key_capacity");
+    assert!(capacity > 0.0 && capacity < 20_000.0, "{capacity}");
+    let next = Arc::new(AtomicUsize::new(0));
+    let max_rss = Arc::new(AtomicU64::new(rss_start));
+    let pid = serve.pid();
+    let tasks: Vec<_> = (0..4)
+        .map(|_| {
+            let (next, max_rss, mut client) = (Arc::clone(&next), Arc::clone(&max_rss), client.clone());
+            tokio::spawn(async move {
+                loop {
+                    let first = next.fetch_add(64, Ordering::Relaxed);
+                    if first >= KEYS {
+                        break;
+                    }
+                    let request = RateLimitRequest {
+                        domain: "f".to_owned(),
+                        descriptors: (first..first + 64)
+                            .map(|k| RateLimitDescriptor {
+                                entries: vec![Entry {
+                                    key: "user".to_owned(),
+                                    value: format!("flood-{k}"),
+                                }],
+                                ..Default::default()
+                            })
+                            .collect(),
+                        ..Default::default()
+                    };
+                    let answer = tokio::time::timeout(HANG, client.should_rate_limit(request)).await;
+                    let code = answer.expect("answered in time").expect("no gRPC error").into_inner();
+                    assert_eq!(code.overall_code(), Code::Ok);
+                    max_rss.fetch_max(rss_kib(pid), Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let keys = serve.metric("slidegate_keys");
+    let evictions = serve.metric("slidegate_evictions_total");
+    let bytes = serve.metric("slidegate_store_bytes");
+    let grown = max_rss.load(Ordering::Relaxed).saturating_sub(rss_start);
+    eprintln!(
+        "flood: {KEYS} keys; held {keys} of {capacity}; {evictions} evictions; store {bytes} bytes; RSS {rss_start} KiB at start, grew {grown} KiB at most"
+    );
+    assert!(keys <= capacity, "{keys} held, capacity {capacity}");
+    assert!(evictions >= KEYS as f64 - capacity, "{evictions} evictions");
+    assert!(bytes <= (2 << 20) as f64, "{bytes} store bytes");
+    // The budget (1 + 1 MiB) and a fixed margin for buffers and the
+    // allocator.
+    assert!(grown <= 2 * 1024 + 16 * 1024, "the RSS grew by {grown} KiB");
+    serve.stop();
+}
