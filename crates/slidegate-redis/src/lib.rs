@@ -222,7 +222,9 @@
 //! [`KeyedLimiter`] on the limit divided by the number of instances. The
 //! [`Outcome`] says who decided ([`Source`]); every fallback is counted
 //! ([`RedisLimiter::stats`]). After a failure, Redis is skipped for a
-//! backoff (100 ms by default), then tried again: recovery is automatic
+//! backoff (100 ms by default; on a cluster, per range of 256 slots with
+//! [`RedisLimiter::with_backoff_per_slot_range`], so that a dead master
+//! does not send the live masters' keys to the policy), then tried again: recovery is automatic
 //! with a connection that reconnects by itself
 //! ([`ConnectionManager`](redis::aio::ConnectionManager), or a cluster
 //! connection).
@@ -441,13 +443,48 @@ pub(crate) fn local_policy(policy: &Policy, instances: u64) -> Policy {
     .unwrap_or(*policy)
 }
 
+/// The ranges of Redis Cluster slots a limiter with
+/// [`RedisLimiter::with_backoff_per_slot_range`] backs off apart: 64 ranges
+/// of 256 slots.
+const SLOT_RANGES: usize = 64;
+
+/// The Redis Cluster slot of `key`: the CRC16 (XMODEM) of its hash tag (the
+/// text between its first `{` and the next `}`, when not empty; else the
+/// whole key), mod 16384, as Redis computes it.
+fn cluster_slot(key: &[u8]) -> u16 {
+    let tag = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| key.get(open + 1..))
+        .and_then(|rest| {
+            rest.iter()
+                .position(|&b| b == b'}')
+                .filter(|&close| close > 0)
+                .and_then(|close| rest.get(..close))
+        })
+        .unwrap_or(key);
+    let mut crc: u16 = 0;
+    for &b in tag {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
+
 /// The failure state shared by a limiter's clones.
 struct Health {
     /// The origin of `skip_until` (and of the fallbacks' time on the
     /// server's clock).
     origin: Instant,
-    /// Nanoseconds after `origin` until which Redis is skipped.
-    skip_until: AtomicU64,
+    /// Nanoseconds after `origin` until which Redis is skipped: for the
+    /// whole limiter (the first), or for each range of cluster slots.
+    skip_until: [AtomicU64; SLOT_RANGES],
     failures: AtomicU64,
     fallbacks: AtomicU64,
     local: Option<KeyedLimiter<String, Arc<dyn Clock + Send + Sync>>>,
@@ -457,7 +494,7 @@ impl Health {
     fn new(local: Option<KeyedLimiter<String, Arc<dyn Clock + Send + Sync>>>) -> Self {
         Health {
             origin: Instant::now(),
-            skip_until: AtomicU64::new(0),
+            skip_until: std::array::from_fn(|_| AtomicU64::new(0)),
             failures: AtomicU64::new(0),
             fallbacks: AtomicU64::new(0),
             local,
@@ -468,15 +505,19 @@ impl Health {
         u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
-    fn in_backoff(&self) -> bool {
-        self.elapsed_ns() < self.skip_until.load(Ordering::Relaxed)
+    fn in_backoff(&self, range: usize) -> bool {
+        self.skip_until
+            .get(range)
+            .is_some_and(|until| self.elapsed_ns() < until.load(Ordering::Relaxed))
     }
 
-    fn back_off(&self, backoff: Duration) {
+    fn back_off(&self, range: usize, backoff: Duration) {
         let until = self
             .elapsed_ns()
             .saturating_add(u64::try_from(backoff.as_nanos()).unwrap_or(u64::MAX));
-        self.skip_until.fetch_max(until, Ordering::Relaxed);
+        if let Some(skip) = self.skip_until.get(range) {
+            skip.fetch_max(until, Ordering::Relaxed);
+        }
     }
 }
 
@@ -680,6 +721,7 @@ pub struct RedisLimiter<C = MultiplexedConnection> {
     clock: RedisClock,
     failure: FailurePolicy,
     backoff: Duration,
+    backoff_per_slot_range: bool,
     local_budget: Budget,
     health: Arc<Health>,
 }
@@ -723,6 +765,7 @@ impl<C: ConnectionLike + Clone> RedisLimiter<C> {
             clock: RedisClock::Server,
             failure: FailurePolicy::Open,
             backoff: DEFAULT_BACKOFF,
+            backoff_per_slot_range: false,
             local_budget: Budget::keys(DEFAULT_LOCAL_KEYS),
             health: Arc::new(Health::new(None)),
         })
@@ -747,6 +790,18 @@ impl<C: ConnectionLike + Clone> RedisLimiter<C> {
     /// default [`DEFAULT_BACKOFF`], 100 ms); see [`RedisLimiter::decide`].
     pub fn with_backoff(mut self, backoff: Duration) -> Self {
         self.backoff = backoff;
+        self
+    }
+
+    /// The same limiter backing off per range of Redis Cluster slots (64
+    /// ranges of 256) instead of as a whole: after a failure, only the keys
+    /// whose slots are near the failed key's skip Redis for the backoff, so
+    /// that a dead master does not send the keys of the live masters to the
+    /// failure policy too. For a cluster connection; with one server a
+    /// failure is the whole server's, and the whole limiter backing off
+    /// (the default) spares the other keys the timeout.
+    pub fn with_backoff_per_slot_range(mut self) -> Self {
+        self.backoff_per_slot_range = true;
         self
     }
 
@@ -908,7 +963,12 @@ impl<C: ConnectionLike + Clone> RedisLimiter<C> {
     /// Every fallback is counted ([`RedisLimiter::stats`]).
     pub async fn decide(&self, key: &str, cost: u64) -> Outcome {
         let health = &self.health;
-        if !health.in_backoff() {
+        let range = if self.backoff_per_slot_range {
+            usize::from(cluster_slot(self.redis_key(key).as_bytes())) * SLOT_RANGES / 16384
+        } else {
+            0
+        };
+        if !health.in_backoff(range) {
             match self.check(key, cost).await {
                 Ok(decision) => {
                     return Outcome {
@@ -918,7 +978,7 @@ impl<C: ConnectionLike + Clone> RedisLimiter<C> {
                 }
                 Err(_) => {
                     health.failures.fetch_add(1, Ordering::Relaxed);
-                    health.back_off(self.backoff);
+                    health.back_off(range, self.backoff);
                 }
             }
         }
@@ -978,5 +1038,28 @@ impl<C: ConnectionLike + Clone> RedisLimiter<C> {
             retry_at,
             (whole as u64, num as u64, den as u64),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cluster_slot;
+
+    /// The slots Redis 7.0's `CLUSTER KEYSLOT` gives.
+    #[test]
+    fn cluster_slots_as_redis_computes_them() {
+        for (key, slot) in [
+            ("foo", 12182),
+            ("bar", 5061),
+            ("somekey", 11058),
+            ("foo{hash_tag}", 2515),
+            ("slidegate:test:{user:42}:log", 15880),
+            ("a{}b", 13694),
+            ("{}", 15257),
+            ("x{}{y}", 14166),
+            ("p{a}b}", 15495),
+        ] {
+            assert_eq!(cluster_slot(key.as_bytes()), slot, "{key}");
+        }
     }
 }

@@ -384,8 +384,12 @@ impl RedisStore {
             return Ok((limiter.clone(), true));
         }
         let prefix = format!("{}{}", self.options.prefix, policy_tag(policy));
-        let direct = RedisLimiter::new(self.conn.clone(), *policy, prefix, self.options.timeout)?
+        let mut direct = RedisLimiter::new(self.conn.clone(), *policy, prefix, self.options.timeout)?
             .with_failure_policy(self.options.failure);
+        if let RedisConn::Cluster(_) = self.conn {
+            // A dead master backs off its own slots, not the live masters'.
+            direct = direct.with_backoff_per_slot_range();
+        }
         let mut limiters = self.limiters.write();
         if let Some(limiter) = limiters.get(&id) {
             return Ok((limiter.clone(), true));
