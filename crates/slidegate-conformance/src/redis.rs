@@ -157,6 +157,30 @@ impl RedisServer {
         }
     }
 
+    /// The sum of the bucket counts of the `sliding_window` ring (a hash
+    /// with `n` and one field per bucket) whose key contains `needle`; 0
+    /// when there is none.
+    pub fn ring_count(&self, needle: &str) -> u64 {
+        let Some((key, _)) = self.keys_and_ttls().into_iter().find(|(k, _)| k.contains(needle)) else {
+            return 0;
+        };
+        let fields: Vec<(String, u64)> = ::redis::cmd("HGETALL")
+            .arg(key)
+            .query(&mut self.sync_conn().expect("a connection"))
+            .expect("HGETALL");
+        fields.iter().filter(|(f, _)| f != "n").map(|(_, c)| c).sum()
+    }
+
+    /// `redis-cli` on this server: its answer, trimmed.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port().to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli is installed");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
     /// Waits (bounded) until `key` is gone; false if it is still there
     /// after `within`.
     pub fn wait_gone(&self, key: &str, within: Duration) -> bool {

@@ -355,19 +355,6 @@ impl Instance {
     }
 }
 
-/// The sum of the bucket counts of the sliding window ring whose key has
-/// `needle` in it (0 when there is none).
-fn ring_count(redis: &RedisServer, needle: &str) -> u64 {
-    let Some((key, _)) = redis.keys_and_ttls().into_iter().find(|(k, _)| k.contains(needle)) else {
-        return 0;
-    };
-    let fields: Vec<(String, u64)> = redis::cmd("HGETALL")
-        .arg(key)
-        .query(&mut redis.sync_conn().unwrap())
-        .unwrap();
-    fields.iter().filter(|(f, _)| f != "n").map(|(_, c)| c).sum()
-}
-
 /// Waits (bounded) until `done` holds.
 async fn until(what: &str, mut done: impl AsyncFnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -393,7 +380,7 @@ async fn hybrid_mode_decides_locally_and_syncs() {
     for _ in 0..5 {
         assert_eq!(a.hit("hybrid", &[("user", "alice")]).await, Code::Ok);
     }
-    until("A's counts reach Redis", async || ring_count(&redis, key) == 5).await;
+    until("A's counts reach Redis", async || redis.ring_count(key) == 5).await;
     assert!(a.metric("slidegate_redis_sync_commands_total") >= 1.0);
 
     let mut b = start(&yaml, hybrid(Duration::from_millis(20))).await.unwrap();
@@ -407,7 +394,7 @@ async fn hybrid_mode_decides_locally_and_syncs() {
     assert_eq!(b.hit("hybrid", &[("user", "alice")]).await, Code::Ok);
     assert_eq!(b.hit("hybrid", &[("user", "alice")]).await, Code::OverLimit);
     assert_eq!(b.metric("slidegate_redis_fallbacks_total"), 0.0);
-    until("B's counts reach Redis", async || ring_count(&redis, key) == 7).await;
+    until("B's counts reach Redis", async || redis.ring_count(key) == 7).await;
     a.running.shutdown().await;
     b.running.shutdown().await;
 
@@ -417,6 +404,6 @@ async fn hybrid_mode_decides_locally_and_syncs() {
         assert_eq!(c.hit("hybrid", &[("user", "bob")]).await, Code::Ok);
     }
     c.running.shutdown().await;
-    assert_eq!(ring_count(&redis, "bob"), 3);
+    assert_eq!(redis.ring_count("bob"), 3);
     drop((a.dir, b.dir, c.dir));
 }

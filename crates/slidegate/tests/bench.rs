@@ -3,6 +3,7 @@
 //! concurrencies.
 
 use serde_json::Value;
+use slidegate_conformance::redis::{RedisServer, free_port};
 use std::process::Command;
 
 #[test]
@@ -99,77 +100,10 @@ fn bad_flags_are_refused() {
     }
 }
 
-/// A throw-away `redis-server` on a free loopback port (never 6379), without
-/// persistence, killed on drop.
-struct RedisServer {
-    child: std::process::Child,
-    port: u16,
-}
-
-impl RedisServer {
-    fn start() -> RedisServer {
-        for _ in 0..5 {
-            let port = free_port();
-            let mut child = Command::new("redis-server")
-                .args([
-                    "--port",
-                    &port.to_string(),
-                    "--bind",
-                    "127.0.0.1",
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                ])
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::null())
-                .spawn()
-                .expect("redis-server is installed");
-            // Ready when its log says so; the log ends without it when the
-            // server exits (another process took the port).
-            let log = child.stdout.take().expect("stdout is piped");
-            let mut lines = std::io::BufRead::lines(std::io::BufReader::new(log));
-            let ready = lines
-                .by_ref()
-                .map_while(Result::ok)
-                .any(|line| line.contains("Ready to accept connections"));
-            std::thread::spawn(move || lines.for_each(drop));
-            let mut server = RedisServer { child, port };
-            if ready && server.cli(&["PING"]) == "PONG" {
-                return server;
-            }
-            let _ = server.child.kill();
-        }
-        panic!("redis-server did not answer PING");
-    }
-
-    /// `redis-cli` on this server: its answer, trimmed.
-    fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new("redis-cli")
-            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
-            .args(args)
-            .output()
-            .expect("redis-cli is installed");
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    listener.local_addr().expect("its address").port()
-}
-
 #[test]
 fn the_redis_scripts_beside_plain_incr_at_each_concurrency_leaving_no_key() {
     let server = RedisServer::start();
-    let url = format!("redis://127.0.0.1:{}", server.port);
+    let url = format!("redis://127.0.0.1:{}", server.port());
     let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
         .args([
             "bench",
@@ -236,7 +170,7 @@ fn the_redis_scripts_beside_plain_incr_at_each_concurrency_leaving_no_key() {
 #[test]
 fn the_redis_group_on_a_connection_per_call() {
     let server = RedisServer::start();
-    let url = format!("redis://127.0.0.1:{}", server.port);
+    let url = format!("redis://127.0.0.1:{}", server.port());
     let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
         .args([
             "bench",
@@ -275,7 +209,7 @@ fn the_redis_group_on_a_connection_per_call() {
 #[test]
 fn the_hybrid_mode_beside_the_direct_script_leaving_no_key() {
     let server = RedisServer::start();
-    let url = format!("redis://127.0.0.1:{}", server.port);
+    let url = format!("redis://127.0.0.1:{}", server.port());
     let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
         .args([
             "bench",
@@ -319,7 +253,7 @@ fn the_hybrid_mode_beside_the_direct_script_leaving_no_key() {
 #[test]
 fn the_redis_table_has_a_line_per_case_and_a_column_per_concurrency() {
     let server = RedisServer::start();
-    let url = format!("redis://127.0.0.1:{}", server.port);
+    let url = format!("redis://127.0.0.1:{}", server.port());
     let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
         .args([
             "bench",

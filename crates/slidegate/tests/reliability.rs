@@ -606,19 +606,6 @@ fn check_cluster_round(ok: &[usize], on_first: &[bool], apart: &[bool], what: &s
     ok.iter().zip(on_first).filter(|(_, d)| !**d).map(|(ok, _)| ok).sum()
 }
 
-/// The sum of the bucket counts of the sliding window ring whose key has
-/// `needle` in it (0 when there is none).
-fn ring_count(redis: &RedisServer, needle: &str) -> u64 {
-    let Some((key, _)) = redis.keys_and_ttls().into_iter().find(|(k, _)| k.contains(needle)) else {
-        return 0;
-    };
-    let fields: Vec<(String, u64)> = redis::cmd("HGETALL")
-        .arg(key)
-        .query(&mut redis.sync_conn().unwrap())
-        .unwrap();
-    fields.iter().filter(|(f, _)| f != "n").map(|(_, c)| c).sum()
-}
-
 /// Hybrid mode (`--redis-sync-interval 50ms`, closed) through a Redis kill
 /// and restart: decisions go on locally while the view is fresh, then,
 /// once the syncs have failed for 4 intervals, the policy refuses; when
@@ -647,7 +634,7 @@ async fn hybrid_mode_through_a_kill_and_a_restart() {
         assert_eq!(hit(&mut client, "user", "hot").await.0, Ok(Code::Ok));
     }
     until("the counts reach Redis", Duration::from_secs(20), async || {
-        ring_count(&redis, "user3:hot") >= 20
+        redis.ring_count("user3:hot") >= 20
     })
     .await;
 
@@ -682,10 +669,10 @@ async fn hybrid_mode_through_a_kill_and_a_restart() {
     until(
         "the fresh key's counts reach the new Redis",
         Duration::from_secs(20),
-        async || ring_count(&redis, "user5:fresh") == 30,
+        async || redis.ring_count("user5:fresh") == 30,
     )
     .await;
-    let hot = ring_count(&redis, "user3:hot");
+    let hot = redis.ring_count("user3:hot");
     assert!(
         hot >= admitted_while_down,
         "the new Redis holds {hot} for the hot key; {admitted_while_down} were admitted while it was down"
