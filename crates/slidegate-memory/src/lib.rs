@@ -48,7 +48,9 @@
 //! - **Eviction**: when a shard is full of live keys, the key evicted is
 //!   the one whose counts expire soonest among the 8 keys from the new
 //!   key's home slot on (the one holding the least of the future). Every
-//!   eviction is counted in [`Stats::evictions`]. An evicted key starts
+//!   eviction is counted in [`Stats::evictions`]; a key dropped this way
+//!   that was idle after all (the sweep had not reached it) is counted in
+//!   [`Stats::reclaimed`] instead. An evicted key starts
 //!   afresh on its next request; size the budget so that this is rare.
 //! - One shard holds `1/shards` of the budget, so a shard can fill (and
 //!   evict) a little before the whole store does.

@@ -224,7 +224,7 @@ impl<K: Key, St: KeyState> Store<K, St> {
             let after = entry.state.heap_bytes();
             if before != after {
                 let held = table.len();
-                table.state_resized(before, after, i, policy);
+                table.state_resized(before, after, i, policy, now);
                 self.keys.fetch_sub(held - table.len(), Ordering::Relaxed);
             }
             return Ok(out);

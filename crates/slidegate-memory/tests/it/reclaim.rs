@@ -100,16 +100,21 @@ fn timed_states_expire_by_their_own_policy() {
 #[test]
 fn a_reclaimed_key_starts_afresh() {
     let clock = ManualClock::new(0);
-    // One shard of 8 slots.
+    // One shard of 64 slots (the fewest a shard gets when the bytes allow),
+    // the store holding at most 7 keys in it.
     let limiter: KeyedLimiter<u64, _> = KeyedLimiter::new(two_buckets(3), clock.clone(), Budget::keys(7));
     assert_eq!(limiter.stats().capacity, 7);
     for _ in 0..3 {
         assert!(limiter.admit(&1, 1).unwrap());
     }
     assert!(!limiter.admit(&1, 1).unwrap());
-    // New keys, each at a later time. Every one sweeps 2 slots, and a
-    // sweep only drops the key under its cursor or steps past it, so 40
-    // take the cursor around the 8 slots (more than once).
+    // New keys, each at a later time, so that every key held is idle when
+    // the next comes. Every one sweeps 4 slots from the cursor, and 32 more
+    // once the store is full: 40 take the cursor around the 64 slots more
+    // than once. The sweep can miss every idle key (keys stored behind the
+    // cursor, as the hasher's seed places them); the full store then drops
+    // the soonest-expiring of the keys near the new one's home, which is
+    // idle too, and counts it as reclaimed: no live key is ever evicted.
     for key in 100..140 {
         clock.advance(3 * WINDOW);
         assert!(limiter.admit(&key, 1).unwrap());
