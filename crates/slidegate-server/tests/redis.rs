@@ -10,9 +10,9 @@ use slidegate_redis::FailurePolicy;
 use slidegate_server::engine::{AdHoc, Descriptor};
 use slidegate_server::proto::descriptor::RateLimitDescriptor;
 use slidegate_server::proto::descriptor::rate_limit_descriptor::Entry;
-use slidegate_server::proto::rls::RateLimitRequest;
 use slidegate_server::proto::rls::rate_limit_response::Code;
 use slidegate_server::proto::rls::rate_limit_service_client::RateLimitServiceClient;
+use slidegate_server::proto::rls::{RateLimitRequest, RateLimitResponse};
 use slidegate_server::redis_store::RedisOptions;
 use slidegate_server::server::{self, Options, Running, StartError};
 use std::time::{Duration, Instant};
@@ -72,8 +72,9 @@ impl Instance {
         .unwrap()
     }
 
-    /// One request of one descriptor; its overall code.
-    async fn hit(&mut self, domain: &str, entries: &[(&str, &str)]) -> Code {
+    /// One request of one descriptor with `hits_addend` (`None`: the
+    /// request's, 1); the answer.
+    async fn ask(&mut self, domain: &str, entries: &[(&str, &str)], hits: Option<u64>) -> RateLimitResponse {
         let request = RateLimitRequest {
             domain: domain.to_owned(),
             descriptors: vec![RateLimitDescriptor {
@@ -84,12 +85,22 @@ impl Instance {
                         value: (*v).to_owned(),
                     })
                     .collect(),
+                hits_addend: hits.map(|value| pbjson_types::UInt64Value { value }),
                 ..Default::default()
             }],
             ..Default::default()
         };
-        let response = self.grpc.should_rate_limit(request).await.unwrap().into_inner();
-        response.overall_code()
+        self.grpc.should_rate_limit(request).await.unwrap().into_inner()
+    }
+
+    /// One request of one descriptor; its overall code.
+    async fn hit(&mut self, domain: &str, entries: &[(&str, &str)]) -> Code {
+        self.ask(domain, entries, None).await.overall_code()
+    }
+
+    /// The remaining count of one descriptor, peeked (`hits_addend` 0).
+    async fn remaining(&mut self, domain: &str, entries: &[(&str, &str)]) -> u32 {
+        self.ask(domain, entries, Some(0)).await.statuses[0].limit_remaining
     }
 
     /// The value of the metric line starting with `line_start`.
@@ -330,29 +341,6 @@ async fn redis_down_counts_locally() {
         assert_eq!(code, expected, "call {i}");
     })
     .await;
-}
-
-impl Instance {
-    /// The remaining count of one descriptor, peeked (`hits_addend` 0).
-    async fn remaining(&mut self, domain: &str, entries: &[(&str, &str)]) -> u32 {
-        let request = RateLimitRequest {
-            domain: domain.to_owned(),
-            descriptors: vec![RateLimitDescriptor {
-                entries: entries
-                    .iter()
-                    .map(|(k, v)| Entry {
-                        key: (*k).to_owned(),
-                        value: (*v).to_owned(),
-                    })
-                    .collect(),
-                hits_addend: Some(pbjson_types::UInt64Value { value: 0 }),
-                ..Default::default()
-            }],
-            ..Default::default()
-        };
-        let response = self.grpc.should_rate_limit(request).await.unwrap().into_inner();
-        response.statuses[0].limit_remaining
-    }
 }
 
 /// Waits (bounded) until `done` holds.
