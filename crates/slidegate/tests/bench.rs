@@ -8,22 +8,7 @@ use std::process::Command;
 
 #[test]
 fn algorithms_and_store_beside_their_baselines() {
-    let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
-        .args([
-            "bench",
-            "--only",
-            "algorithms,store",
-            "--time",
-            "20ms",
-            "--keys",
-            "1000",
-            "--format",
-            "json",
-        ])
-        .output()
-        .expect("the binary runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let cases: Vec<Value> = serde_json::from_slice(&out.stdout).expect("JSON output");
+    let cases = bench_json(&["--only", "algorithms,store", "--time", "20ms", "--keys", "1000"]);
     // The governor baseline, then the six algorithms; two baselines and
     // two store cases.
     assert_eq!(cases.len(), 7 + 4, "{cases:#?}");
@@ -55,22 +40,7 @@ fn algorithms_and_store_beside_their_baselines() {
 
 #[test]
 fn the_service_answers_over_loopback() {
-    let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
-        .args([
-            "bench",
-            "--only",
-            "service",
-            "--time",
-            "100ms",
-            "--concurrency",
-            "4",
-            "--format",
-            "json",
-        ])
-        .output()
-        .expect("the binary runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let cases: Vec<Value> = serde_json::from_slice(&out.stdout).expect("JSON output");
+    let cases = bench_json(&["--only", "service", "--time", "100ms", "--concurrency", "4"]);
     assert_eq!(cases.len(), 2);
     for case in &cases {
         assert!(case["per_second"].as_f64().is_some_and(|v| v > 0.0), "{case}");
@@ -104,24 +74,16 @@ fn bad_flags_are_refused() {
 fn the_redis_scripts_beside_plain_incr_at_each_concurrency_leaving_no_key() {
     let server = RedisServer::start();
     let url = format!("redis://127.0.0.1:{}", server.port());
-    let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
-        .args([
-            "bench",
-            "--only",
-            "redis",
-            "--redis",
-            &url,
-            "--time",
-            "50ms",
-            "--redis-concurrency",
-            "1,8",
-            "--format",
-            "json",
-        ])
-        .output()
-        .expect("the binary runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let cases: Vec<Value> = serde_json::from_slice(&out.stdout).expect("JSON output");
+    let cases = bench_json(&[
+        "--only",
+        "redis",
+        "--redis",
+        &url,
+        "--time",
+        "50ms",
+        "--redis-concurrency",
+        "1,8",
+    ]);
     // At each concurrency: INCR, five algorithms on one hot key, the
     // many-key case.
     assert_eq!(cases.len(), 2 * (1 + 5 + 1), "{cases:#?}");
@@ -171,26 +133,18 @@ fn the_redis_scripts_beside_plain_incr_at_each_concurrency_leaving_no_key() {
 fn the_redis_group_on_a_connection_per_call() {
     let server = RedisServer::start();
     let url = format!("redis://127.0.0.1:{}", server.port());
-    let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
-        .args([
-            "bench",
-            "--only",
-            "redis",
-            "--redis",
-            &url,
-            "--time",
-            "30ms",
-            "--redis-concurrency",
-            "3",
-            "--redis-connections",
-            "per-call",
-            "--format",
-            "json",
-        ])
-        .output()
-        .expect("the binary runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let cases: Vec<Value> = serde_json::from_slice(&out.stdout).expect("JSON output");
+    let cases = bench_json(&[
+        "--only",
+        "redis",
+        "--redis",
+        &url,
+        "--time",
+        "30ms",
+        "--redis-concurrency",
+        "3",
+        "--redis-connections",
+        "per-call",
+    ]);
     assert_eq!(cases.len(), 7, "{cases:#?}");
     for case in &cases {
         let name = case["name"].as_str().unwrap();
@@ -210,24 +164,16 @@ fn the_redis_group_on_a_connection_per_call() {
 fn the_hybrid_mode_beside_the_direct_script_leaving_no_key() {
     let server = RedisServer::start();
     let url = format!("redis://127.0.0.1:{}", server.port());
-    let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
-        .args([
-            "bench",
-            "--only",
-            "hybrid",
-            "--redis",
-            &url,
-            "--time",
-            "100ms",
-            "--concurrency",
-            "4",
-            "--format",
-            "json",
-        ])
-        .output()
-        .expect("the binary runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let cases: Vec<Value> = serde_json::from_slice(&out.stdout).expect("JSON output");
+    let cases = bench_json(&[
+        "--only",
+        "hybrid",
+        "--redis",
+        &url,
+        "--time",
+        "100ms",
+        "--concurrency",
+        "4",
+    ]);
     assert_eq!(cases.len(), 4, "{cases:#?}");
     assert!(cases.iter().all(|c| c["group"] == "hybrid"), "{cases:#?}");
     let direct = &cases[0];
@@ -317,4 +263,16 @@ fn the_redis_group_refuses_a_non_loopback_or_unreachable_server() {
         .expect("the binary runs");
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("needs --redis"));
+}
+
+/// `slidegate bench ARGS --format json`, which must succeed: its cases.
+fn bench_json(args: &[&str]) -> Vec<Value> {
+    let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        .arg("bench")
+        .args(args)
+        .args(["--format", "json"])
+        .output()
+        .expect("the binary runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("JSON output")
 }
