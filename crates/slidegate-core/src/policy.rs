@@ -289,6 +289,41 @@ impl Policy {
     }
 }
 
+impl Policy {
+    /// The version of [`Policy::tag`]'s format. A change to the format
+    /// bumps it, so that counts kept under an older tag are never read as
+    /// the new one's.
+    pub const TAG_VERSION: u32 = 1;
+
+    /// The policy's stable identity: `v1:<algorithm>:<limit>:<window in
+    /// ns>`, then `:<buckets><i|c>` for a sliding window (interpolated or
+    /// conservative), `:<burst>` for GCRA or `:<epsilon>` for the
+    /// exponential histogram. Two policies that decide differently never
+    /// share a tag, and a policy keeps its tag across restarts, reloads and
+    /// instances: stores key their counts by it (memory keys, Redis keys)
+    /// and metrics name limits by it.
+    pub fn tag(&self) -> String {
+        let algorithm = self.algorithm;
+        let mut out = format!(
+            "v{}:{}:{}:{}",
+            Self::TAG_VERSION,
+            algorithm.name(),
+            self.limit,
+            self.window_ns
+        );
+        match algorithm {
+            Algorithm::SlidingWindow { buckets, weighting } => {
+                let w = if weighting == Weighting::Conservative { 'c' } else { 'i' };
+                out.push_str(&format!(":{buckets}{w}"));
+            }
+            Algorithm::Gcra { burst } => out.push_str(&format!(":{burst}")),
+            Algorithm::ExponentialHistogram { epsilon } => out.push_str(&format!(":{epsilon}")),
+            Algorithm::FixedWindow | Algorithm::SlidingLog => {}
+        }
+        out
+    }
+}
+
 impl fmt::Display for Policy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} per {:?} by {}", self.limit, self.window(), self.algorithm)
@@ -356,6 +391,28 @@ mod tests {
 
     fn err(limit: u64, window: Duration, algorithm: Algorithm) -> String {
         Policy::new(limit, window, algorithm).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn tags_are_stable_and_tell_policies_apart() {
+        let p = |limit, algorithm| Policy::new(limit, Duration::from_secs(60), algorithm).unwrap().tag();
+        let window = |buckets, weighting| Algorithm::SlidingWindow { buckets, weighting };
+        assert_eq!(
+            p(100, window(8, Weighting::Conservative)),
+            "v1:sliding_window:100:60000000000:8c"
+        );
+        assert_eq!(
+            p(100, window(8, Weighting::Interpolated)),
+            "v1:sliding_window:100:60000000000:8i"
+        );
+        assert_eq!(p(5, Algorithm::Gcra { burst: 2 }), "v1:gcra:5:60000000000:2");
+        assert_eq!(p(5, Algorithm::FixedWindow), "v1:fixed_window:5:60000000000");
+        assert_eq!(p(5, Algorithm::SlidingLog), "v1:sliding_log:5:60000000000");
+        assert_eq!(
+            p(5, Algorithm::ExponentialHistogram { epsilon: 0.01 }),
+            "v1:exponential_histogram:5:60000000000:0.01"
+        );
+        assert_ne!(p(5, Algorithm::SlidingLog), p(6, Algorithm::SlidingLog));
     }
 
     #[test]
