@@ -1,0 +1,315 @@
+//! The one store interface of slidegate.
+//!
+//! Every backend — the in-memory store (`slidegate-memory`), Redis and
+//! Redis Cluster, the hybrid local-count-and-sync mode (`slidegate-redis`)
+//! — implements [`Store`], and every consumer — the tower layer, the
+//! service's engine — sees only this trait, never a backend. The failure
+//! policy is one wrapper over any store, [`FailOver`].
+//!
+//! A [`Store`] decides one request on a key against one or several limits
+//! ([`Quota`]s), all or nothing: either every limit is charged the cost or
+//! none is, atomically with respect to every other call on the same key.
+//! It also peeks (cost 0), charges after the fact (a cost known only once
+//! the response is out, recorded even past the limit), resets and reports
+//! its figures.
+//!
+//! **Architecture Invariant:** this crate depends on the core only. A
+//! decision on a store that does no IO (the in-memory store) is made when
+//! `decide` is called: its future is [`std::future::Ready`], so awaiting
+//! it costs nothing, and [`Store::decide_now`] offers the same decision
+//! without a future at all, for consumers that hold a `dyn` store.
+#![forbid(unsafe_code)]
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic,
+        clippy::unreachable
+    )
+)]
+
+mod dyn_store;
+mod failover;
+
+pub use dyn_store::{BoxFuture, DynStore, StoreFuture};
+pub use failover::{FailOver, FailOverStats, FailurePolicy, Source};
+
+use slidegate_core::{Decision, Policy};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One decision per limit, in the order of the limits; inline for up to
+/// four limits, so that a decision allocates nothing.
+pub type Decisions = smallvec::SmallVec<[Decision; 4]>;
+
+/// A limit as stores keep it: a [`Policy`] and its identity, the tag
+/// ([`Policy::tag`]) that memory keys, Redis keys and metric labels share.
+/// Made once (when a layer is built or a config is loaded), so that a
+/// decision neither formats nor hashes the policy.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Quota {
+    policy: Policy,
+    tag: Arc<str>,
+    id: u64,
+}
+
+impl Quota {
+    /// The quota of `policy`.
+    pub fn new(policy: Policy) -> Self {
+        let tag = policy.tag();
+        // FNV-1a of the tag: stable across processes and instances.
+        let id = tag.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        });
+        Quota {
+            policy,
+            tag: tag.into(),
+            id,
+        }
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// The policy's tag, [`Policy::tag`].
+    pub fn tag(&self) -> &str {
+        &self.tag
+    }
+
+    /// A 64-bit digest of the tag, the same in every process (FNV-1a):
+    /// for stores that hash a key together with its limit.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+impl From<Policy> for Quota {
+    fn from(policy: Policy) -> Self {
+        Quota::new(policy)
+    }
+}
+
+/// Why a store could not decide. Being refused is a [`Decision`], never an
+/// error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The store did not answer in time.
+    #[error("the store did not answer within {0:?}")]
+    Timeout(Duration),
+    /// The store cannot answer now (a connection or server failure, or a
+    /// backoff after one); [`FailOver`] applies its policy.
+    #[error("the store cannot answer")]
+    Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// This store cannot keep this limit (an algorithm or a range it has
+    /// no form for): the request's or the config's fault, never retried.
+    #[error("the limit `{policy}` cannot be kept in this store: {reason}")]
+    Unsupported {
+        /// The limit.
+        policy: String,
+        /// Why.
+        reason: String,
+    },
+    /// The store refuses this key: larger than its memory budget's share,
+    /// or beyond a bounded buffer.
+    #[error("the store cannot hold this key: {0}")]
+    KeyRefused(String),
+    /// A request named no limit.
+    #[error("a decision needs at least one limit")]
+    NoQuota,
+}
+
+impl StoreError {
+    /// An [`StoreError::Unavailable`] from any error.
+    pub fn unavailable(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        StoreError::Unavailable(e.into())
+    }
+
+    /// Whether the failure is the store's (a timeout or an outage), for
+    /// which a failure policy decides instead, rather than the request's.
+    pub fn is_outage(&self) -> bool {
+        matches!(self, StoreError::Timeout(_) | StoreError::Unavailable(_))
+    }
+}
+
+/// What a store holds and how it has fared, for metrics. Figures a store
+/// does not have are 0.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StoreStats {
+    /// Keys held in this process's memory.
+    pub keys: usize,
+    /// Most keys held at once.
+    pub capacity: usize,
+    /// Live keys evicted to make room.
+    pub evictions: u64,
+    /// Idle keys dropped.
+    pub reclaimed: u64,
+    /// Bytes in use in this process.
+    pub bytes: usize,
+    /// Calls to a remote store that failed (an error or a timeout).
+    pub errors: u64,
+    /// Hybrid mode: commands the syncs sent.
+    pub sync_commands: u64,
+    /// Hybrid mode: keys whose counts wait for the next sync.
+    pub pending_keys: u64,
+    /// The decisions of a [`FailOver`] by who made them.
+    pub failover: FailOverStats,
+}
+
+impl StoreStats {
+    /// The in-memory figures of a store.
+    pub fn memory(keys: usize, capacity: usize, evictions: u64, reclaimed: u64, bytes: usize) -> Self {
+        StoreStats {
+            keys,
+            capacity,
+            evictions,
+            reclaimed,
+            bytes,
+            ..StoreStats::default()
+        }
+    }
+
+    /// Both stores' figures added.
+    #[must_use]
+    pub fn add(self, other: StoreStats) -> StoreStats {
+        StoreStats {
+            keys: self.keys + other.keys,
+            capacity: self.capacity + other.capacity,
+            evictions: self.evictions + other.evictions,
+            reclaimed: self.reclaimed + other.reclaimed,
+            bytes: self.bytes + other.bytes,
+            errors: self.errors + other.errors,
+            sync_commands: self.sync_commands + other.sync_commands,
+            pending_keys: self.pending_keys + other.pending_keys,
+            failover: self.failover.add(other.failover),
+        }
+    }
+}
+
+/// Decides requests on keys against limits. Implemented by the in-memory
+/// store, Redis (one server, Sentinel, Cluster), the hybrid mode and
+/// [`FailOver`]; consumers hold `S: Store`, or `Arc<dyn DynStore>` to pick
+/// one at run time.
+///
+/// # Contract
+///
+/// - `decide` is all or nothing: either every quota is charged `cost`, or
+///   none is; it is atomic with respect to every other call on the same
+///   key (one lock in memory, one script call in Redis). A quota that
+///   would admit while another refuses shows its peek (not charged); a
+///   refusing quota shows its own refusal at this cost (with its retry).
+/// - `cost == 0` peeks: it changes nothing.
+/// - A key's counts under one quota are its counts under that quota in
+///   every call, whichever other quotas the call names.
+pub trait Store: Send + Sync {
+    /// Decides `cost` on `key` against every quota in `quotas`, pushing
+    /// one decision per quota, in order, onto `out` (cleared first).
+    ///
+    /// # Errors
+    ///
+    /// A [`StoreError`] when the store cannot decide; nothing is charged
+    /// then.
+    fn decide<'a>(
+        &'a self,
+        key: &'a str,
+        quotas: &'a [Quota],
+        cost: u64,
+        out: &'a mut Decisions,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send + 'a;
+
+    /// Records `cost` on `key` under every quota even past its limit: for
+    /// a cost known only after the response (the tokens of a streamed
+    /// answer, Envoy's `apply_on_stream_done`). The next request sees it.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::decide`].
+    fn charge<'a>(
+        &'a self,
+        key: &'a str,
+        quotas: &'a [Quota],
+        cost: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send + 'a;
+
+    /// Forgets the counts of `key` under every quota; true if any were held.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::decide`].
+    fn reset<'a>(
+        &'a self,
+        key: &'a str,
+        quotas: &'a [Quota],
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send + 'a;
+
+    /// What the store holds and how it has fared.
+    fn stats(&self) -> StoreStats;
+
+    /// [`Store::decide`] made now, without a future, for stores that do
+    /// no IO; `None` (the default) for the others, which must be awaited.
+    fn decide_now(
+        &self,
+        key: &str,
+        quotas: &[Quota],
+        cost: u64,
+        out: &mut Decisions,
+    ) -> Option<Result<(), StoreError>> {
+        let _ = (key, quotas, cost, out);
+        None
+    }
+
+    /// Whether this store can keep `quota` (checked when a config is
+    /// loaded, so that a bad limit is refused there, not per request).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unsupported`] naming the limit and the reason.
+    fn supports(&self, quota: &Quota) -> Result<(), StoreError> {
+        let _ = quota;
+        Ok(())
+    }
+
+    /// Sends what the store holds back (the hybrid mode's counts not yet
+    /// synced), at shutdown; nothing to do by default.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::decide`].
+    fn flush(&self) -> impl Future<Output = Result<(), StoreError>> + Send + '_ {
+        std::future::ready(Ok(()))
+    }
+}
+
+/// Decides `cost` against `decisions.len()` quotas whose states a store
+/// holds under one lock, all or nothing: `check(j, cost)` decides quota
+/// `j` (charging if admitted, never when `cost` is 0). The in-memory
+/// store's rule, written once for every store that holds its states
+/// locally.
+///
+/// Every quota is first peeked; if `cost` fits every peek's `remaining`,
+/// each is charged. Otherwise nothing is charged: each quota that fits
+/// shows its peek, each that does not shows its refusal at `cost`. A
+/// quota's peek says exactly what a charge of `cost` would decide (the
+/// core's headers are exact: `remaining` passes, `remaining + 1` does not),
+/// so the charges admit.
+pub fn decide_all(quotas: usize, cost: u64, out: &mut Decisions, mut check: impl FnMut(usize, u64) -> Decision) {
+    out.clear();
+    if quotas == 1 || cost == 0 {
+        // One quota: a refused check charges nothing, so no peek is needed.
+        out.extend((0..quotas).map(|j| check(j, cost)));
+        return;
+    }
+    out.extend((0..quotas).map(|j| check(j, 0)));
+    let all_fit = out.iter().all(|d| cost <= d.remaining());
+    for (j, d) in out.iter_mut().enumerate() {
+        if all_fit || cost > d.remaining() {
+            *d = check(j, cost);
+        }
+    }
+}
