@@ -14,6 +14,8 @@
 //! - [`suite`](mod@suite): the properties, written once as functions of a subject
 //!   factory, and the [`suite!`] macro that instantiates them as proptests
 //!   in the calling module (limitador's `test_with_all_storage_impls!`).
+//! - [`stores`]: the suite of the store interface, run for every
+//!   [`Store`](slidegate_store::Store) by [`store_suite!`].
 //! - [`alloc`]: a counting global allocator.
 //! - `redis` (with the `redis` feature): throw-away `redis-server`
 //!   processes and clusters on free loopback ports.
@@ -23,6 +25,7 @@ pub mod figures;
 pub mod oracle;
 #[cfg(feature = "redis")]
 pub mod redis;
+pub mod stores;
 pub mod strategy;
 pub mod subject;
 pub mod suite;

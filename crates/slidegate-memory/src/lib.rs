@@ -82,6 +82,7 @@
 
 mod key;
 mod limiter;
+mod memory_store;
 mod prefetch;
 mod state;
 mod store;
@@ -89,5 +90,6 @@ mod table;
 
 pub use key::Key;
 pub use limiter::KeyedLimiter;
+pub use memory_store::MemoryStore;
 pub use state::{KeyState, Ring2, Ring8, Timed};
-pub use store::{Budget, Stats, Store, StoreError};
+pub use store::{Budget, Group, Stats, Store, StoreError};

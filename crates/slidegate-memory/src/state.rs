@@ -31,6 +31,13 @@ pub trait KeyState: Send + 'static {
     /// [`KeyState::check`] without the headers.
     fn admit(&mut self, policy: &Policy, now: u64, cost: u64) -> bool;
 
+    /// Counts `cost` at `now` whatever the limit says (a charge after the
+    /// fact, [`LimitState::record`]). By default a check, which counts only
+    /// what fits: the states of this crate all override it.
+    fn record(&mut self, policy: &Policy, now: u64, cost: u64) {
+        let _ = self.check(policy, now, cost);
+    }
+
     /// The instant from which the state holds nothing that counts
     /// ([`LimitState::expires_at`]), under `policy` (ignored by states that
     /// record their own expiry).
@@ -101,6 +108,11 @@ macro_rules! ring_methods {
         fn admit(&mut self, policy: &Policy, now: u64, cost: u64) -> bool {
             let $this = self;
             with_ring(&mut $this.newest, $slots, |r| r.admit(policy, now, cost)).unwrap_or(false)
+        }
+
+        fn record(&mut self, policy: &Policy, now: u64, cost: u64) {
+            let $this = self;
+            let _ = with_ring(&mut $this.newest, $slots, |r| r.record(policy, now, cost));
         }
 
         fn expires(&self, policy: &Policy) -> u64 {
@@ -187,6 +199,10 @@ macro_rules! core_methods {
 
         fn admit(&mut self, policy: &Policy, now: u64, cost: u64) -> bool {
             LimitState::admit(self, policy, now, cost)
+        }
+
+        fn record(&mut self, policy: &Policy, now: u64, cost: u64) {
+            LimitState::record(self, policy, now, cost);
         }
 
         fn expires(&self, policy: &Policy) -> u64 {
@@ -306,6 +322,11 @@ impl<St: KeyState> KeyState for Timed<St> {
         let allowed = self.state.admit(policy, now, cost);
         self.update(policy);
         allowed
+    }
+
+    fn record(&mut self, policy: &Policy, now: u64, cost: u64) {
+        self.state.record(policy, now, cost);
+        self.update(policy);
     }
 
     fn expires(&self, _policy: &Policy) -> u64 {

@@ -211,8 +211,31 @@ impl<K: Key, St: KeyState> Store<K, St> {
             });
         }
         let (hash, shard) = self.locate(key);
-        let tag = tag(hash);
         let mut table = shard.table.lock();
+        self.update_in(&mut table, hash, policy, key, now, f)
+    }
+
+    /// [`Store::update`] in a table already locked, `hash` being the key's.
+    fn update_in<Q, T>(
+        &self,
+        table: &mut Table<K, St>,
+        hash: u64,
+        policy: &Policy,
+        key: &Q,
+        now: u64,
+        f: impl FnOnce(&mut St) -> T,
+    ) -> Result<T, StoreError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if !St::suits(policy) {
+            return Err(StoreError::Unsuited {
+                algorithm: policy.algorithm().name(),
+                limit: policy.limit(),
+            });
+        }
+        let tag = tag(hash);
         if let Probe::Found(i) = table.find(tag, key)
             && let Some(entry) = table.entry_mut(i)
         {
@@ -232,7 +255,7 @@ impl<K: Key, St: KeyState> Store<K, St> {
         let mut state = St::fresh(policy);
         let out = f(&mut state);
         let before = table.len();
-        let inserted = self.insert(&mut table, tag, key, state, policy, now);
+        let inserted = self.insert(table, tag, key, state, policy, now);
         let after = table.len();
         if after > before {
             self.keys.fetch_add(after - before, Ordering::Relaxed);
@@ -385,6 +408,24 @@ impl<K: Key, St: KeyState> Store<K, St> {
         }
     }
 
+    /// Locks the shard of the key group `group` (a hash of the group's
+    /// name, from [`Store::hash`]), so that several keys of the group are
+    /// decided under one lock: every key used through a [`Group`] lives in
+    /// the shard its group picks. Keys must be used either only through
+    /// groups or never: a key's place depends on it.
+    pub fn group(&self, group: u64) -> Group<'_, K, St> {
+        let shard = &self.shards[reduce(group, self.shards.len())];
+        Group {
+            store: self,
+            table: shard.table.lock(),
+        }
+    }
+
+    /// The store's (randomly seeded) hash of `value`.
+    pub fn hash<Q: Hash + ?Sized>(&self, value: &Q) -> u64 {
+        self.hasher.hash_one(value)
+    }
+
     /// Keys held, capacity, evictions and bytes in use.
     pub fn stats(&self) -> Stats {
         let mut stats = Stats::default();
@@ -399,5 +440,51 @@ impl<K: Key, St: KeyState> Store<K, St> {
         stats.capacity = stats.capacity.min(self.max_keys);
         stats.bytes += size_of_val(&*self.shards) + size_of::<Self>();
         stats
+    }
+}
+
+/// The locked shard of a key group ([`Store::group`]): its keys are
+/// decided under the one lock until the group is dropped.
+pub struct Group<'a, K, St> {
+    store: &'a Store<K, St>,
+    table: parking_lot::MutexGuard<'a, Table<K, St>>,
+}
+
+impl<K: Key, St: KeyState> Group<'_, K, St> {
+    /// [`Store::update`] for a key of the group.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::check`].
+    pub fn update<Q, T>(
+        &mut self,
+        policy: &Policy,
+        key: &Q,
+        now: u64,
+        f: impl FnOnce(&mut St) -> T,
+    ) -> Result<T, StoreError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let hash = self.store.hasher.hash_one(key);
+        self.store.update_in(&mut self.table, hash, policy, key, now, f)
+    }
+
+    /// [`Store::reset`] for a key of the group.
+    pub fn reset<Q>(&mut self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.store.hasher.hash_one(key);
+        match self.table.find(tag(hash), key) {
+            Probe::Found(i) => {
+                self.table.remove(i);
+                self.store.keys.fetch_sub(1, Ordering::Relaxed);
+                true
+            }
+            Probe::Vacant => false,
+        }
     }
 }

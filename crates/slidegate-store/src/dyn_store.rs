@@ -135,9 +135,9 @@ impl<T: DynStore + ?Sized> Store for Arc<T> {
         cost: u64,
         out: &'a mut Decisions,
     ) -> impl Future<Output = Result<(), StoreError>> + Send + 'a {
-        match self.decide_now_dyn(key, quotas, cost, out) {
+        match T::decide_now_dyn(self, key, quotas, cost, out) {
             Some(done) => StoreFuture::Ready(Some(done)),
-            None => StoreFuture::Boxed(self.decide_boxed(key, quotas, cost, out)),
+            None => StoreFuture::Boxed(T::decide_boxed(self, key, quotas, cost, out)),
         }
     }
 
@@ -147,7 +147,7 @@ impl<T: DynStore + ?Sized> Store for Arc<T> {
         quotas: &'a [Quota],
         cost: u64,
     ) -> impl Future<Output = Result<(), StoreError>> + Send + 'a {
-        self.charge_boxed(key, quotas, cost)
+        T::charge_boxed(self, key, quotas, cost)
     }
 
     fn reset<'a>(
@@ -155,11 +155,11 @@ impl<T: DynStore + ?Sized> Store for Arc<T> {
         key: &'a str,
         quotas: &'a [Quota],
     ) -> impl Future<Output = Result<bool, StoreError>> + Send + 'a {
-        self.reset_boxed(key, quotas)
+        T::reset_boxed(self, key, quotas)
     }
 
     fn stats(&self) -> StoreStats {
-        self.stats_dyn()
+        T::stats_dyn(self)
     }
 
     fn decide_now(
@@ -169,14 +169,14 @@ impl<T: DynStore + ?Sized> Store for Arc<T> {
         cost: u64,
         out: &mut Decisions,
     ) -> Option<Result<(), StoreError>> {
-        self.decide_now_dyn(key, quotas, cost, out)
+        T::decide_now_dyn(self, key, quotas, cost, out)
     }
 
     fn supports(&self, quota: &Quota) -> Result<(), StoreError> {
-        self.supports_dyn(quota)
+        T::supports_dyn(self, quota)
     }
 
     fn flush(&self) -> impl Future<Output = Result<(), StoreError>> + Send + '_ {
-        self.flush_boxed()
+        T::flush_boxed(self)
     }
 }

@@ -13,6 +13,7 @@ mod batches;
 mod budget;
 mod conformance;
 mod errors;
+mod interface;
 mod reclaim;
 mod subjects;
 mod threads;
