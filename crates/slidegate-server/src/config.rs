@@ -35,7 +35,7 @@
 
 mod parse;
 
-use slidegate_core::{Algorithm, Policy, Weighting};
+use slidegate_core::{Algorithm, Policy};
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
 use std::fmt;
@@ -46,11 +46,9 @@ use std::time::Duration;
 /// most entries a request descriptor can match).
 pub const MAX_DEPTH: usize = 64;
 
-/// The default algorithm when `algorithm` is not given.
-pub const DEFAULT_ALGORITHM: Algorithm = Algorithm::SlidingWindow {
-    buckets: 8,
-    weighting: Weighting::Conservative,
-};
+/// The default algorithm when `algorithm` is not given: the core's
+/// [`Algorithm::DEFAULT`].
+pub const DEFAULT_ALGORITHM: Algorithm = Algorithm::DEFAULT;
 
 /// Where and why a config is wrong.
 ///
