@@ -136,13 +136,11 @@ impl Algorithm {
                 PolicyError::new("buckets", buckets.to_string(), "must be between 2 and 65536"),
             ),
             Algorithm::Gcra { burst: 0 } => Err(PolicyError::new("burst", "0", "must be at least 1")),
-            Algorithm::ExponentialHistogram { epsilon } if !(1e-6..1.0).contains(&epsilon) => {
-                Err(PolicyError::new(
-                    "epsilon",
-                    epsilon.to_string(),
-                    "must be at least 0.000001 and below 1",
-                ))
-            }
+            Algorithm::ExponentialHistogram { epsilon } if !(1e-6..1.0).contains(&epsilon) => Err(PolicyError::new(
+                "epsilon",
+                epsilon.to_string(),
+                "must be at least 0.000001 and below 1",
+            )),
             _ => Ok(()),
         }
     }
@@ -336,7 +334,10 @@ impl fmt::Display for SpecError {
                 parameter,
                 belongs_to,
                 algorithm,
-            } => write!(f, "`{parameter}` applies only to algorithm {belongs_to}, not {algorithm}"),
+            } => write!(
+                f,
+                "`{parameter}` applies only to algorithm {belongs_to}, not {algorithm}"
+            ),
             SpecError::Invalid(e) => e.fmt(f),
         }
     }
@@ -757,7 +758,10 @@ mod tests {
     #[test]
     fn spec_refuses_a_parameter_of_another_algorithm() {
         let check = |spec_: AlgorithmSpec<'_>, parameter: &str, message: &str| {
-            assert_eq!(spec(spec_), Err((parameter, message.to_string())) as Result<Algorithm, _>);
+            assert_eq!(
+                spec(spec_),
+                Err((parameter, message.to_string())) as Result<Algorithm, _>
+            );
         };
         check(
             AlgorithmSpec {
@@ -819,7 +823,10 @@ mod tests {
         };
         assert_eq!(
             bad(buckets(1)),
-            ("buckets", "invalid buckets `1`: must be between 2 and 65536".to_string())
+            (
+                "buckets",
+                "invalid buckets `1`: must be between 2 and 65536".to_string()
+            )
         );
         assert_eq!(bad(buckets(65_537)).0, "buckets");
         assert!(spec(buckets(Policy::MAX_BUCKETS)).is_ok());
@@ -853,14 +860,21 @@ mod tests {
             all("gcra").only_applicable().algorithm(10),
             Ok(Algorithm::Gcra { burst: 2 })
         );
-        assert_eq!(all("sliding_log").only_applicable().algorithm(10), Ok(Algorithm::SlidingLog));
+        assert_eq!(
+            all("sliding_log").only_applicable().algorithm(10),
+            Ok(Algorithm::SlidingLog)
+        );
         assert_eq!(
             all("exponential_histogram").only_applicable().algorithm(10),
             Ok(Algorithm::ExponentialHistogram { epsilon: 0.5 })
         );
         // Its own parameters are still checked.
         assert_eq!(
-            all("sliding_window").only_applicable().algorithm(10).unwrap_err().parameter(),
+            all("sliding_window")
+                .only_applicable()
+                .algorithm(10)
+                .unwrap_err()
+                .parameter(),
             "buckets"
         );
         assert_eq!(

@@ -257,7 +257,10 @@ impl AdHocBody {
         let window = parse_positive_duration(&self.window)
             .map_err(|e| Problem::bad_request(format!("window: {:?}: {e}", self.window)))?;
         let weighting = match &self.weighting {
-            Some(w) => Some(w.parse::<Weighting>().map_err(|e| Problem::bad_request(e.to_string()))?),
+            Some(w) => Some(
+                w.parse::<Weighting>()
+                    .map_err(|e| Problem::bad_request(e.to_string()))?,
+            ),
             None => None,
         };
         let spec = AlgorithmSpec {

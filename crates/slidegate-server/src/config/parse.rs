@@ -749,7 +749,10 @@ impl Parser<'_> {
             let key = map.keys().find(|k| k.as_str() == "replaces").unwrap_or(rpu_key);
             return Err(at_key(key, "a limit cannot replace itself"));
         }
-        let algorithm = f.spec().algorithm(requests_per_unit).map_err(|e| self.spec_error(map, prefix, &f, &e))?;
+        let algorithm = f
+            .spec()
+            .algorithm(requests_per_unit)
+            .map_err(|e| self.spec_error(map, prefix, &f, &e))?;
         let policy = match requests_per_unit {
             0 => None,
             limit => Some(
@@ -771,7 +774,11 @@ impl Parser<'_> {
     /// A [`SpecError`] at the key it names: at the key for a parameter the
     /// algorithm does not take, at the value for a bad value.
     fn spec_error(&self, map: &MarkedMappingNode, prefix: &str, f: &LimitFields<'_>, e: &SpecError) -> ConfigError {
-        let given = f.algorithm_keys().into_iter().flatten().find(|&(name, _)| name == e.parameter());
+        let given = f
+            .algorithm_keys()
+            .into_iter()
+            .flatten()
+            .find(|&(name, _)| name == e.parameter());
         match (given, e) {
             (Some((_, (key, _))), SpecError::NotApplicable { .. }) => {
                 self.error(start(key.span()), Some(qualified(prefix, key)), e.to_string())
