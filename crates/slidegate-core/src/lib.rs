@@ -75,6 +75,6 @@ pub use gcra::Gcra;
 pub use histogram::ExponentialHistogram;
 pub use limiter::Limiter;
 pub use log::SlidingLog;
-pub use policy::{Algorithm, ParseError, Policy, PolicyError, Weighting};
+pub use policy::{Algorithm, AlgorithmSpec, ParseError, Policy, PolicyError, SpecError, Weighting};
 pub use state::{LimitState, State};
 pub use window::{SlidingWindow, Slot};

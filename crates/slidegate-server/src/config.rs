@@ -17,9 +17,21 @@
 //! On top of the original format, slidegate reads a few optional keys in a
 //! `rate_limit`: `algorithm` (one of [`Algorithm::NAMES`], by default
 //! [`DEFAULT_ALGORITHM`]), `window` (a duration such as `30s`, instead of
-//! `unit`), `buckets` and `weighting` (for `sliding_window`); and a
-//! descriptor may have several limits in `rate_limits`, a list of maps like
-//! `rate_limit`.
+//! `unit`), and the algorithm's parameters: `buckets` and `weighting` (for
+//! `sliding_window`; 8 and `conservative` unless given), `burst` (for
+//! `gcra`; the limit unless given) and `epsilon` (for
+//! `exponential_histogram`; 0.01 unless given). They are read by the core's
+//! [`AlgorithmSpec`](slidegate_core::AlgorithmSpec), as the CLI and the
+//! JSON API read them; a parameter of another algorithm is an error at its
+//! key. A descriptor may have several limits in `rate_limits`, a list of
+//! maps like `rate_limit`.
+//!
+//! ```yaml
+//! domain: api
+//! descriptors:
+//!   - key: user
+//!     rate_limit: { unit: minute, requests_per_unit: 60, algorithm: gcra, burst: 5 }
+//! ```
 //!
 //! ```
 //! use slidegate_server::config::Config;
@@ -35,7 +47,7 @@
 
 mod parse;
 
-use slidegate_core::{Algorithm, Policy, Weighting};
+use slidegate_core::{Algorithm, Policy};
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
 use std::fmt;
@@ -46,11 +58,9 @@ use std::time::Duration;
 /// most entries a request descriptor can match).
 pub const MAX_DEPTH: usize = 64;
 
-/// The default algorithm when `algorithm` is not given.
-pub const DEFAULT_ALGORITHM: Algorithm = Algorithm::SlidingWindow {
-    buckets: 8,
-    weighting: Weighting::Conservative,
-};
+/// The default algorithm when `algorithm` is not given: the core's
+/// [`Algorithm::DEFAULT`].
+pub const DEFAULT_ALGORITHM: Algorithm = Algorithm::DEFAULT;
 
 /// Where and why a config is wrong.
 ///

@@ -18,7 +18,7 @@ use http::{HeaderMap, HeaderValue, StatusCode};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use slidegate_core::duration::parse_positive_duration;
-use slidegate_core::{Algorithm, Clock, Decision, Policy};
+use slidegate_core::{AlgorithmSpec, Clock, Decision, Policy, Weighting};
 use slidegate_tower::LimitOutcome;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -232,6 +232,10 @@ struct CheckFields {
     #[serde(default)]
     weighting: Option<String>,
     #[serde(default)]
+    burst: Option<u64>,
+    #[serde(default)]
+    epsilon: Option<f64>,
+    #[serde(default)]
     cost: Option<u64>,
 }
 
@@ -243,6 +247,8 @@ struct AdHocBody {
     algorithm: Option<String>,
     buckets: Option<u32>,
     weighting: Option<String>,
+    burst: Option<u64>,
+    epsilon: Option<f64>,
     cost: Option<u64>,
 }
 
@@ -250,25 +256,23 @@ impl AdHocBody {
     fn policy(&self) -> Result<Policy, Problem> {
         let window = parse_positive_duration(&self.window)
             .map_err(|e| Problem::bad_request(format!("window: {:?}: {e}", self.window)))?;
-        let name = self.algorithm.as_deref().unwrap_or("sliding_window");
-        let mut algorithm = match self.algorithm {
-            None => crate::config::DEFAULT_ALGORITHM,
-            Some(_) => Algorithm::with_defaults(name, self.limit)
-                .map_err(|e| Problem::bad_request(format!("algorithm: {e}")))?,
+        let weighting = match &self.weighting {
+            Some(w) => Some(
+                w.parse::<Weighting>()
+                    .map_err(|e| Problem::bad_request(e.to_string()))?,
+            ),
+            None => None,
         };
-        if self.buckets.is_some() || self.weighting.is_some() {
-            let Algorithm::SlidingWindow { buckets, weighting } = &mut algorithm else {
-                return Err(Problem::bad_request(format!(
-                    "buckets and weighting apply to sliding_window only, not {name}"
-                )));
-            };
-            if let Some(n) = self.buckets {
-                *buckets = n;
-            }
-            if let Some(w) = &self.weighting {
-                *weighting = w.parse().map_err(|e| Problem::bad_request(format!("weighting: {e}")))?;
-            }
-        }
+        let spec = AlgorithmSpec {
+            name: self.algorithm.as_deref(),
+            buckets: self.buckets,
+            weighting,
+            burst: self.burst,
+            epsilon: self.epsilon,
+        };
+        let algorithm = spec
+            .algorithm(self.limit)
+            .map_err(|e| Problem::bad_request(e.to_string()))?;
         Policy::new(self.limit, window, algorithm).map_err(|e| Problem::bad_request(e.to_string()))
     }
 }
@@ -375,13 +379,15 @@ fn parse_check_body(bytes: &[u8]) -> Result<CheckBody, Problem> {
         fields.algorithm.is_some(),
         fields.buckets.is_some(),
         fields.weighting.is_some(),
+        fields.burst.is_some(),
+        fields.epsilon.is_some(),
         fields.cost.is_some(),
     ];
     match (fields.domain, fields.descriptors) {
         (Some(domain), descriptors) => {
             if ad_hoc.iter().any(|&given| given) {
                 return Err(Problem::bad_request(
-                    "a body with `domain` takes `descriptors` and `hits_addend`, not the ad-hoc `key`, `limit`, `window`, `algorithm`, `buckets`, `weighting` or `cost`",
+                    "a body with `domain` takes `descriptors` and `hits_addend`, not the ad-hoc `key`, `limit`, `window`, `algorithm`, `buckets`, `weighting`, `burst`, `epsilon` or `cost`",
                 ));
             }
             Ok(CheckBody::Descriptors(request_from_wire(RateLimitRequest {
@@ -409,6 +415,8 @@ fn parse_check_body(bytes: &[u8]) -> Result<CheckBody, Problem> {
                 algorithm: fields.algorithm,
                 buckets: fields.buckets,
                 weighting: fields.weighting,
+                burst: fields.burst,
+                epsilon: fields.epsilon,
                 cost: fields.cost,
             }))
         }

@@ -323,10 +323,29 @@ fn algorithms() {
         of("{ unit: second, requests_per_unit: 5, algorithm: exponential_histogram }"),
         Algorithm::ExponentialHistogram { epsilon: 0.01 }
     );
-    // With `algorithm: sliding_window`, its defaults (2 interpolated buckets).
+    // With `algorithm: sliding_window`, its defaults: the default algorithm.
     assert_eq!(
         of("{ unit: second, requests_per_unit: 5, algorithm: sliding_window }"),
+        Algorithm::SlidingWindow {
+            buckets: 8,
+            weighting: Weighting::Conservative
+        }
+    );
+    assert_eq!(
+        of("{ unit: second, requests_per_unit: 5, algorithm: sliding_window, buckets: 2, weighting: interpolated }"),
         Algorithm::TWO_BUCKETS
+    );
+    assert_eq!(
+        of("{ unit: second, requests_per_unit: 5, algorithm: gcra, burst: 3 }"),
+        Algorithm::Gcra { burst: 3 }
+    );
+    assert_eq!(
+        of("{ unit: second, requests_per_unit: 5, algorithm: exponential_histogram, epsilon: 0.05 }"),
+        Algorithm::ExponentialHistogram { epsilon: 0.05 }
+    );
+    assert_eq!(
+        of("{ unit: second, requests_per_unit: 5, algorithm: exponential_histogram, epsilon: 1e-3 }"),
+        Algorithm::ExponentialHistogram { epsilon: 0.001 }
     );
     assert_eq!(
         of("{ unit: second, requests_per_unit: 5, algorithm: sliding_window, buckets: 4, weighting: interpolated }"),
@@ -350,9 +369,10 @@ fn algorithms() {
             weighting: Weighting::Conservative
         }
     );
-    // A zero limit keeps its algorithm but has no policy.
+    // A zero limit keeps its algorithm (a burst of at least 1) but has no
+    // policy.
     let domain = parse(&one_limit("{ unit: second, requests_per_unit: 0, algorithm: gcra }"));
-    assert_eq!(domain.rules[0].limits[0].algorithm, Algorithm::Gcra { burst: 0 });
+    assert_eq!(domain.rules[0].limits[0].algorithm, Algorithm::Gcra { burst: 1 });
     assert_eq!(domain.rules[0].limits[0].policy, None);
 }
 
@@ -433,11 +453,11 @@ fn empty_descriptors() {
 
 #[test]
 fn error_display() {
-    let e = error(&one_limit("{ unit: second, requests_per_unit: 10, burst: 5 }"));
+    let e = error(&one_limit("{ unit: second, requests_per_unit: 10, leak: 5 }"));
     assert_eq!(
         e.to_string(),
-        "t.yaml:4:56: rate_limit.burst: unknown key, expected one of: unit, requests_per_unit, unlimited, name, \
-         replaces, algorithm, window, buckets, weighting"
+        "t.yaml:4:56: rate_limit.leak: unknown key, expected one of: unit, requests_per_unit, unlimited, name, \
+         replaces, algorithm, window, buckets, weighting, burst, epsilon"
     );
     let e = error("domain: [a\n");
     assert_eq!(e.key, None);
@@ -447,10 +467,10 @@ fn error_display() {
 #[test]
 fn unknown_keys() {
     assert_error(
-        &one_limit("{ unit: second, requests_per_unit: 10, burst: 5 }"),
+        &one_limit("{ unit: second, requests_per_unit: 10, leak: 5 }"),
         4,
         56,
-        Some("rate_limit.burst"),
+        Some("rate_limit.leak"),
         "unknown key",
     );
     assert_error("domain: d\ncolour: red\n", 2, 1, Some("colour"), "unknown key");
@@ -547,7 +567,7 @@ fn bad_values() {
         4,
         64,
         Some("rate_limit.buckets"),
-        "must be between 2 and 65536, found 1",
+        "invalid buckets `1`: must be between 2 and 65536",
     );
     assert_error(
         &one_limit("{ unit: second, requests_per_unit: 1, buckets: 65537 }"),
@@ -562,6 +582,41 @@ fn bad_values() {
         66,
         Some("rate_limit.algorithm"),
         "unknown algorithm `nope`, expected one of: sliding_window, fixed_window",
+    );
+    assert_error(
+        &one_limit("{ unit: second, requests_per_unit: 1, algorithm: gcra, burst: 0 }"),
+        4,
+        79,
+        Some("rate_limit.burst"),
+        "invalid burst `0`: must be at least 1",
+    );
+    assert_error(
+        &one_limit("{ unit: second, requests_per_unit: 1, algorithm: gcra, burst: -2 }"),
+        4,
+        79,
+        Some("rate_limit.burst"),
+        "must not be negative",
+    );
+    assert_error(
+        &one_limit("{ unit: second, requests_per_unit: 1, algorithm: exponential_histogram, epsilon: 1.5 }"),
+        4,
+        98,
+        Some("rate_limit.epsilon"),
+        "invalid epsilon `1.5`: must be at least 0.000001 and below 1",
+    );
+    assert_error(
+        &one_limit("{ unit: second, requests_per_unit: 1, algorithm: exponential_histogram, epsilon: \"0.1\" }"),
+        4,
+        98,
+        Some("rate_limit.epsilon"),
+        "expected a number, found the quoted string \"0.1\"",
+    );
+    assert_error(
+        &one_limit("{ unit: second, requests_per_unit: 1, algorithm: exponential_histogram, epsilon: often }"),
+        4,
+        98,
+        Some("rate_limit.epsilon"),
+        "expected a number",
     );
     assert_error(
         &one_limit("{ unit: second, requests_per_unit: 1, weighting: both }"),
@@ -686,6 +741,34 @@ fn contradictions() {
         72,
         Some("rate_limit.buckets"),
         "applies only to algorithm sliding_window, not gcra",
+    );
+    assert_error(
+        &one_limit("{ unit: second, requests_per_unit: 1, burst: 3 }"),
+        4,
+        55,
+        Some("rate_limit.burst"),
+        "`burst` applies only to algorithm gcra, not sliding_window",
+    );
+    assert_error(
+        &one_limit("{ unit: second, requests_per_unit: 1, algorithm: sliding_log, epsilon: 0.1 }"),
+        4,
+        79,
+        Some("rate_limit.epsilon"),
+        "`epsilon` applies only to algorithm exponential_histogram, not sliding_log",
+    );
+    assert_error(
+        &one_limit("{ unit: second, requests_per_unit: 1, algorithm: exponential_histogram, burst: 2 }"),
+        4,
+        89,
+        Some("rate_limit.burst"),
+        "`burst` applies only to algorithm gcra, not exponential_histogram",
+    );
+    assert_error(
+        &one_limit("{ unlimited: true, burst: 2 }"),
+        4,
+        36,
+        Some("rate_limit.burst"),
+        "cannot be combined with `unlimited: true`",
     );
     assert_error(
         &one_limit("{ unit: second, requests_per_unit: 1, weighting: interpolated, algorithm: sliding_log }"),

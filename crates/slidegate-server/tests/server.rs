@@ -453,6 +453,52 @@ async fn ad_hoc_checks_peeks_and_resets() {
     assert_eq!(h.post("/v1/check", &check(1)).await.0, StatusCode::OK);
 }
 
+/// `POST /v1/check` with an ad-hoc key: `burst` and `epsilon` reach the
+/// algorithm, and go only with their own.
+#[tokio::test]
+async fn ad_hoc_checks_take_burst_and_epsilon() {
+    let h = Harness::start("").await;
+    let allowed = |text: &str| serde_json::from_str::<serde_json::Value>(text).unwrap()["allowed"].as_bool();
+    // gcra bursts the whole limit by default; with `burst: 1`, one at once.
+    for (key, burst, second) in [("wide", "", Some(true)), ("narrow", r#","burst":1"#, Some(false))] {
+        let body = format!(r#"{{"key":"{key}","limit":10,"window":"10s","algorithm":"gcra"{burst}}}"#);
+        let (status, _, text) = h.post("/v1/check", &body).await;
+        assert_eq!((status, allowed(&text)), (StatusCode::OK, Some(true)), "{body}: {text}");
+        let (_, _, text) = h.post("/v1/check", &body).await;
+        assert_eq!(allowed(&text), second, "{body}: {text}");
+    }
+    let body = r#"{"key":"e","limit":10,"window":"10s","algorithm":"exponential_histogram","epsilon":0.1}"#;
+    let (status, _, text) = h.post("/v1/check", body).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    for (body, needle) in [
+        (
+            r#"{"key":"k","limit":1,"window":"1s","burst":2}"#,
+            "`burst` applies only to algorithm gcra, not sliding_window",
+        ),
+        (
+            r#"{"key":"k","limit":1,"window":"1s","algorithm":"gcra","epsilon":0.1}"#,
+            "`epsilon` applies only to algorithm exponential_histogram, not gcra",
+        ),
+        (
+            r#"{"key":"k","limit":1,"window":"1s","algorithm":"gcra","burst":0}"#,
+            "invalid burst `0`",
+        ),
+        (
+            r#"{"key":"k","limit":1,"window":"1s","algorithm":"exponential_histogram","epsilon":2}"#,
+            "invalid epsilon `2`",
+        ),
+        (
+            r#"{"key":"k","limit":1,"window":"1s","algorithm":"gcra","burst":"many"}"#,
+            "burst",
+        ),
+        (r#"{"domain":"d","burst":2}"#, "not the ad-hoc"),
+    ] {
+        let (status, _, text) = h.post("/v1/check", body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {text}");
+        assert!(text.contains(needle), "{body}: {text}");
+    }
+}
+
 /// `POST /v1/check` with descriptors of a configured domain.
 #[tokio::test]
 async fn descriptor_checks_answer_slidegate_json() {

@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use clap::builder::PossibleValuesParser;
 use clap::{ValueEnum, value_parser};
 use slidegate_core::duration::{format_duration, parse_positive_duration};
-use slidegate_core::{Algorithm, Policy, Weighting};
+use slidegate_core::{Algorithm, AlgorithmSpec, Policy, Weighting};
 use slidegate_sim::{
     KeyBy, MAX_CLIENTS, OnError, Row, Scenario, Trace, TraceError, TraceFormat, TraceOptions, Traffic,
 };
@@ -60,11 +60,11 @@ pub(crate) struct Args {
     window: Duration,
 
     /// Sub-buckets of sliding_window (2 is the classic two-bucket estimate); several give rows side by side
-    #[arg(long, value_name = "N", value_delimiter = ',', default_value = "2")]
+    #[arg(long, value_name = "N", value_delimiter = ',', default_values_t = [AlgorithmSpec::DEFAULT_BUCKETS])]
     buckets: Vec<u32>,
 
     /// How sliding_window weighs its oldest bucket
-    #[arg(long, value_enum, default_value_t = WeightingArg::Both)]
+    #[arg(long, value_enum, default_value_t = WeightingArg::from(Weighting::default()))]
     weighting: WeightingArg,
 
     /// Clients of the `clients` traffic model (not with --trace)
@@ -86,7 +86,7 @@ pub(crate) struct Args {
     burst: Option<u64>,
 
     /// Relative error bound of exponential_histogram
-    #[arg(long, value_name = "F", default_value_t = 0.01)]
+    #[arg(long, value_name = "F", default_value_t = AlgorithmSpec::DEFAULT_EPSILON)]
     epsilon: f64,
 
     /// Output format
@@ -109,6 +109,15 @@ enum WeightingArg {
     Conservative,
     /// One row for each
     Both,
+}
+
+impl From<Weighting> for WeightingArg {
+    fn from(weighting: Weighting) -> Self {
+        match weighting {
+            Weighting::Interpolated => WeightingArg::Interpolated,
+            Weighting::Conservative => WeightingArg::Conservative,
+        }
+    }
 }
 
 impl WeightingArg {
@@ -434,25 +443,22 @@ fn policies(args: &Args) -> Result<Vec<Policy>> {
             buckets.push(n);
         }
     }
+    // Every combination of the flags, each algorithm reading only its own.
     for name in chosen(&args.algorithm, &Algorithm::NAMES) {
-        match Algorithm::with_defaults(name, args.limit)? {
-            Algorithm::SlidingWindow { .. } => {
-                for &n in &buckets {
-                    algorithms.extend(
-                        args.weighting
-                            .weightings()
-                            .iter()
-                            .map(|&weighting| Algorithm::SlidingWindow { buckets: n, weighting }),
-                    );
+        for &n in &buckets {
+            for &weighting in args.weighting.weightings() {
+                let spec = AlgorithmSpec {
+                    name: Some(name),
+                    buckets: Some(n),
+                    weighting: Some(weighting),
+                    burst: args.burst,
+                    epsilon: Some(args.epsilon),
+                };
+                let algorithm = spec.only_applicable().algorithm(args.limit)?;
+                if !algorithms.contains(&algorithm) {
+                    algorithms.push(algorithm);
                 }
             }
-            Algorithm::Gcra { burst } => algorithms.push(Algorithm::Gcra {
-                burst: args.burst.unwrap_or(burst),
-            }),
-            Algorithm::ExponentialHistogram { .. } => {
-                algorithms.push(Algorithm::ExponentialHistogram { epsilon: args.epsilon });
-            }
-            other => algorithms.push(other),
         }
     }
     algorithms
@@ -611,10 +617,10 @@ mod tests {
         .unwrap();
         let lines: Vec<&str> = csv.lines().collect();
         assert_eq!(lines[0], COLUMNS.join(","));
-        // 2 traffic models × (2 weightings + gcra).
-        assert_eq!(lines.len(), 1 + 2 * 3);
-        assert!(lines[1].starts_with("sliding_window,2,interpolated,,,poisson,100,60000000000,"));
-        assert!(lines[3].starts_with("gcra,,,100,,poisson,"));
+        // 2 traffic models × (the default sliding window + gcra).
+        assert_eq!(lines.len(), 1 + 2 * 2);
+        assert!(lines[1].starts_with("sliding_window,8,conservative,,,poisson,100,60000000000,"));
+        assert!(lines[2].starts_with("gcra,,,100,,poisson,"));
         assert!(lines.iter().all(|l| l.split(',').count() == COLUMNS.len()));
     }
 

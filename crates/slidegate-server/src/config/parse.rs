@@ -5,11 +5,11 @@
 //! refuse duplicate keys and not to read quoted scalars as numbers or
 //! bools, so `"10"` is not an integer and `"true"` not a bool.
 
-use super::{ConfigError, DEFAULT_ALGORITHM, Domain, Limit, MAX_DEPTH, Rule, Unit, ValuePattern};
+use super::{ConfigError, Domain, Limit, MAX_DEPTH, Rule, Unit, ValuePattern};
 use marked_yaml::types::{MarkedMappingNode, MarkedScalarNode, MarkedSequenceNode};
 use marked_yaml::{LoadError, LoaderOptions, Node, Span};
 use slidegate_core::duration::parse_positive_duration;
-use slidegate_core::{Algorithm, Policy, PolicyError, Weighting};
+use slidegate_core::{AlgorithmSpec, Policy, PolicyError, SpecError, Weighting};
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::time::Duration;
@@ -226,6 +226,8 @@ const LIMIT_KEYS: &[&str] = &[
     "window",
     "buckets",
     "weighting",
+    "burst",
+    "epsilon",
 ];
 const REPLACES_KEYS: &[&str] = &["name"];
 
@@ -241,10 +243,39 @@ struct LimitFields<'n> {
     unlimited: Option<(bool, &'n MarkedScalarNode)>,
     name: Option<String>,
     replaces: Vec<String>,
-    algorithm: Option<(&'n str, &'n MarkedScalarNode)>,
     window: Option<(Duration, &'n MarkedScalarNode)>,
-    buckets: Option<(u32, &'n MarkedScalarNode)>,
-    weighting: Option<(Weighting, &'n MarkedScalarNode)>,
+    algorithm: Option<(&'n str, At<'n>)>,
+    buckets: Option<(u32, At<'n>)>,
+    weighting: Option<(Weighting, At<'n>)>,
+    burst: Option<(u64, At<'n>)>,
+    epsilon: Option<(f64, At<'n>)>,
+}
+
+/// A key and its value.
+type At<'n> = (&'n MarkedScalarNode, &'n Node);
+
+impl<'n> LimitFields<'n> {
+    /// The algorithm as given, for the core to read.
+    fn spec(&self) -> AlgorithmSpec<'n> {
+        AlgorithmSpec {
+            name: self.algorithm.map(|(name, _)| name),
+            buckets: self.buckets.map(|(n, _)| n),
+            weighting: self.weighting.map(|(w, _)| w),
+            burst: self.burst.map(|(n, _)| n),
+            epsilon: self.epsilon.map(|(e, _)| e),
+        }
+    }
+
+    /// The keys of the algorithm and its parameters that were given.
+    fn algorithm_keys(&self) -> [Option<(&'static str, At<'n>)>; 5] {
+        [
+            self.algorithm.map(|(_, at)| ("algorithm", at)),
+            self.buckets.map(|(_, at)| ("buckets", at)),
+            self.weighting.map(|(_, at)| ("weighting", at)),
+            self.burst.map(|(_, at)| ("burst", at)),
+            self.epsilon.map(|(_, at)| ("epsilon", at)),
+        ]
+    }
 }
 
 impl Parser<'_> {
@@ -355,6 +386,24 @@ impl Parser<'_> {
                 format!("out of range: at most {max}, found `{text}`"),
             )),
         }
+    }
+
+    /// A finite decimal number such as `0.01` or `1e-3`, unquoted.
+    fn number(&self, prefix: &str, key: &MarkedScalarNode, value: &Node) -> Result<f64, ConfigError> {
+        if let Node::Scalar(s) = value
+            && s.may_coerce()
+            && is_float(s.as_str())
+            && let Ok(n) = s.as_str().parse::<f64>()
+            && n.is_finite()
+        {
+            return Ok(n);
+        }
+        Err(self.bad(
+            prefix,
+            key,
+            value,
+            format!("expected a number, found {}", describe(value)),
+        ))
     }
 
     fn sequence<'n>(
@@ -599,21 +648,7 @@ impl Parser<'_> {
                     f.name = Some(name);
                 }
                 "replaces" => f.replaces = self.replaces(prefix, key, value)?,
-                "algorithm" => {
-                    let name = self.string(prefix, key, value)?;
-                    if !Algorithm::NAMES.contains(&name) {
-                        return Err(self.bad(
-                            prefix,
-                            key,
-                            value,
-                            format!(
-                                "unknown algorithm `{name}`, expected one of: {}",
-                                Algorithm::NAMES.join(", ")
-                            ),
-                        ));
-                    }
-                    f.algorithm = Some((name, key));
-                }
+                "algorithm" => f.algorithm = Some((self.string(prefix, key, value)?, (key, value))),
                 "window" => {
                     let text = self.string(prefix, key, value)?;
                     let window = parse_positive_duration(text)
@@ -622,29 +657,17 @@ impl Parser<'_> {
                 }
                 "buckets" => {
                     let n = self.integer(prefix, key, value, u64::from(u32::MAX))?;
-                    let n = u32::try_from(n).unwrap_or(u32::MAX);
-                    if !(2..=Policy::MAX_BUCKETS).contains(&n) {
-                        return Err(self.bad(
-                            prefix,
-                            key,
-                            value,
-                            format!("must be between 2 and {}, found {n}", Policy::MAX_BUCKETS),
-                        ));
-                    }
-                    f.buckets = Some((n, key));
+                    f.buckets = Some((u32::try_from(n).unwrap_or(u32::MAX), (key, value)));
                 }
-                _ => {
+                "weighting" => {
                     let text = self.string(prefix, key, value)?;
-                    let weighting = text.parse::<Weighting>().map_err(|_| {
-                        self.bad(
-                            prefix,
-                            key,
-                            value,
-                            format!("unknown weighting `{text}`, expected one of: interpolated, conservative"),
-                        )
-                    })?;
-                    f.weighting = Some((weighting, key));
+                    let weighting = text
+                        .parse::<Weighting>()
+                        .map_err(|e| self.bad(prefix, key, value, e.to_string()))?;
+                    f.weighting = Some((weighting, (key, value)));
                 }
+                "burst" => f.burst = Some((self.integer(prefix, key, value, u64::MAX)?, (key, value))),
+                _ => f.epsilon = Some((self.number(prefix, key, value)?, (key, value))),
             }
         }
         self.build_limit(map, prefix, f)
@@ -693,11 +716,10 @@ impl Parser<'_> {
                 f.unit.map(|(_, k)| k),
                 f.window.map(|(_, k)| k),
                 f.requests_per_unit.map(|(_, k)| k),
-                f.algorithm.map(|(_, k)| k),
-                f.buckets.map(|(_, k)| k),
-                f.weighting.map(|(_, k)| k),
-            ];
-            if let Some(key) = conflicting.into_iter().flatten().min_by_key(|k| start(k.span())) {
+            ]
+            .into_iter()
+            .chain(f.algorithm_keys().map(|given| given.map(|(_, (key, _))| key)));
+            if let Some(key) = conflicting.flatten().min_by_key(|k| start(k.span())) {
                 return Err(at_key(key, "cannot be combined with `unlimited: true`"));
             }
             // `name` and `replaces` are allowed, as upstream, but an
@@ -727,41 +749,16 @@ impl Parser<'_> {
             let key = map.keys().find(|k| k.as_str() == "replaces").unwrap_or(rpu_key);
             return Err(at_key(key, "a limit cannot replace itself"));
         }
-        let mut algorithm = match f.algorithm {
-            Some((name, key)) => {
-                Algorithm::with_defaults(name, requests_per_unit).map_err(|e| at_key(key, &e.to_string()))?
-            }
-            None => DEFAULT_ALGORITHM,
-        };
-        if let Algorithm::SlidingWindow { buckets, weighting } = &mut algorithm {
-            if let Some((n, _)) = f.buckets {
-                *buckets = n;
-            }
-            if let Some((w, _)) = f.weighting {
-                *weighting = w;
-            }
-        } else if let Some(key) = [f.buckets.map(|(_, k)| k), f.weighting.map(|(_, k)| k)]
-            .into_iter()
-            .flatten()
-            .min_by_key(|k| start(k.span()))
-        {
-            return Err(at_key(
-                key,
-                &format!("applies only to algorithm sliding_window, not {}", algorithm.name()),
-            ));
-        }
+        let algorithm = f
+            .spec()
+            .algorithm(requests_per_unit)
+            .map_err(|e| self.spec_error(map, prefix, &f, &e))?;
         let policy = match requests_per_unit {
             0 => None,
-            limit => Some(Policy::new(limit, window.0, algorithm).map_err(|e| {
-                let key = policy_key(
-                    &e,
-                    rpu_key,
-                    window.1,
-                    f.buckets.map(|(_, k)| k),
-                    f.algorithm.map(|(_, k)| k),
-                );
-                at_key(key, &e.to_string())
-            })?),
+            limit => Some(
+                Policy::new(limit, window.0, algorithm)
+                    .map_err(|e| at_key(policy_key(&e, rpu_key, window.1), &e.to_string()))?,
+            ),
         };
         Ok(Some(Limit {
             name: f.name,
@@ -772,6 +769,24 @@ impl Parser<'_> {
             algorithm,
             policy,
         }))
+    }
+
+    /// A [`SpecError`] at the key it names: at the key for a parameter the
+    /// algorithm does not take, at the value for a bad value.
+    fn spec_error(&self, map: &MarkedMappingNode, prefix: &str, f: &LimitFields<'_>, e: &SpecError) -> ConfigError {
+        let given = f
+            .algorithm_keys()
+            .into_iter()
+            .flatten()
+            .find(|&(name, _)| name == e.parameter());
+        match (given, e) {
+            (Some((_, (key, _))), SpecError::NotApplicable { .. }) => {
+                self.error(start(key.span()), Some(qualified(prefix, key)), e.to_string())
+            }
+            (Some((_, (key, value))), _) => self.bad(prefix, key, value, e.to_string()),
+            // Every error is about a parameter given, or the name.
+            (None, _) => self.error(map_pos(map), Some(qualified(prefix, e.parameter())), e.to_string()),
+        }
     }
 
     /// `metadata` as JSON.
@@ -800,18 +815,15 @@ impl Parser<'_> {
     }
 }
 
-/// The key a [`PolicyError`] is about.
+/// The key a [`PolicyError`] of [`Policy::new`] is about: its algorithm's
+/// parameters were checked before, so the limit or the window.
 fn policy_key<'n>(
     e: &PolicyError,
     requests_per_unit: &'n MarkedScalarNode,
     window: &'n MarkedScalarNode,
-    buckets: Option<&'n MarkedScalarNode>,
-    algorithm: Option<&'n MarkedScalarNode>,
 ) -> &'n MarkedScalarNode {
     match e.field {
         "window" => window,
-        "buckets" => buckets.or(algorithm).unwrap_or(requests_per_unit),
-        "burst" | "epsilon" => algorithm.unwrap_or(requests_per_unit),
         _ => requests_per_unit,
     }
 }
