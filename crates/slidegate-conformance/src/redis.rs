@@ -1,7 +1,7 @@
 //! Throw-away Redis servers for tests: a `redis-server` per test on a free
 //! loopback port (never 6379), ready when its log says so, killed on drop
-//! (and started again on the same port, for failure tests); or a
-//! three-master Redis Cluster.
+//! (and started again on the same port, for failure tests); a
+//! three-master Redis Cluster; or a primary found through a Sentinel.
 //!
 //! Every key a slidegate test writes starts with [`KEY_PREFIX`]; on drop a
 //! server checks (unless the test already failed) that every key it holds
@@ -398,5 +398,107 @@ impl Drop for RedisCluster {
         if let Some(e) = failure {
             std::panic::resume_unwind(e);
         }
+    }
+}
+
+/// A throw-away primary and one `redis-server --sentinel` monitoring it
+/// (quorum 1), both on free loopback ports, the sentinel's config in a
+/// temporary directory of its own; the sentinel is killed and the
+/// directory removed on drop, then the primary is dropped (and checks its
+/// keys' expiries).
+pub struct RedisSentinel {
+    /// The primary the sentinel monitors.
+    pub primary: RedisServer,
+    sentinel: Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl RedisSentinel {
+    /// The master's name the sentinel monitors.
+    pub const MASTER: &'static str = "slidegate-primary";
+
+    /// Starts a primary and a sentinel monitoring it, and waits (bounded,
+    /// 10 s) until the sentinel names the primary's address for
+    /// [`RedisSentinel::MASTER`].
+    pub fn start() -> RedisSentinel {
+        static DIRS: AtomicU64 = AtomicU64::new(0);
+        let primary = RedisServer::start();
+        let dir = std::env::temp_dir().join(format!(
+            "slidegate-sentinel-{}-{}",
+            std::process::id(),
+            DIRS.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let port = free_port();
+        let conf = dir.join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor {} 127.0.0.1 {} 1\n",
+                dir.display(),
+                Self::MASTER,
+                primary.port()
+            ),
+        )
+        .unwrap();
+        let sentinel = Command::new("redis-server")
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server is installed");
+        let mut out = RedisSentinel {
+            primary,
+            sentinel,
+            port,
+            dir,
+        };
+        let expect = vec!["127.0.0.1".to_owned(), out.primary.port().to_string()];
+        let start = Instant::now();
+        let mut last = String::new();
+        while start.elapsed() < Duration::from_secs(10) {
+            match out.master_addr() {
+                Ok(Some(addr)) if addr == expect => return out,
+                Ok(other) => last = format!("{other:?}"),
+                Err(e) => last = e.to_string(),
+            }
+            if let Ok(Some(status)) = out.sentinel.try_wait() {
+                last = format!("the sentinel exited: {status}");
+                break;
+            }
+            sleep(Duration::from_millis(50));
+        }
+        let _ = out.sentinel.kill();
+        panic!("the sentinel did not name the primary within 10 s: {last}");
+    }
+
+    /// `SENTINEL get-master-addr-by-name` of [`RedisSentinel::MASTER`]:
+    /// its host and port, or `None` when it knows no such master.
+    pub fn master_addr(&self) -> ::redis::RedisResult<Option<Vec<String>>> {
+        let mut conn = ::redis::Client::open(self.url())?.get_connection_with_timeout(Duration::from_secs(2))?;
+        ::redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg(Self::MASTER)
+            .query(&mut conn)
+    }
+
+    /// The sentinel's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The sentinel's URL.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+}
+
+impl Drop for RedisSentinel {
+    fn drop(&mut self) {
+        let _ = self.sentinel.kill();
+        let _ = self.sentinel.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
