@@ -238,11 +238,7 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisStore<C> {
 
     /// Runs `call` within the timeout, unless `range` backs off; a failure
     /// is counted and starts a backoff.
-    async fn run<T>(
-        &self,
-        range: usize,
-        call: impl Future<Output = redis::RedisResult<T>>,
-    ) -> Result<T, StoreError> {
+    async fn run<T>(&self, range: usize, call: impl Future<Output = redis::RedisResult<T>>) -> Result<T, StoreError> {
         if self.health.in_backoff(range) {
             return Err(StoreError::unavailable(RedisStoreError::Backoff(self.backoff)));
         }
@@ -393,7 +389,9 @@ impl RedisStore<ClusterConnection> {
         prefix: impl Into<String>,
         timeout: Duration,
     ) -> Result<Self, RedisStoreError> {
-        let conn = redis::cluster::ClusterClient::new(seeds)?.get_async_connection().await?;
+        let conn = redis::cluster::ClusterClient::new(seeds)?
+            .get_async_connection()
+            .await?;
         Ok(RedisStore::new(conn, prefix, timeout)?.with_backoff_per_slot_range())
     }
 }

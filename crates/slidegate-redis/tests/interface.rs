@@ -155,7 +155,7 @@ async fn same_as_core(
             1 => 20,
             n => n % 3 + 1,
         };
-        if rng.next() % 8 == 0 {
+        if rng.next().is_multiple_of(8) {
             store.charge(key, &limits, cost).await.unwrap();
             oracle.charge(now_us, cost);
             continue;
@@ -183,13 +183,22 @@ async fn decisions_are_the_cores_for_one_limit_and_several() {
     let store = store(&server, &clock).await;
     let all = every_algorithm();
     for (i, p) in all.iter().enumerate() {
-        let (passed, refused, _) =
-            same_as_core(&store, &clock, &format!("one:{i}"), std::slice::from_ref(p), 7 + i as u64).await;
+        let (passed, refused, _) = same_as_core(
+            &store,
+            &clock,
+            &format!("one:{i}"),
+            std::slice::from_ref(p),
+            7 + i as u64,
+        )
+        .await;
         assert!(passed > 20 && refused > 20, "{p}: {passed} passed, {refused} refused");
     }
     for (key, limits, seed) in [("all", &all[..], 42), ("two", &all[1..3], 43)] {
         let (passed, refused, mixed) = same_as_core(&store, &clock, key, limits, seed).await;
-        assert!(passed > 10 && mixed > 10, "{key}: {passed} passed, {refused} refused, {mixed} mixed");
+        assert!(
+            passed > 10 && mixed > 10,
+            "{key}: {passed} passed, {refused} refused, {mixed} mixed"
+        );
     }
 }
 
@@ -333,7 +342,10 @@ async fn limits_without_a_redis_form_are_unsupported() {
         Algorithm::ExponentialHistogram { epsilon: 0.1 },
     ));
     let err = store.supports(&histogram).unwrap_err();
-    assert!(matches!(err, StoreError::Unsupported { ref policy, .. } if policy.contains("exponential_histogram")), "{err}");
+    assert!(
+        matches!(err, StoreError::Unsupported { ref policy, .. } if policy.contains("exponential_histogram")),
+        "{err}"
+    );
     let mut out = Decisions::new();
     let err = store.decide("k", &[histogram], 1, &mut out).await.unwrap_err();
     assert!(matches!(err, StoreError::Unsupported { .. }), "{err}");
