@@ -25,6 +25,45 @@
 //! # }
 //! ```
 //!
+//! # The store interface
+//!
+//! [`RedisStore`] is Redis as a [`slidegate_store::Store`]: a request on a
+//! key against any number of limits is one `EVALSHA` of
+//! [`scripts::MULTI`], which reads the time once and decides every limit
+//! all or nothing, by the rule of [`slidegate_store::decide_all`] (so that
+//! it answers as the in-memory store does); charges after the fact and
+//! resets are one call too. The state of `key` under a limit is
+//! `<prefix><tag>:{<key>}` (the tag is [`Policy::tag`]), in the formats
+//! below, so every key of one request shares the hash tag `{<key>}` and a
+//! Redis Cluster keeps them in one slot. It runs over one server
+//! ([`RedisStore::connect`], a reconnecting
+//! [`ConnectionManager`](redis::aio::ConnectionManager)), a Cluster
+//! ([`RedisStore::connect_cluster`]) or the primary that Redis Sentinel
+//! names ([`RedisStore::connect_sentinel`], a [`SentinelConnection`] that
+//! asks the Sentinels again after the primary failed or became a
+//! replica).
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! use slidegate_core::{Algorithm, Policy};
+//! use slidegate_redis::RedisStore;
+//! use slidegate_store::{Decisions, FailOver, FailurePolicy, Quota, Store};
+//! use std::time::Duration;
+//!
+//! let redis = RedisStore::connect("redis://127.0.0.1:6379/", "rl:", Duration::from_millis(20)).await?;
+//! let store = FailOver::new(redis, FailurePolicy::Open);
+//! let minute = Policy::new(100, Duration::from_secs(60), Algorithm::FixedWindow)?;
+//! let hour = Policy::new(1000, Duration::from_secs(3600), Algorithm::SlidingLog)?;
+//! let limits = [Quota::new(minute), Quota::new(hour)];
+//! let mut out = Decisions::new();
+//! store.decide("user:42", &limits, 1, &mut out).await?;
+//! if !out.iter().all(|d| d.allowed()) {
+//!     println!("refused");
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Algorithms
 //!
 //! | algorithm | Redis state of a key | script |
