@@ -407,8 +407,10 @@ impl Drop for RedisCluster {
 /// directory removed on drop, then the primary is dropped (and checks its
 /// keys' expiries).
 pub struct RedisSentinel {
-    /// The primary the sentinel monitors.
+    /// The primary the sentinel monitors (first).
     pub primary: RedisServer,
+    /// Its replica, when started with one.
+    pub replica: Option<RedisServer>,
     sentinel: Child,
     port: u16,
     dir: PathBuf,
@@ -422,14 +424,51 @@ impl RedisSentinel {
     /// 10 s) until the sentinel names the primary's address for
     /// [`RedisSentinel::MASTER`].
     pub fn start() -> RedisSentinel {
+        RedisSentinel::launch(RedisServer::start(), None, RedisSentinel::fresh_dir())
+    }
+
+    /// A temporary directory of its own.
+    fn fresh_dir() -> PathBuf {
         static DIRS: AtomicU64 = AtomicU64::new(0);
-        let primary = RedisServer::start();
         let dir = std::env::temp_dir().join(format!(
             "slidegate-sentinel-{}-{}",
             std::process::id(),
             DIRS.fetch_add(1, Ordering::Relaxed)
         ));
         std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// [`RedisSentinel::start`] with a replica of the primary too (its
+    /// replication link up before the sentinel starts, so that the
+    /// sentinel finds it at once): [`RedisSentinel::failover`] can then
+    /// promote it.
+    pub fn start_with_replica() -> RedisSentinel {
+        let primary = RedisServer::start();
+        let of = primary.port().to_string();
+        // The replica writes the primary's snapshot into its own `--dir`.
+        let dir = RedisSentinel::fresh_dir();
+        let dir_arg = dir.to_str().unwrap().to_owned();
+        let mut replica = None;
+        for _ in 0..5 {
+            if let Ok(r) = RedisServer::start_on(free_port(), &["--replicaof", "127.0.0.1", &of, "--dir", &dir_arg]) {
+                replica = Some(r);
+                break;
+            }
+        }
+        let replica = replica.expect("a replica started");
+        let start = Instant::now();
+        while !replica.cli(&["INFO", "replication"]).contains("master_link_status:up") {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "the replica did not sync within 10 s"
+            );
+            sleep(Duration::from_millis(20));
+        }
+        RedisSentinel::launch(primary, Some(replica), dir)
+    }
+
+    fn launch(primary: RedisServer, replica: Option<RedisServer>, dir: PathBuf) -> RedisSentinel {
         let port = free_port();
         let conf = dir.join("sentinel.conf");
         std::fs::write(
@@ -451,27 +490,68 @@ impl RedisSentinel {
             .expect("redis-server is installed");
         let mut out = RedisSentinel {
             primary,
+            replica,
             sentinel,
             port,
             dir,
         };
-        let expect = vec!["127.0.0.1".to_owned(), out.primary.port().to_string()];
+        let want = out.primary.port();
+        if let Err(last) = out.wait_master(want, Duration::from_secs(10)) {
+            let _ = out.sentinel.kill();
+            panic!("the sentinel did not name the primary within 10 s: {last}");
+        }
+        out
+    }
+
+    /// Waits (bounded) until the sentinel names `port` (on loopback) as
+    /// the master; the last answer if it does not within `within`.
+    pub fn wait_master(&mut self, port: u16, within: Duration) -> Result<(), String> {
+        let expect = vec!["127.0.0.1".to_owned(), port.to_string()];
         let start = Instant::now();
         let mut last = String::new();
-        while start.elapsed() < Duration::from_secs(10) {
-            match out.master_addr() {
-                Ok(Some(addr)) if addr == expect => return out,
+        while start.elapsed() < within {
+            match self.master_addr() {
+                Ok(Some(addr)) if addr == expect => return Ok(()),
                 Ok(other) => last = format!("{other:?}"),
                 Err(e) => last = e.to_string(),
             }
-            if let Ok(Some(status)) = out.sentinel.try_wait() {
-                last = format!("the sentinel exited: {status}");
-                break;
+            if let Ok(Some(status)) = self.sentinel.try_wait() {
+                return Err(format!("the sentinel exited: {status}"));
             }
             sleep(Duration::from_millis(50));
         }
-        let _ = out.sentinel.kill();
-        panic!("the sentinel did not name the primary within 10 s: {last}");
+        Err(last)
+    }
+
+    /// Makes the sentinel promote the replica (`SENTINEL FAILOVER`) and
+    /// waits (bounded, 10 s) until it names the replica as the master.
+    /// Panics without a replica.
+    pub fn failover(&mut self) {
+        let port = self.replica.as_ref().expect("started with a replica").port();
+        let mut conn = ::redis::Client::open(self.url())
+            .unwrap()
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .unwrap();
+        // Refused (NOGOODSLAVE) until the sentinel has found the replica
+        // and heard from it: asked again, bounded.
+        let start = Instant::now();
+        loop {
+            let asked: ::redis::RedisResult<String> = ::redis::cmd("SENTINEL")
+                .arg("FAILOVER")
+                .arg(Self::MASTER)
+                .query(&mut conn);
+            match asked {
+                Ok(_) => break,
+                Err(e) if start.elapsed() < Duration::from_secs(10) => {
+                    let _ = e;
+                    sleep(Duration::from_millis(100));
+                }
+                Err(e) => panic!("the sentinel refused the failover for 10 s: {e}"),
+            }
+        }
+        if let Err(last) = self.wait_master(port, Duration::from_secs(10)) {
+            panic!("the sentinel did not promote the replica within 10 s: {last}");
+        }
     }
 
     /// `SENTINEL get-master-addr-by-name` of [`RedisSentinel::MASTER`]:

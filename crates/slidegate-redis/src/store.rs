@@ -16,7 +16,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Redis as a [`Store`]: any number of instances share one count per key
 /// and limit, every call one atomic script ([`scripts::MULTI`](crate::scripts::MULTI)).
@@ -421,11 +421,13 @@ impl RedisStore<SentinelConnection> {
 /// found again after a failover.
 ///
 /// The primary is asked of the Sentinels (redis-rs's [`SentinelClient`])
-/// when the connection is made and again on the first call after a call
-/// failed with a connection error or `READONLY` (the primary became a
-/// replica); that failed call fails (the store's backoff answers the next
-/// ones at once), and the call after it goes to the primary the Sentinels
-/// name then.
+/// when the connection is made, again by the first call a second or more
+/// after the last answer (so that a failover is followed within about a
+/// second even while the old primary still takes writes, which are lost
+/// when it is made a replica), and by the first call after a call failed
+/// with a connection error or `READONLY` (the primary became a replica;
+/// that call fails, and the store's backoff answers the next ones at
+/// once). While no Sentinel answers, the primary there is is kept.
 ///
 /// # Concurrency
 ///
@@ -439,13 +441,27 @@ pub struct SentinelConnection {
 
 struct SentinelShared {
     client: tokio::sync::Mutex<SentinelClient>,
-    primary: parking_lot::Mutex<Option<MultiplexedConnection>>,
+    primary: parking_lot::Mutex<Option<Primary>>,
 }
+
+/// The primary a [`SentinelConnection`] talks to, and when the Sentinels
+/// last confirmed it.
+#[derive(Clone)]
+struct Primary {
+    conn: MultiplexedConnection,
+    addr: String,
+    checked: Instant,
+}
+
+/// How often a [`SentinelConnection`] asks the Sentinels again whether its
+/// primary is still the primary.
+const SENTINEL_RECHECK: Duration = Duration::from_secs(1);
 
 impl fmt::Debug for SentinelConnection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let primary = self.shared.primary.lock().as_ref().map(|p| p.addr.clone());
         f.debug_struct("SentinelConnection")
-            .field("connected", &self.shared.primary.lock().is_some())
+            .field("primary", &primary)
             .finish_non_exhaustive()
     }
 }
@@ -469,19 +485,46 @@ impl SentinelConnection {
         Ok(conn)
     }
 
-    /// The connection to the primary, asked of the Sentinels when there is
-    /// none.
+    /// The connection to the primary; the Sentinels are asked again when
+    /// there is none or it was confirmed more than a second ago.
     async fn primary(&self) -> redis::RedisResult<MultiplexedConnection> {
-        if let Some(conn) = self.shared.primary.lock().clone() {
+        let fresh = || {
+            self.shared
+                .primary
+                .lock()
+                .as_ref()
+                .filter(|p| p.checked.elapsed() < SENTINEL_RECHECK)
+                .map(|p| p.conn.clone())
+        };
+        if let Some(conn) = fresh() {
             return Ok(conn);
         }
         let mut client = self.shared.client.lock().await;
-        // Another call may have found it while this one waited.
-        if let Some(conn) = self.shared.primary.lock().clone() {
+        // Another call may have asked while this one waited.
+        if let Some(conn) = fresh() {
             return Ok(conn);
         }
-        let conn = client.get_async_connection().await?;
-        *self.shared.primary.lock() = Some(conn.clone());
+        let current = self.shared.primary.lock().clone();
+        let named = match client.async_get_client().await {
+            Ok(named) => named,
+            // The Sentinels do not answer: keep the primary there is.
+            Err(e) => {
+                return match current {
+                    Some(p) => Ok(p.conn),
+                    None => Err(e),
+                };
+            }
+        };
+        let addr = named.get_connection_info().addr().to_string();
+        let conn = match current {
+            Some(p) if p.addr == addr => p.conn,
+            _ => named.get_multiplexed_async_connection().await?,
+        };
+        *self.shared.primary.lock() = Some(Primary {
+            conn: conn.clone(),
+            addr,
+            checked: Instant::now(),
+        });
         Ok(conn)
     }
 
@@ -527,6 +570,6 @@ impl ConnectionLike for SentinelConnection {
     }
 
     fn get_db(&self) -> i64 {
-        self.shared.primary.lock().as_ref().map_or(0, ConnectionLike::get_db)
+        self.shared.primary.lock().as_ref().map_or(0, |p| p.conn.get_db())
     }
 }
