@@ -1,7 +1,7 @@
 //! Throw-away Redis servers for tests: a `redis-server` per test on a free
 //! loopback port (never 6379), ready when its log says so, killed on drop
-//! (and started again on the same port, for failure tests); or a
-//! three-master Redis Cluster.
+//! (and started again on the same port, for failure tests); a
+//! three-master Redis Cluster; or a primary found through a Sentinel.
 //!
 //! Every key a slidegate test writes starts with [`KEY_PREFIX`]; on drop a
 //! server checks (unless the test already failed) that every key it holds
@@ -398,5 +398,187 @@ impl Drop for RedisCluster {
         if let Some(e) = failure {
             std::panic::resume_unwind(e);
         }
+    }
+}
+
+/// A throw-away primary and one `redis-server --sentinel` monitoring it
+/// (quorum 1), both on free loopback ports, the sentinel's config in a
+/// temporary directory of its own; the sentinel is killed and the
+/// directory removed on drop, then the primary is dropped (and checks its
+/// keys' expiries).
+pub struct RedisSentinel {
+    /// The primary the sentinel monitors (first).
+    pub primary: RedisServer,
+    /// Its replica, when started with one.
+    pub replica: Option<RedisServer>,
+    sentinel: Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl RedisSentinel {
+    /// The master's name the sentinel monitors.
+    pub const MASTER: &'static str = "slidegate-primary";
+
+    /// Starts a primary and a sentinel monitoring it, and waits (bounded,
+    /// 10 s) until the sentinel names the primary's address for
+    /// [`RedisSentinel::MASTER`].
+    pub fn start() -> RedisSentinel {
+        RedisSentinel::launch(RedisServer::start(), None, RedisSentinel::fresh_dir())
+    }
+
+    /// A temporary directory of its own.
+    fn fresh_dir() -> PathBuf {
+        static DIRS: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "slidegate-sentinel-{}-{}",
+            std::process::id(),
+            DIRS.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// [`RedisSentinel::start`] with a replica of the primary too (its
+    /// replication link up before the sentinel starts, so that the
+    /// sentinel finds it at once): [`RedisSentinel::failover`] can then
+    /// promote it.
+    pub fn start_with_replica() -> RedisSentinel {
+        let primary = RedisServer::start();
+        let of = primary.port().to_string();
+        // The replica writes the primary's snapshot into its own `--dir`.
+        let dir = RedisSentinel::fresh_dir();
+        let dir_arg = dir.to_str().unwrap().to_owned();
+        let mut replica = None;
+        for _ in 0..5 {
+            if let Ok(r) = RedisServer::start_on(free_port(), &["--replicaof", "127.0.0.1", &of, "--dir", &dir_arg]) {
+                replica = Some(r);
+                break;
+            }
+        }
+        let replica = replica.expect("a replica started");
+        let start = Instant::now();
+        while !replica.cli(&["INFO", "replication"]).contains("master_link_status:up") {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "the replica did not sync within 10 s"
+            );
+            sleep(Duration::from_millis(20));
+        }
+        RedisSentinel::launch(primary, Some(replica), dir)
+    }
+
+    fn launch(primary: RedisServer, replica: Option<RedisServer>, dir: PathBuf) -> RedisSentinel {
+        let port = free_port();
+        let conf = dir.join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor {} 127.0.0.1 {} 1\n",
+                dir.display(),
+                Self::MASTER,
+                primary.port()
+            ),
+        )
+        .unwrap();
+        let sentinel = Command::new("redis-server")
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server is installed");
+        let mut out = RedisSentinel {
+            primary,
+            replica,
+            sentinel,
+            port,
+            dir,
+        };
+        let want = out.primary.port();
+        if let Err(last) = out.wait_master(want, Duration::from_secs(10)) {
+            let _ = out.sentinel.kill();
+            panic!("the sentinel did not name the primary within 10 s: {last}");
+        }
+        out
+    }
+
+    /// Waits (bounded) until the sentinel names `port` (on loopback) as
+    /// the master; the last answer if it does not within `within`.
+    pub fn wait_master(&mut self, port: u16, within: Duration) -> Result<(), String> {
+        let expect = vec!["127.0.0.1".to_owned(), port.to_string()];
+        let start = Instant::now();
+        let mut last = String::new();
+        while start.elapsed() < within {
+            match self.master_addr() {
+                Ok(Some(addr)) if addr == expect => return Ok(()),
+                Ok(other) => last = format!("{other:?}"),
+                Err(e) => last = e.to_string(),
+            }
+            if let Ok(Some(status)) = self.sentinel.try_wait() {
+                return Err(format!("the sentinel exited: {status}"));
+            }
+            sleep(Duration::from_millis(50));
+        }
+        Err(last)
+    }
+
+    /// Makes the sentinel promote the replica (`SENTINEL FAILOVER`) and
+    /// waits (bounded, 10 s) until it names the replica as the master.
+    /// Panics without a replica.
+    pub fn failover(&mut self) {
+        let port = self.replica.as_ref().expect("started with a replica").port();
+        let mut conn = ::redis::Client::open(self.url())
+            .unwrap()
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .unwrap();
+        // Refused (NOGOODSLAVE) until the sentinel has found the replica
+        // and heard from it: asked again, bounded.
+        let start = Instant::now();
+        loop {
+            let asked: ::redis::RedisResult<String> = ::redis::cmd("SENTINEL")
+                .arg("FAILOVER")
+                .arg(Self::MASTER)
+                .query(&mut conn);
+            match asked {
+                Ok(_) => break,
+                Err(e) if start.elapsed() < Duration::from_secs(10) => {
+                    let _ = e;
+                    sleep(Duration::from_millis(100));
+                }
+                Err(e) => panic!("the sentinel refused the failover for 10 s: {e}"),
+            }
+        }
+        if let Err(last) = self.wait_master(port, Duration::from_secs(10)) {
+            panic!("the sentinel did not promote the replica within 10 s: {last}");
+        }
+    }
+
+    /// `SENTINEL get-master-addr-by-name` of [`RedisSentinel::MASTER`]:
+    /// its host and port, or `None` when it knows no such master.
+    pub fn master_addr(&self) -> ::redis::RedisResult<Option<Vec<String>>> {
+        let mut conn = ::redis::Client::open(self.url())?.get_connection_with_timeout(Duration::from_secs(2))?;
+        ::redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg(Self::MASTER)
+            .query(&mut conn)
+    }
+
+    /// The sentinel's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The sentinel's URL.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+}
+
+impl Drop for RedisSentinel {
+    fn drop(&mut self) {
+        let _ = self.sentinel.kill();
+        let _ = self.sentinel.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

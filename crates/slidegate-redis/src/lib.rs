@@ -25,6 +25,45 @@
 //! # }
 //! ```
 //!
+//! # The store interface
+//!
+//! [`RedisStore`] is Redis as a [`slidegate_store::Store`]: a request on a
+//! key against any number of limits is one `EVALSHA` of
+//! [`scripts::MULTI`], which reads the time once and decides every limit
+//! all or nothing, by the rule of [`slidegate_store::decide_all`] (so that
+//! it answers as the in-memory store does); charges after the fact and
+//! resets are one call too. The state of `key` under a limit is
+//! `<prefix><tag>:{<key>}` (the tag is [`Policy::tag`]), in the formats
+//! below, so every key of one request shares the hash tag `{<key>}` and a
+//! Redis Cluster keeps them in one slot. It runs over one server
+//! ([`RedisStore::connect`], a reconnecting
+//! [`ConnectionManager`](redis::aio::ConnectionManager)), a Cluster
+//! ([`RedisStore::connect_cluster`]) or the primary that Redis Sentinel
+//! names ([`RedisStore::connect_sentinel`], a [`SentinelConnection`] that
+//! asks the Sentinels again after the primary failed or became a
+//! replica).
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! use slidegate_core::{Algorithm, Policy};
+//! use slidegate_redis::RedisStore;
+//! use slidegate_store::{Decisions, FailOver, FailurePolicy, Quota, Store};
+//! use std::time::Duration;
+//!
+//! let redis = RedisStore::connect("redis://127.0.0.1:6379/", "rl:", Duration::from_millis(20)).await?;
+//! let store = FailOver::new(redis, FailurePolicy::Open);
+//! let minute = Policy::new(100, Duration::from_secs(60), Algorithm::FixedWindow)?;
+//! let hour = Policy::new(1000, Duration::from_secs(3600), Algorithm::SlidingLog)?;
+//! let limits = [Quota::new(minute), Quota::new(hour)];
+//! let mut out = Decisions::new();
+//! store.decide("user:42", &limits, 1, &mut out).await?;
+//! if !out.iter().all(|d| d.allowed()) {
+//!     println!("refused");
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Algorithms
 //!
 //! | algorithm | Redis state of a key | script |
@@ -298,8 +337,10 @@
 
 mod admin;
 mod hybrid;
+mod store;
 
 pub use hybrid::{HybridLimiter, HybridOptions, HybridStats, SLIDING_WINDOW_SYNC, SyncReport, SyncTask};
+pub use store::{RedisStore, SentinelConnection};
 
 use redis::Script;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
@@ -336,12 +377,32 @@ pub mod scripts {
         include_str!("../scripts/prelude.lua"),
         include_str!("../scripts/sliding_window.lua")
     );
+    /// Several limits of one key in one call (the [`RedisStore`](crate::RedisStore)'s
+    /// script): the prelude, each algorithm's script above wrapped as a
+    /// function `<name>(KEYS, ARGV)` of its own keys and arguments, then
+    /// `scripts/multi.lua`, which reads the time once and decides (or
+    /// charges) every limit. `KEYS` every limit's keys in order; `ARGV =
+    /// [now, mode, k, then six fields per limit]` (the file's first comment).
+    pub const MULTI: &str = concat!(
+        include_str!("../scripts/prelude.lua"),
+        "local function fixed_window(KEYS, ARGV)\n",
+        include_str!("../scripts/fixed_window.lua"),
+        "\nend\nlocal function gcra(KEYS, ARGV)\n",
+        include_str!("../scripts/gcra.lua"),
+        "\nend\nlocal function sliding_log(KEYS, ARGV)\n",
+        include_str!("../scripts/sliding_log.lua"),
+        "\nend\nlocal function sliding_window(KEYS, ARGV)\n",
+        include_str!("../scripts/sliding_window.lua"),
+        "\nend\n",
+        include_str!("../scripts/multi.lua")
+    );
 }
 
 static FIXED_WINDOW: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::FIXED_WINDOW));
 static GCRA: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::GCRA));
 static SLIDING_LOG: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::SLIDING_LOG));
 static SLIDING_WINDOW: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::SLIDING_WINDOW));
+static MULTI: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::MULTI));
 
 /// The largest window, limit, and `gcra` span (`(burst + 1)·T`, `limit·T`)
 /// the scripts take, in microseconds or units: 2⁵⁰.
@@ -582,6 +643,9 @@ pub enum RedisStoreError {
     /// The script answered something that is not a decision.
     #[error("unexpected reply from the script: {0:?}")]
     Reply(Vec<i64>),
+    /// Redis is skipped for a backoff after a failure.
+    #[error("Redis is skipped for {0:?} after a failure")]
+    Backoff(Duration),
 }
 
 /// The policy a script runs for `policy`: the same limit and algorithm, with
@@ -1020,25 +1084,31 @@ impl<C: ConnectionLike + Clone> RedisLimiter<C> {
 
     /// The decision of a script's reply, its instants turned into ns.
     fn decision(&self, reply: Vec<i64>) -> Result<Decision, RedisStoreError> {
-        let &[allowed, remaining, reset_at, retry_at, whole, num, den, now] = reply.as_slice() else {
-            return Err(RedisStoreError::Reply(reply));
-        };
-        let plain = [allowed, remaining, reset_at, whole, num, den, now];
-        if plain.iter().any(|&x| x < 0) || allowed > 1 || retry_at < -1 {
-            return Err(RedisStoreError::Reply(reply));
-        }
-        let ns = |us: i64| (us as u64).saturating_mul(1000);
-        let retry_at = (retry_at >= 0).then(|| ns(retry_at));
-        Ok(Decision::at(
-            &self.policy,
-            ns(now),
-            allowed == 1,
-            remaining as u64,
-            ns(reset_at),
-            retry_at,
-            (whole as u64, num as u64, den as u64),
-        ))
+        decision_of(&self.policy, &reply)
     }
+}
+
+/// The decision on `policy` of a script's eight-integer reply, its
+/// instants turned into ns.
+pub(crate) fn decision_of(policy: &Policy, reply: &[i64]) -> Result<Decision, RedisStoreError> {
+    let &[allowed, remaining, reset_at, retry_at, whole, num, den, now] = reply else {
+        return Err(RedisStoreError::Reply(reply.to_vec()));
+    };
+    let plain = [allowed, remaining, reset_at, whole, num, den, now];
+    if plain.iter().any(|&x| x < 0) || allowed > 1 || retry_at < -1 {
+        return Err(RedisStoreError::Reply(reply.to_vec()));
+    }
+    let ns = |us: i64| (us as u64).saturating_mul(1000);
+    let retry_at = (retry_at >= 0).then(|| ns(retry_at));
+    Ok(Decision::at(
+        policy,
+        ns(now),
+        allowed == 1,
+        remaining as u64,
+        ns(reset_at),
+        retry_at,
+        (whole as u64, num as u64, den as u64),
+    ))
 }
 
 #[cfg(test)]

@@ -1,0 +1,575 @@
+//! [`RedisStore`]: Redis (one server, a Sentinel-found primary, or a
+//! Cluster) as a [`Store`], every decision on a key one script call for
+//! all of its limits.
+
+use crate::{
+    DEFAULT_BACKOFF, Health, MAX_SPAN_US, MAX_TIME_US, MULTI, Params, RedisClock, RedisStoreError, SLOT_RANGES,
+    cluster_slot, decision_of, microsecond_policy,
+};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::cluster_async::ClusterConnection;
+use redis::sentinel::{SentinelClient, SentinelServerType};
+use redis::{Cmd, ErrorKind, IntoConnectionInfo, Pipeline, RedisError, RedisFuture, ServerErrorKind, Value};
+use slidegate_core::Algorithm;
+use slidegate_store::{Decisions, Quota, Store, StoreError, StoreStats};
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// Redis as a [`Store`]: any number of instances share one count per key
+/// and limit, every call one atomic script ([`scripts::MULTI`](crate::scripts::MULTI)).
+///
+/// # Keys
+///
+/// The state of `key` under a [`Quota`] is `<prefix><quota.tag()>:{<key>}`
+/// (for `sliding_log` the pair `…:{<key>}:log` and `…:{<key>}:sum`), in
+/// the formats of the per-policy scripts (the crate docs' table). Every
+/// key of one request shares the hash tag `{<key>}`, so a Redis Cluster
+/// keeps them in one slot and accepts the script, and one key's limits
+/// never cross slots.
+///
+/// # Decisions
+///
+/// [`Store::decide`] is one `EVALSHA` for all the quotas of the key: the
+/// script reads the time once (the server's `TIME`, or the client clock's
+/// time sent with the call), peeks every quota and charges them all or
+/// none, by the rule of [`slidegate_store::decide_all`], so that it
+/// decides figure for figure as the in-memory store does (on
+/// [`microsecond_policy`] of each quota, at times in microseconds). A cost
+/// above what a quota can ever pass is refused by it without a retry, as
+/// [`RedisLimiter`](crate::RedisLimiter) refuses it.
+///
+/// [`Store::charge`] records a cost under every quota in one call even
+/// past the limit (as the core's `record`; a cost is kept exact up to
+/// 2⁵⁰ units, or 2⁵⁰ µs of `gcra` backlog or of a `sliding_window` bucket
+/// count times its width, and clamped beyond). [`Store::reset`] is one
+/// `DEL` of every key of every quota.
+///
+/// # Failures
+///
+/// Every call is bounded by the timeout ([`StoreError::Timeout`]); a
+/// connection or server failure is [`StoreError::Unavailable`]. After
+/// either, calls fail at once with [`StoreError::Unavailable`] for the
+/// backoff ([`RedisStore::with_backoff`], 100 ms by default; per range of
+/// 256 cluster slots with [`RedisStore::with_backoff_per_slot_range`]),
+/// then Redis is tried again; wrap the store in a
+/// [`FailOver`](slidegate_store::FailOver) for a failure policy. A limit
+/// without a Redis form (`exponential_histogram`, or out of the crate's
+/// ranges) is [`StoreError::Unsupported`] ([`Store::supports`]).
+///
+/// # Concurrency
+///
+/// Cheap to clone: clones share the connection, the backoff and the
+/// figures. Calls on the same key are atomic with respect to each other
+/// (Redis runs one script at a time); calls in flight share the
+/// connection (a multiplexed connection pipelines them).
+#[derive(Clone)]
+pub struct RedisStore<C = MultiplexedConnection> {
+    conn: C,
+    prefix: Arc<str>,
+    timeout: Duration,
+    clock: RedisClock,
+    backoff: Duration,
+    per_slot_range: bool,
+    health: Arc<Health>,
+}
+
+impl<C> fmt::Debug for RedisStore<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &self.prefix)
+            .field("timeout", &self.timeout)
+            .field("clock", &self.clock)
+            .field("backoff", &self.backoff)
+            .field("per_slot_range", &self.per_slot_range)
+            .field("errors", &self.health.failures)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a script call does.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Decide,
+    Charge,
+}
+
+impl<C: ConnectionLike + Clone + Send + Sync> RedisStore<C> {
+    /// A store over `conn`, its keys starting with `prefix`, each call
+    /// bounded by `timeout`, on the server's clock.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisStoreError::Prefix`] for a prefix with `{` or `}`.
+    pub fn new(conn: C, prefix: impl Into<String>, timeout: Duration) -> Result<Self, RedisStoreError> {
+        let prefix = prefix.into();
+        if prefix.contains(['{', '}']) {
+            return Err(RedisStoreError::Prefix(prefix));
+        }
+        Ok(RedisStore {
+            conn,
+            prefix: prefix.into(),
+            timeout,
+            clock: RedisClock::Server,
+            backoff: DEFAULT_BACKOFF,
+            per_slot_range: false,
+            health: Arc::new(Health::new(None)),
+        })
+    }
+
+    /// The same store on `clock` (by default [`RedisClock::Server`]).
+    #[must_use]
+    pub fn with_clock(mut self, clock: RedisClock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The same store failing at once for `backoff` after a failure (by
+    /// default [`DEFAULT_BACKOFF`], 100 ms).
+    #[must_use]
+    pub fn with_backoff(mut self, backoff: Duration) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// The same store backing off per range of Redis Cluster slots (64
+    /// ranges of 256) instead of as a whole, so that a dead master does not
+    /// fail the keys of the live ones. For a cluster connection.
+    #[must_use]
+    pub fn with_backoff_per_slot_range(mut self) -> Self {
+        self.per_slot_range = true;
+        self
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The timeout of each call.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Where the time comes from.
+    pub fn clock(&self) -> &RedisClock {
+        &self.clock
+    }
+
+    /// Every Redis key of the state of `key` under `quota`:
+    /// `<prefix><tag>:{<key>}`, or for `sliding_log` its `:log` and `:sum`.
+    pub fn redis_keys(&self, key: &str, quota: &Quota) -> Vec<String> {
+        let base = format!("{}{}:{{{key}}}", self.prefix, quota.tag());
+        match quota.policy().algorithm() {
+            Algorithm::SlidingLog => vec![format!("{base}:log"), format!("{base}:sum")],
+            _ => vec![base],
+        }
+    }
+
+    /// The range of slots whose backoff `key` follows (0 for the whole).
+    fn range(&self, key: &str) -> usize {
+        if !self.per_slot_range {
+            return 0;
+        }
+        // Every key of the request has the hash tag `{<key>}`.
+        let tagged = format!("{{{key}}}");
+        usize::from(cluster_slot(tagged.as_bytes())) * SLOT_RANGES / 16384
+    }
+
+    /// The time sent to the script: the client clock's microseconds, or
+    /// -1 for the server's `TIME`.
+    fn now(&self) -> Result<i64, StoreError> {
+        match &self.clock {
+            RedisClock::Server => Ok(-1),
+            RedisClock::Client(clock) => {
+                let now_us = clock.now() / 1000;
+                if now_us > MAX_TIME_US {
+                    return Err(StoreError::unavailable(RedisStoreError::TimeOutOfRange { now_us }));
+                }
+                Ok(now_us as i64)
+            }
+        }
+    }
+
+    /// The script call for `mode` at `cost` on `key` under every quota.
+    fn invocation(
+        &self,
+        key: &str,
+        quotas: &[Quota],
+        mode: Mode,
+        cost: u64,
+    ) -> Result<redis::ScriptInvocation<'static>, StoreError> {
+        let mut invocation = MULTI.prepare_invoke();
+        invocation
+            .arg(self.now()?)
+            .arg(if mode == Mode::Decide { "d" } else { "c" })
+            .arg(quotas.len());
+        for quota in quotas {
+            let params = params(quota)?;
+            for k in self.redis_keys(key, quota) {
+                invocation.key(k);
+            }
+            let (kind, figures, step) = match params {
+                Params::FixedWindow { w, limit } => ("f", [w, limit, 0, 0], 1),
+                Params::Gcra { t, burst, limit } => ("g", [t, burst, limit, 0], t),
+                Params::SlidingLog { w, limit } => ("l", [w, limit, 0, 0], 1),
+                Params::SlidingWindow {
+                    b,
+                    n,
+                    limit,
+                    conservative,
+                } => ("w", [b, n, limit, conservative], b),
+            };
+            let cost = match mode {
+                // Any cost above what can pass is decided alike.
+                Mode::Decide => cost.min(params.capacity() + 1),
+                // Kept exact: at most 2^50 (of µs for gcra and a bucket).
+                Mode::Charge => cost.min(MAX_SPAN_US / step.max(1)),
+            };
+            invocation.arg(kind).arg(cost);
+            for figure in figures {
+                invocation.arg(figure);
+            }
+        }
+        Ok(invocation)
+    }
+
+    /// Runs `call` within the timeout, unless `range` backs off; a failure
+    /// is counted and starts a backoff.
+    async fn run<T>(&self, range: usize, call: impl Future<Output = redis::RedisResult<T>>) -> Result<T, StoreError> {
+        if self.health.in_backoff(range) {
+            return Err(StoreError::unavailable(RedisStoreError::Backoff(self.backoff)));
+        }
+        let failed = |e| {
+            self.health.failures.fetch_add(1, Ordering::Relaxed);
+            self.health.back_off(range, self.backoff);
+            e
+        };
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(failed(StoreError::unavailable(RedisStoreError::Redis(e)))),
+            Err(_) => Err(failed(StoreError::Timeout(self.timeout))),
+        }
+    }
+
+    async fn decide_all(&self, key: &str, quotas: &[Quota], cost: u64, out: &mut Decisions) -> Result<(), StoreError> {
+        out.clear();
+        if quotas.is_empty() {
+            return Err(StoreError::NoQuota);
+        }
+        let invocation = self.invocation(key, quotas, Mode::Decide, cost)?;
+        let mut conn = self.conn.clone();
+        let reply: Vec<i64> = self.run(self.range(key), invocation.invoke_async(&mut conn)).await?;
+        if reply.len() != 8 * quotas.len() {
+            return Err(StoreError::unavailable(RedisStoreError::Reply(reply)));
+        }
+        for (quota, one) in quotas.iter().zip(reply.chunks_exact(8)) {
+            match decision_of(quota.policy(), one) {
+                Ok(decision) => out.push(decision),
+                Err(e) => {
+                    out.clear();
+                    return Err(StoreError::unavailable(e));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn charge_all(&self, key: &str, quotas: &[Quota], cost: u64) -> Result<(), StoreError> {
+        if quotas.is_empty() || cost == 0 {
+            // Nothing to record: no call.
+            return Ok(());
+        }
+        let invocation = self.invocation(key, quotas, Mode::Charge, cost)?;
+        let mut conn = self.conn.clone();
+        let _: Vec<i64> = self.run(self.range(key), invocation.invoke_async(&mut conn)).await?;
+        Ok(())
+    }
+
+    async fn reset_all(&self, key: &str, quotas: &[Quota]) -> Result<bool, StoreError> {
+        if quotas.is_empty() {
+            return Ok(false);
+        }
+        let mut del = redis::cmd("DEL");
+        for quota in quotas {
+            del.arg(self.redis_keys(key, quota));
+        }
+        let mut conn = self.conn.clone();
+        let deleted: i64 = self.run(self.range(key), del.query_async(&mut conn)).await?;
+        Ok(deleted > 0)
+    }
+}
+
+/// The script's figures of `quota`, or why it has no Redis form.
+fn params(quota: &Quota) -> Result<Params, StoreError> {
+    match microsecond_policy(quota.policy()) {
+        Ok(micro) => Ok(Params::of(&micro)),
+        Err(RedisStoreError::Unsupported { policy, reason }) => Err(StoreError::Unsupported {
+            policy,
+            reason: reason.to_owned(),
+        }),
+        Err(e) => Err(StoreError::Unsupported {
+            policy: quota.policy().to_string(),
+            reason: e.to_string(),
+        }),
+    }
+}
+
+impl<C: ConnectionLike + Clone + Send + Sync> Store for RedisStore<C> {
+    fn decide<'a>(
+        &'a self,
+        key: &'a str,
+        quotas: &'a [Quota],
+        cost: u64,
+        out: &'a mut Decisions,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send + 'a {
+        self.decide_all(key, quotas, cost, out)
+    }
+
+    fn charge<'a>(
+        &'a self,
+        key: &'a str,
+        quotas: &'a [Quota],
+        cost: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send + 'a {
+        self.charge_all(key, quotas, cost)
+    }
+
+    fn reset<'a>(
+        &'a self,
+        key: &'a str,
+        quotas: &'a [Quota],
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send + 'a {
+        self.reset_all(key, quotas)
+    }
+
+    fn stats(&self) -> StoreStats {
+        let mut stats = StoreStats::default();
+        stats.errors = self.health.failures.load(Ordering::Relaxed);
+        stats
+    }
+
+    fn supports(&self, quota: &Quota) -> Result<(), StoreError> {
+        params(quota).map(drop)
+    }
+}
+
+impl RedisStore<ConnectionManager> {
+    /// A store over one server at `url`, through a
+    /// [`ConnectionManager`] (which reconnects by itself after the server
+    /// went away), each connection attempt and call bounded by `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisStoreError::Redis`] for a bad URL or a server that does not
+    /// answer; [`RedisStoreError::Prefix`] as [`RedisStore::new`].
+    pub async fn connect(url: &str, prefix: impl Into<String>, timeout: Duration) -> Result<Self, RedisStoreError> {
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout));
+        let conn = redis::Client::open(url)?
+            .get_connection_manager_with_config(config)
+            .await?;
+        RedisStore::new(conn, prefix, timeout)
+    }
+}
+
+impl RedisStore<ClusterConnection> {
+    /// A store over the Redis Cluster that `seeds` (some of its nodes'
+    /// URLs) belong to, backing off per range of slots.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisStoreError::Redis`] when no seed answers;
+    /// [`RedisStoreError::Prefix`] as [`RedisStore::new`].
+    pub async fn connect_cluster<T: IntoConnectionInfo>(
+        seeds: impl IntoIterator<Item = T>,
+        prefix: impl Into<String>,
+        timeout: Duration,
+    ) -> Result<Self, RedisStoreError> {
+        let conn = redis::cluster::ClusterClient::new(seeds)?
+            .get_async_connection()
+            .await?;
+        Ok(RedisStore::new(conn, prefix, timeout)?.with_backoff_per_slot_range())
+    }
+}
+
+impl RedisStore<SentinelConnection> {
+    /// A store over the primary that the Redis Sentinels at
+    /// `sentinels` name for `master`; see [`SentinelConnection`].
+    ///
+    /// # Errors
+    ///
+    /// [`RedisStoreError::Redis`] when no Sentinel names a primary that
+    /// answers; [`RedisStoreError::Prefix`] as [`RedisStore::new`].
+    pub async fn connect_sentinel<T: IntoConnectionInfo>(
+        sentinels: Vec<T>,
+        master: &str,
+        prefix: impl Into<String>,
+        timeout: Duration,
+    ) -> Result<Self, RedisStoreError> {
+        let conn = tokio::time::timeout(timeout, SentinelConnection::connect(sentinels, master))
+            .await
+            .map_err(|_| RedisStoreError::Timeout(timeout))??;
+        RedisStore::new(conn, prefix, timeout)
+    }
+}
+
+/// A connection to the primary that Redis Sentinel names for a master,
+/// found again after a failover.
+///
+/// The primary is asked of the Sentinels (redis-rs's [`SentinelClient`])
+/// when the connection is made, again by the first call a second or more
+/// after the last answer (so that a failover is followed within about a
+/// second even while the old primary still takes writes, which are lost
+/// when it is made a replica), and by the first call after a call failed
+/// with a connection error or `READONLY` (the primary became a replica;
+/// that call fails, and the store's backoff answers the next ones at
+/// once). While no Sentinel answers, the primary there is is kept.
+///
+/// # Concurrency
+///
+/// Cheap to clone: clones share one multiplexed connection to the
+/// primary, and one lookup of a new primary at a time (the others wait
+/// for it, each within its own call's timeout).
+#[derive(Clone)]
+pub struct SentinelConnection {
+    shared: Arc<SentinelShared>,
+}
+
+struct SentinelShared {
+    client: tokio::sync::Mutex<SentinelClient>,
+    primary: parking_lot::Mutex<Option<Primary>>,
+}
+
+/// The primary a [`SentinelConnection`] talks to, and when the Sentinels
+/// last confirmed it.
+#[derive(Clone)]
+struct Primary {
+    conn: MultiplexedConnection,
+    addr: String,
+    checked: Instant,
+}
+
+/// How often a [`SentinelConnection`] asks the Sentinels again whether its
+/// primary is still the primary.
+const SENTINEL_RECHECK: Duration = Duration::from_secs(1);
+
+impl fmt::Debug for SentinelConnection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let primary = self.shared.primary.lock().as_ref().map(|p| p.addr.clone());
+        f.debug_struct("SentinelConnection")
+            .field("primary", &primary)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SentinelConnection {
+    /// A connection to the primary that the Sentinels at `sentinels` name
+    /// for `master`, made now.
+    ///
+    /// # Errors
+    ///
+    /// When no Sentinel names a primary, or the primary does not answer.
+    pub async fn connect<T: IntoConnectionInfo>(sentinels: Vec<T>, master: &str) -> redis::RedisResult<Self> {
+        let client = SentinelClient::build(sentinels, master.to_owned(), None, SentinelServerType::Master)?;
+        let conn = SentinelConnection {
+            shared: Arc::new(SentinelShared {
+                client: tokio::sync::Mutex::new(client),
+                primary: parking_lot::Mutex::new(None),
+            }),
+        };
+        conn.primary().await?;
+        Ok(conn)
+    }
+
+    /// The connection to the primary; the Sentinels are asked again when
+    /// there is none or it was confirmed more than a second ago.
+    async fn primary(&self) -> redis::RedisResult<MultiplexedConnection> {
+        let fresh = || {
+            self.shared
+                .primary
+                .lock()
+                .as_ref()
+                .filter(|p| p.checked.elapsed() < SENTINEL_RECHECK)
+                .map(|p| p.conn.clone())
+        };
+        if let Some(conn) = fresh() {
+            return Ok(conn);
+        }
+        let mut client = self.shared.client.lock().await;
+        // Another call may have asked while this one waited.
+        if let Some(conn) = fresh() {
+            return Ok(conn);
+        }
+        let current = self.shared.primary.lock().clone();
+        let named = match client.async_get_client().await {
+            Ok(named) => named,
+            // The Sentinels do not answer: keep the primary there is.
+            Err(e) => {
+                return match current {
+                    Some(p) => Ok(p.conn),
+                    None => Err(e),
+                };
+            }
+        };
+        let addr = named.get_connection_info().addr().to_string();
+        let conn = match current {
+            Some(p) if p.addr == addr => p.conn,
+            _ => named.get_multiplexed_async_connection().await?,
+        };
+        *self.shared.primary.lock() = Some(Primary {
+            conn: conn.clone(),
+            addr,
+            checked: Instant::now(),
+        });
+        Ok(conn)
+    }
+
+    /// Forgets the primary after `e` if `e` says it is gone or no longer
+    /// the primary.
+    fn forget_after(&self, e: &RedisError) {
+        let gone = e.is_io_error()
+            || e.is_connection_dropped()
+            || e.is_connection_refusal()
+            || e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly);
+        if gone {
+            *self.shared.primary.lock() = None;
+        }
+    }
+}
+
+impl ConnectionLike for SentinelConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            let mut conn = self.primary().await?;
+            let answer = conn.req_packed_command(cmd).await;
+            if let Err(e) = &answer {
+                self.forget_after(e);
+            }
+            answer
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            let mut conn = self.primary().await?;
+            let answer = conn.req_packed_commands(pipeline, offset, count).await;
+            if let Err(e) = &answer {
+                self.forget_after(e);
+            }
+            answer
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.shared.primary.lock().as_ref().map_or(0, |p| p.conn.get_db())
+    }
+}

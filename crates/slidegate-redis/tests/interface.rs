@@ -1,0 +1,459 @@
+//! [`RedisStore`] as a [`Store`]: one script call decides a request against
+//! every limit of its key, all or nothing, figure for figure as the core's
+//! states under `decide_all`'s rule; charges after the fact, resets; on one
+//! server, a Cluster, a Sentinel-found primary, and under [`FailOver`]
+//! through an outage. Every decision runs on a manual client clock.
+
+use redis::cluster::ClusterClient;
+use slidegate_conformance::Figures;
+use slidegate_conformance::redis::{RedisCluster, RedisSentinel, RedisServer};
+use slidegate_core::{Algorithm, LimitState, ManualClock, Policy, State, Weighting};
+use slidegate_redis::{RedisClock, RedisStore, microsecond_policy};
+use slidegate_store::{Decisions, FailOver, FailurePolicy, Quota, Store, StoreError, decide_all};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The prefix of every key these tests write.
+const PREFIX: &str = "slidegate:test:";
+
+/// A realistic start: 2023-11-14 in µs since the epoch.
+const T0_US: u64 = 1_700_000_000_000_000;
+
+const TIMEOUT: Duration = Duration::from_secs(2);
+
+fn policy(limit: u64, window: Duration, algorithm: Algorithm) -> Policy {
+    Policy::new(limit, window, algorithm).unwrap()
+}
+
+fn quotas(policies: &[Policy]) -> Vec<Quota> {
+    policies.iter().copied().map(Quota::new).collect()
+}
+
+/// One of each algorithm with a Redis form, both weightings.
+fn every_algorithm() -> Vec<Policy> {
+    let s = Duration::from_secs;
+    vec![
+        policy(5, s(1), Algorithm::FixedWindow),
+        policy(10, s(1), Algorithm::Gcra { burst: 3 }),
+        policy(6, Duration::from_millis(1500), Algorithm::SlidingLog),
+        policy(
+            7,
+            s(2),
+            Algorithm::SlidingWindow {
+                buckets: 4,
+                weighting: Weighting::Interpolated,
+            },
+        ),
+        policy(
+            7,
+            s(2),
+            Algorithm::SlidingWindow {
+                buckets: 5,
+                weighting: Weighting::Conservative,
+            },
+        ),
+    ]
+}
+
+/// The limits of the concurrency tests: 5 per minute and 7 per hour.
+fn minute_and_hour() -> Vec<Quota> {
+    quotas(&[
+        policy(
+            5,
+            Duration::from_secs(60),
+            Algorithm::SlidingWindow {
+                buckets: 6,
+                weighting: Weighting::Conservative,
+            },
+        ),
+        policy(7, Duration::from_secs(3600), Algorithm::SlidingLog),
+    ])
+}
+
+/// A store over `server`'s own multiplexed connection on `clock`.
+async fn store(server: &RedisServer, clock: &ManualClock) -> RedisStore {
+    RedisStore::new(server.conn().await, PREFIX, TIMEOUT)
+        .unwrap()
+        .with_clock(RedisClock::client(clock.clone()))
+}
+
+/// The core's states of a key, one per limit, decided by `decide_all`'s
+/// rule on each limit's microsecond policy at times in µs: what the store
+/// must answer.
+struct Oracle {
+    micro: Vec<Policy>,
+    states: Vec<State>,
+}
+
+impl Oracle {
+    fn new(policies: &[Policy]) -> Oracle {
+        let micro: Vec<Policy> = policies.iter().map(|p| microsecond_policy(p).unwrap()).collect();
+        let states = micro.iter().map(State::new).collect();
+        Oracle { micro, states }
+    }
+
+    fn decide(&mut self, now_us: u64, cost: u64) -> Decisions {
+        let mut out = Decisions::new();
+        let (micro, states) = (&self.micro, &mut self.states);
+        decide_all(micro.len(), cost, &mut out, |j, c| {
+            states[j].check(&micro[j], now_us, c).scale_time(1000)
+        });
+        out
+    }
+
+    fn charge(&mut self, now_us: u64, cost: u64) {
+        for (state, micro) in self.states.iter_mut().zip(&self.micro) {
+            state.record(micro, now_us, cost);
+        }
+    }
+}
+
+/// A small deterministic generator (a 64-bit LCG's high bits).
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        self.0 >> 33
+    }
+}
+
+/// Runs 400 requests (peeks, decisions, an over-large cost now and then,
+/// charges after the fact) on `key` against `policies`, in the store and
+/// in the oracle, and compares every decision's figures (what a caller
+/// sees: two decisions built differently can show the same figures).
+///
+/// Answers how many requests with a cost passed, were refused, and were
+/// refused by some limits while others would have passed.
+async fn same_as_core(
+    store: &RedisStore,
+    clock: &ManualClock,
+    key: &str,
+    policies: &[Policy],
+    seed: u64,
+) -> (u32, u32, u32) {
+    let mut seen = (0, 0, 0);
+    let limits = quotas(policies);
+    let mut oracle = Oracle::new(policies);
+    let mut rng = Lcg(seed);
+    let mut now_us = T0_US;
+    let mut out = Decisions::new();
+    for step in 0..400 {
+        let r = rng.next();
+        now_us += match r % 4 {
+            0 => 0,
+            1 => rng.next() % 1_000,
+            2 => rng.next() % 300_000,
+            _ => rng.next() % 2_500_000,
+        };
+        clock.set(now_us * 1000);
+        let cost = match rng.next() % 10 {
+            0 => 0,
+            1 => 20,
+            n => n % 3 + 1,
+        };
+        if rng.next().is_multiple_of(8) {
+            store.charge(key, &limits, cost).await.unwrap();
+            oracle.charge(now_us, cost);
+            continue;
+        }
+        store.decide(key, &limits, cost, &mut out).await.unwrap();
+        let got: Vec<Figures> = out.iter().map(Figures::of).collect();
+        let want: Vec<Figures> = oracle.decide(now_us, cost).iter().map(Figures::of).collect();
+        assert_eq!(got, want, "step {step}: {cost} at {now_us} µs on {policies:?}");
+        if cost > 0 {
+            let passed = got.iter().filter(|f| f.allowed).count();
+            match passed {
+                p if p == got.len() => seen.0 += 1,
+                0 => seen.1 += 1,
+                _ => seen.2 += 1,
+            }
+        }
+    }
+    seen
+}
+
+#[tokio::test]
+async fn decisions_are_the_cores_for_one_limit_and_several() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0_US * 1000);
+    let store = store(&server, &clock).await;
+    let all = every_algorithm();
+    for (i, p) in all.iter().enumerate() {
+        let (passed, refused, _) = same_as_core(
+            &store,
+            &clock,
+            &format!("one:{i}"),
+            std::slice::from_ref(p),
+            7 + i as u64,
+        )
+        .await;
+        assert!(passed > 20 && refused > 20, "{p}: {passed} passed, {refused} refused");
+    }
+    for (key, limits, seed) in [("all", &all[..], 42), ("two", &all[1..3], 43)] {
+        let (passed, refused, mixed) = same_as_core(&store, &clock, key, limits, seed).await;
+        assert!(
+            passed > 10 && mixed > 10,
+            "{key}: {passed} passed, {refused} refused, {mixed} mixed"
+        );
+    }
+}
+
+/// 16 tasks, one request each, at one instant on one key limited to 5 per
+/// minute and 7 per hour: exactly 5 pass, and the hour's limit holds
+/// exactly those 5.
+async fn exactly_five_of_sixteen<C>(store: RedisStore<C>, key: &str)
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+{
+    let limits = Arc::new(minute_and_hour());
+    let barrier = Arc::new(tokio::sync::Barrier::new(16));
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            let (store, limits, barrier, key) = (store.clone(), limits.clone(), barrier.clone(), key.to_owned());
+            tokio::spawn(async move {
+                let mut out = Decisions::new();
+                barrier.wait().await;
+                store.decide(&key, &limits, 1, &mut out).await.unwrap();
+                assert_eq!(out.len(), 2);
+                out.iter().all(|d| d.allowed())
+            })
+        })
+        .collect();
+    let mut admitted = 0;
+    for task in tasks {
+        admitted += usize::from(task.await.unwrap());
+    }
+    assert_eq!(admitted, 5);
+    let mut out = Decisions::new();
+    store.decide(key, &limits, 0, &mut out).await.unwrap();
+    assert_eq!(out[0].remaining(), 0, "the minute's limit is spent");
+    assert_eq!(out[1].limit(), 7);
+    assert_eq!(out[1].remaining(), 2, "the hour's limit holds exactly 5");
+    // A refused request charged neither limit.
+    store.decide(key, &limits, 1, &mut out).await.unwrap();
+    assert!(!out[0].allowed() && out[0].retry_after().is_some());
+    assert!(out[1].allowed(), "the hour's limit shows its peek");
+    assert_eq!(out[1].remaining(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixteen_tasks_two_limits_admit_exactly_five() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0_US * 1000);
+    exactly_five_of_sixteen(store(&server, &clock).await, "user:16").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixteen_tasks_two_limits_admit_exactly_five_on_a_cluster() {
+    let cluster = RedisCluster::start();
+    let clock = ManualClock::new(T0_US * 1000);
+    let conn = ClusterClient::new(cluster.urls())
+        .unwrap()
+        .get_async_connection()
+        .await
+        .unwrap();
+    let store = RedisStore::new(conn, PREFIX, TIMEOUT)
+        .unwrap()
+        .with_clock(RedisClock::client(clock.clone()))
+        .with_backoff_per_slot_range();
+    exactly_five_of_sixteen(store.clone(), "user:cluster").await;
+    // Every key of the request in one slot, on one master.
+    let keys: Vec<String> = minute_and_hour()
+        .iter()
+        .flat_map(|q| store.redis_keys("user:cluster", q))
+        .collect();
+    assert_eq!(keys.len(), 3);
+    let slot = cluster.slot(&keys[0]);
+    for k in &keys {
+        assert_eq!(cluster.slot(k), slot, "{k}");
+        assert_eq!(cluster.holders(k).len(), 1, "{k}");
+    }
+    assert_eq!(cluster.holders(&keys[0]), cluster.holders(&keys[2]));
+}
+
+#[tokio::test]
+async fn a_charge_after_the_fact_goes_past_the_limit_and_refuses_the_next() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0_US * 1000);
+    let store = store(&server, &clock).await;
+    let minute = Duration::from_secs(60);
+    for (i, p) in [
+        policy(10, minute, Algorithm::FixedWindow),
+        policy(10, minute, Algorithm::Gcra { burst: 10 }),
+        policy(10, minute, Algorithm::SlidingLog),
+        policy(
+            10,
+            minute,
+            Algorithm::SlidingWindow {
+                buckets: 6,
+                weighting: Weighting::Interpolated,
+            },
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let limits = quotas(&[p]);
+        let key = format!("charged:{i}");
+        let mut out = Decisions::new();
+        store.decide(&key, &limits, 3, &mut out).await.unwrap();
+        assert!(out[0].allowed(), "{p}");
+        store.charge(&key, &limits, 20).await.unwrap();
+        store.decide(&key, &limits, 0, &mut out).await.unwrap();
+        assert_eq!(out[0].remaining(), 0, "{p}");
+        assert!(out[0].estimate() >= 23.0, "{p}: {}", out[0].estimate());
+        store.decide(&key, &limits, 1, &mut out).await.unwrap();
+        assert!(!out[0].allowed(), "{p}");
+        assert!(out[0].retry_after().is_some(), "{p}");
+    }
+}
+
+#[tokio::test]
+async fn reset_forgets_every_limit_of_the_key() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0_US * 1000);
+    let store = store(&server, &clock).await;
+    let limits = quotas(&every_algorithm());
+    let mut out = Decisions::new();
+    assert!(!store.reset("fresh", &limits).await.unwrap(), "nothing held");
+    for _ in 0..3 {
+        store.decide("spent", &limits, 1, &mut out).await.unwrap();
+    }
+    store.decide("spent", &limits, 3, &mut out).await.unwrap();
+    assert!(!out.iter().all(|d| d.allowed()));
+    assert!(store.reset("spent", &limits).await.unwrap());
+    assert!(server.keys_and_ttls().is_empty(), "{:?}", server.keys_and_ttls());
+    store.decide("spent", &limits, 3, &mut out).await.unwrap();
+    assert!(out.iter().all(|d| d.allowed()), "{out:?}");
+}
+
+#[tokio::test]
+async fn limits_without_a_redis_form_are_unsupported() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0_US * 1000);
+    let store = store(&server, &clock).await;
+    let histogram = Quota::new(policy(
+        10,
+        Duration::from_secs(1),
+        Algorithm::ExponentialHistogram { epsilon: 0.1 },
+    ));
+    let err = store.supports(&histogram).unwrap_err();
+    assert!(
+        matches!(err, StoreError::Unsupported { ref policy, .. } if policy.contains("exponential_histogram")),
+        "{err}"
+    );
+    let mut out = Decisions::new();
+    let err = store.decide("k", &[histogram], 1, &mut out).await.unwrap_err();
+    assert!(matches!(err, StoreError::Unsupported { .. }), "{err}");
+    assert!(store.supports(&Quota::new(every_algorithm()[0])).is_ok());
+    let err = store.decide("k", &[], 1, &mut out).await.unwrap_err();
+    assert!(matches!(err, StoreError::NoQuota), "{err}");
+    assert_eq!(store.stats().errors, 0);
+}
+
+#[tokio::test]
+async fn a_decision_through_the_primary_a_sentinel_names() {
+    let sentinel = RedisSentinel::start();
+    let clock = ManualClock::new(T0_US * 1000);
+    let store = RedisStore::connect_sentinel(vec![sentinel.url()], RedisSentinel::MASTER, PREFIX, TIMEOUT)
+        .await
+        .unwrap()
+        .with_clock(RedisClock::client(clock.clone()));
+    let limits = minute_and_hour();
+    let mut out = Decisions::new();
+    store.decide("user:sentinel", &limits, 2, &mut out).await.unwrap();
+    assert!(out.iter().all(|d| d.allowed()));
+    assert_eq!(out[1].remaining(), 5);
+    let keys = sentinel.primary.keys_and_ttls();
+    assert_eq!(keys.len(), 3, "{keys:?}");
+    assert!(keys.iter().all(|(k, _)| k.contains("{user:sentinel}")), "{keys:?}");
+}
+
+#[tokio::test]
+async fn fail_closed_through_an_outage_then_back_to_redis() {
+    const BACKOFF: Duration = Duration::from_millis(50);
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0_US * 1000);
+    let redis = RedisStore::connect(&server.url(), PREFIX, Duration::from_millis(200))
+        .await
+        .unwrap()
+        .with_clock(RedisClock::client(clock.clone()))
+        .with_backoff(BACKOFF);
+    let store = FailOver::new(redis, FailurePolicy::Closed);
+    let limits = minute_and_hour();
+    let mut out = Decisions::new();
+    store.decide("user:outage", &limits, 1, &mut out).await.unwrap();
+    assert!(out.iter().all(|d| d.allowed()));
+    assert_eq!(store.stats().failover.store_admitted, 1);
+
+    let port = server.kill();
+    for _ in 0..5 {
+        store.decide("user:outage", &limits, 1, &mut out).await.unwrap();
+        assert!(out.iter().all(|d| !d.allowed() && d.retry_after().is_some()), "{out:?}");
+    }
+    let stats = store.stats();
+    assert_eq!(stats.failover.fail_closed, 5, "{stats:?}");
+    assert_eq!(stats.failover.outages, 5, "{stats:?}");
+    assert!(stats.errors >= 1, "{stats:?}");
+
+    // Back on the same port: the connection manager reconnects by itself.
+    let server = RedisServer::start_on(port, &[]).unwrap();
+    let start = std::time::Instant::now();
+    loop {
+        store.decide("user:outage", &limits, 1, &mut out).await.unwrap();
+        if store.stats().failover.store_admitted == 2 {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "Redis never came back");
+        tokio::time::sleep(BACKOFF).await;
+    }
+    assert!(out.iter().all(|d| d.allowed()));
+    // The restarted server holds only what was decided after the restart.
+    store.decide("user:outage", &limits, 0, &mut out).await.unwrap();
+    assert_eq!(out[1].remaining(), 6);
+    drop(server);
+}
+
+#[tokio::test]
+async fn after_a_sentinel_failover_decisions_go_to_the_new_primary() {
+    let mut sentinel = RedisSentinel::start_with_replica();
+    let clock = ManualClock::new(T0_US * 1000);
+    let store = RedisStore::connect_sentinel(vec![sentinel.url()], RedisSentinel::MASTER, PREFIX, TIMEOUT)
+        .await
+        .unwrap()
+        .with_clock(RedisClock::client(clock.clone()))
+        .with_backoff(Duration::from_millis(20));
+    let limits = minute_and_hour();
+    let mut out = Decisions::new();
+    store.decide("user:failover", &limits, 1, &mut out).await.unwrap();
+    assert!(out.iter().all(|d| d.allowed()));
+
+    sentinel.failover();
+    // The old primary still takes writes until the sentinel makes it a
+    // replica (they are lost in its resync); the connection asks the
+    // sentinel again within a second, and the next decisions reach the
+    // new primary.
+    let promoted = sentinel.replica.as_ref().unwrap();
+    let sum = store.redis_keys("user:failover", &limits[1]).pop().unwrap();
+    assert!(sum.ends_with(":sum"), "{sum}");
+    let start = std::time::Instant::now();
+    loop {
+        let decided = store.decide("user:failover", &limits, 1, &mut out).await;
+        if decided.is_ok() && promoted.cli(&["GET", &sum]).parse::<u64>().unwrap_or(0) >= 2 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no decision on the new primary: {decided:?}; old primary {}, new {}",
+            sentinel.primary.cli(&["ROLE"]),
+            promoted.cli(&["ROLE"])
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(out.iter().all(|d| d.allowed()), "{out:?}");
+    assert!(promoted.cli(&["ROLE"]).starts_with("master"));
+}
