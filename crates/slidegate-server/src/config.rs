@@ -381,6 +381,8 @@ pub struct Limit {
     /// `None` when `requests_per_unit` is 0 ([`Policy`] needs a limit of at
     /// least 1); such a limit refuses everything.
     pub policy: Option<Policy>,
+    /// The policy as stores keep it (its tag made once, at load).
+    pub quota: Option<slidegate_store::Quota>,
 }
 
 /// The `unit` of a limit.

@@ -1,21 +1,20 @@
 //! The decision of a rate limit request against the loaded config, in the
 //! shared counter store. gRPC and HTTP both come here, in plain Rust types.
 //!
-//! The counters are in one of two backends: bounded in-memory stores
-//! (keyed by a hash of the counter key and the policy), or Redis
-//! ([`RedisStore`]: keyed by the readable counter key under a prefix that
-//! names the policy, so that every instance on the same Redis counts
-//! together). Deciding is `async` for both; the memory backend never
-//! awaits, so its decisions cost what they did when they were plain
-//! functions (no boxing, no task switch).
+//! The counters are in a [`slidegate_store::Store`], chosen when the
+//! service starts and seen only through the interface: the bounded
+//! in-memory store, or Redis (wrapped in the failure policy) so that every
+//! instance on the same Redis counts together. A descriptor's limits are
+//! decided in one call of the store, all or nothing. Deciding is `async`;
+//! the in-memory store decides at once ([`Store::decide_now`]), so its
+//! decisions cost no boxing and no task switch.
 
-use crate::config::{Config, ConfigError, DEFAULT_ALGORITHM, Limit, Unit};
-use crate::redis_store::{RedisStats, RedisStore};
+use crate::config::{Config, ConfigError, DEFAULT_ALGORITHM, Limit, Rule, Unit};
 use parking_lot::RwLock;
-use slidegate_core::{Algorithm, Clock, Decision, Policy, State, Weighting};
-use slidegate_memory::{Budget, KeyState, Ring8, Stats, Store, StoreError, Timed};
-use slidegate_redis::RedisStoreError;
-use std::hash::{BuildHasher, Hash, Hasher};
+use slidegate_core::{Clock, Decision, Policy};
+use slidegate_memory::{Budget, MemoryStore};
+use slidegate_store::{Decisions, DynStore, Quota, Store, StoreError, StoreStats};
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -181,99 +180,57 @@ pub struct AdHoc {
     pub cost: u64,
 }
 
-/// The counters: sliding windows of 2 to 8 buckets with limits that fit
-/// 32 bits (the default algorithm) inline in their slot, every other
-/// policy in the core's `State`. Each store is bounded by its own budget.
-struct Counters {
-    ring: Store<u64, Timed<Ring8<u32>>>,
-    other: Store<u64, Timed<State>>,
-}
-
-impl Counters {
-    fn check(&self, policy: &Policy, key: u64, now: u64, cost: u64) -> Result<Decision, StoreError> {
-        if Timed::<Ring8<u32>>::suits(policy) {
-            self.ring.check(policy, &key, now, cost)
-        } else {
-            self.other.check(policy, &key, now, cost)
-        }
-    }
-
-    fn reset(&self, key: u64) -> bool {
-        // A key lives in one store; asking both is cheaper than knowing which.
-        self.ring.reset(&key) | self.other.reset(&key)
-    }
-
-    fn stats(&self) -> Stats {
-        let (a, b) = (self.ring.stats(), self.other.stats());
-        Stats {
-            keys: a.keys + b.keys,
-            capacity: a.capacity + b.capacity,
-            evictions: a.evictions + b.evictions,
-            reclaimed: a.reclaimed + b.reclaimed,
-            bytes: a.bytes + b.bytes,
-        }
-    }
-}
-
-/// Where the counters are. A hybrid mode (local counting synced with
-/// Redis) would be a third variant.
-enum Backend {
-    /// This process's bounded stores.
-    Memory(Counters),
-    /// Redis, shared by every instance on it.
-    Redis(RedisStore),
-}
-
-/// Where one limit of a request counts: a hashed key in memory, or a
-/// readable counter key in Redis.
-#[derive(Clone, Copy)]
-enum Slot<'a> {
-    Memory(u64),
-    Redis(&'a str),
-}
-
-/// Decides requests against a config, counting in bounded in-memory stores
-/// or in Redis.
+/// Decides requests against a config, counting in one store.
+///
+/// `C` is the clock of the in-memory store the engine was built with
+/// ([`Engine::new`]); a store given to [`Engine::with_store`] owns its
+/// clock.
 pub struct Engine<C> {
     config: RwLock<Arc<Config>>,
-    backend: Backend,
-    clock: C,
-    hash: foldhash::fast::RandomState,
+    store: Arc<dyn DynStore>,
+    /// Whether the store is shared with other instances (Redis).
+    shared: bool,
     limits: InputLimits,
+    clock: PhantomData<fn() -> C>,
 }
 
 impl<C: Clock> Engine<C> {
-    /// An engine serving `config`, counting sliding windows of up to 8
-    /// buckets (the default algorithm) within `budget` and every other
-    /// algorithm within `other_budget`.
-    pub fn new(config: Config, clock: C, budget: Budget, other_budget: Budget, limits: InputLimits) -> Self {
+    /// An engine serving `config`, counting in an in-memory store on
+    /// `clock`: sliding windows of up to 8 buckets (the default algorithm)
+    /// within `budget` and every other algorithm within `other_budget`.
+    pub fn new(config: Config, clock: C, budget: Budget, other_budget: Budget, limits: InputLimits) -> Self
+    where
+        C: Send + Sync + 'static,
+    {
         Engine {
             config: RwLock::new(Arc::new(config)),
-            backend: Backend::Memory(Counters {
-                ring: Store::new(budget),
-                other: Store::new(other_budget),
-            }),
-            clock,
-            hash: Default::default(),
+            store: Arc::new(MemoryStore::with_clock(budget, other_budget, clock)),
+            shared: false,
             limits,
+            clock: PhantomData,
         }
     }
 
-    /// An engine serving `config`, counting in Redis (`clock` is unused:
-    /// the scripts read Redis's `TIME`, one clock for every instance).
+    /// An engine serving `config`, counting in `store`; `shared` says
+    /// whether other instances count in it too (for the metrics).
     ///
     /// # Errors
     ///
-    /// A [`ConfigError`] naming a limit without a Redis form
-    /// ([`RedisStore::check_config`]).
-    pub fn with_redis(config: Config, clock: C, store: RedisStore, limits: InputLimits) -> Result<Self, ConfigError> {
-        RedisStore::check_config(&config)?;
+    /// A [`ConfigError`] naming a limit the store cannot keep
+    /// ([`check_config`]).
+    pub fn with_store(
+        config: Config,
+        store: Arc<dyn DynStore>,
+        shared: bool,
+        limits: InputLimits,
+    ) -> Result<Self, ConfigError> {
+        check_config(&config, &*store)?;
         Ok(Engine {
             config: RwLock::new(Arc::new(config)),
-            backend: Backend::Redis(store),
-            clock,
-            hash: Default::default(),
+            store,
+            shared,
             limits,
+            clock: PhantomData,
         })
     }
 
@@ -283,106 +240,45 @@ impl<C: Clock> Engine<C> {
     }
 
     /// Replaces the config at once. Counters are keyed by the descriptor
-    /// and the limit's policy, so limits that did not change keep counting
-    /// where they were; changed limits start afresh.
+    /// and the limit's policy tag, so limits that did not change keep
+    /// counting where they were; changed limits start afresh.
     ///
     /// # Errors
     ///
-    /// With Redis, a [`ConfigError`] naming a limit without a Redis form;
-    /// the config in force stays.
+    /// A [`ConfigError`] naming a limit the store cannot keep; the config
+    /// in force stays.
     pub fn replace_config(&self, config: Config) -> Result<(), ConfigError> {
-        if let Backend::Redis(_) = self.backend {
-            RedisStore::check_config(&config)?;
-        }
+        check_config(&config, &*self.store)?;
         *self.config.write() = Arc::new(config);
         Ok(())
     }
 
-    /// The in-memory store's figures (all 0 with Redis).
-    pub fn stats(&self) -> Stats {
-        match &self.backend {
-            Backend::Memory(counters) => counters.stats(),
-            Backend::Redis(_) => Stats::default(),
-        }
+    /// The store's figures.
+    pub fn stats(&self) -> StoreStats {
+        self.store.stats()
     }
 
-    /// Sends the counts the hybrid mode has not yet sent to Redis (at
-    /// shutdown); nothing to do otherwise.
+    /// Whether the store is shared with other instances (Redis).
+    pub fn shared_store(&self) -> bool {
+        self.shared
+    }
+
+    /// Sends what the store holds back (the hybrid mode's counts not yet
+    /// sent to Redis), at shutdown.
     pub async fn flush(&self) {
-        if let Backend::Redis(store) = &self.backend
-            && let Err(e) = store.flush().await
-        {
-            tracing::warn!(error = %e, "the last sync to Redis failed: counts of the last interval are lost");
+        if let Err(e) = self.store.flush().await {
+            tracing::warn!(error = %chain(&e), "the last sync to Redis failed: counts of the last interval are lost");
         }
     }
 
-    /// The Redis store's failures and fallbacks; `None` without Redis.
-    pub fn redis_stats(&self) -> Option<RedisStats> {
-        match &self.backend {
-            Backend::Memory(_) => None,
-            Backend::Redis(store) => Some(store.stats()),
-        }
-    }
-
-    /// Where `limit` of `counter` counts.
-    fn slot<'a>(&self, counter: &'a str, limit: &Limit) -> Slot<'a> {
-        match self.backend {
-            Backend::Memory(_) => Slot::Memory(self.key(|h| {
-                counter.hash(&mut HashAdapter(h));
-                policy_fingerprint(limit, &mut HashAdapter(h));
-            })),
-            Backend::Redis(_) => Slot::Redis(counter),
-        }
-    }
-
-    /// Decides `cost` under `policy` (`None`: a limit of 0) in `slot`.
-    async fn check(
-        &self,
-        policy: Option<&Policy>,
-        slot: Slot<'_>,
-        now: u64,
-        cost: u64,
-    ) -> Result<Option<Decision>, EngineError> {
-        let Some(policy) = policy else { return Ok(None) };
-        match (&self.backend, slot) {
-            (Backend::Memory(counters), Slot::Memory(key)) => counters
-                .check(policy, key, now, cost)
-                .map(Some)
-                .map_err(|e| store_error(&e)),
-            (Backend::Redis(store), Slot::Redis(counter)) => store
-                .decide(policy, counter, cost)
-                .await
-                .map(Some)
-                .map_err(|e| redis_error(policy, e)),
-            _ => Err(EngineError::Unavailable("the counter is not in this store".to_owned())),
-        }
-    }
-
-    /// Forgets the counts of `policy` in `slot`; true if they were held.
-    async fn reset(&self, policy: Option<&Policy>, slot: Slot<'_>) -> Result<bool, EngineError> {
-        match (&self.backend, slot) {
-            (Backend::Memory(counters), Slot::Memory(key)) => Ok(counters.reset(key)),
-            (Backend::Redis(store), Slot::Redis(counter)) => match policy {
-                Some(policy) => store.reset(policy, counter).await.map_err(|e| redis_error(policy, e)),
-                None => Ok(false),
-            },
-            _ => Ok(false),
-        }
+    /// Decides `cost` on `key` against `quotas` in the store.
+    async fn decide_in_store(&self, key: &str, quotas: &[Quota], cost: u64, out: &mut Decisions) -> Result<(), EngineError> {
+        self.store.decide(key, quotas, cost, out).await.map_err(store_error)
     }
 
     /// The input limits.
     pub fn input_limits(&self) -> InputLimits {
         self.limits
-    }
-
-    /// A 64-bit key for a counter, from a hash seeded at random when the
-    /// engine is built: two counters share a key with a probability of
-    /// about `keys² / 2⁶⁵` (one in 17 million with a million keys held), and
-    /// a client cannot aim for a collision without knowing the seed.
-    fn key(&self, parts: impl Fn(&mut dyn Hasher)) -> u64 {
-        let mut h = self.hash.build_hasher();
-        parts(&mut h);
-        h.finish()
     }
 
     fn check_text(&self, what: &str, text: &str) -> Result<(), EngineError> {
@@ -451,7 +347,6 @@ impl<C: Clock> Engine<C> {
     pub async fn decide(&self, request: &Request) -> Result<Answer, EngineError> {
         self.validate(request)?;
         let config = self.config();
-        let now = self.clock.now();
         let Some(domain) = config.domain(&request.domain) else {
             // As envoyproxy/ratelimit: a domain with no config limits nothing.
             return Ok(Answer {
@@ -513,7 +408,7 @@ impl<C: Clock> Engine<C> {
             }
             let counter = m.counter_key(&request.domain, entries);
             let hits = descriptor.hits_addend.unwrap_or(hits);
-            let mut status = self.charge(i, &counter, &limits, hits, now).await?;
+            let mut status = self.charge(i, &counter, &limits, hits).await?;
             status.metric = Some(m.metric_key(entries));
             if status.code == Code::OverLimit && rule.shadow_mode {
                 status.code = Code::Ok;
@@ -535,43 +430,25 @@ impl<C: Clock> Engine<C> {
         Ok(Answer { overall, statuses })
     }
 
-    /// Decides `hits` against every limit of one descriptor: all are asked
-    /// first (a peek), and each is charged only if all admit.
-    async fn charge(
-        &self,
-        index: usize,
-        counter: &str,
-        limits: &[&Limit],
-        hits: u64,
-        now: u64,
-    ) -> Result<Status, EngineError> {
-        if let [only] = limits {
-            // One limit: a refused check charges nothing, so no peek is needed.
-            let decision = self
-                .check(only.policy.as_ref(), self.slot(counter, only), now, hits)
-                .await?;
-            return Ok(status_of(vec![applied(index, 0, 1, only, decision)]));
+    /// Decides `hits` against every limit of one descriptor in one call
+    /// of the store: every limit is charged, or none is. A limit of 0
+    /// refuses everything: the others are then only peeked.
+    async fn charge(&self, index: usize, counter: &str, limits: &[&Limit], hits: u64) -> Result<Status, EngineError> {
+        let quotas: Vec<Quota> = limits.iter().filter_map(|l| l.quota.clone()).collect();
+        let cost = if quotas.len() < limits.len() { 0 } else { hits };
+        let mut out = Decisions::new();
+        if !quotas.is_empty() {
+            self.decide_in_store(counter, &quotas, cost, &mut out).await?;
         }
-        let slots: Vec<Slot<'_>> = limits.iter().map(|l| self.slot(counter, l)).collect();
-        let mut peeks: Vec<Option<Decision>> = Vec::with_capacity(limits.len());
-        for (l, &slot) in limits.iter().zip(&slots) {
-            peeks.push(self.check(l.policy.as_ref(), slot, now, 0).await?);
-        }
-        let all_fit = peeks.iter().all(|p| p.as_ref().is_some_and(|d| hits <= d.remaining()));
-        let mut applied = Vec::with_capacity(limits.len());
-        for (j, ((l, &slot), peek)) in limits.iter().zip(&slots).zip(peeks).enumerate() {
-            let decision = if hits == 0 {
-                peek
-            } else if all_fit || peek.as_ref().is_some_and(|d| hits > d.remaining()) {
-                // Charged when all fit; asked again (not charged) when this
-                // one refuses, for its retry delay at this cost.
-                self.check(l.policy.as_ref(), slot, now, hits).await?
-            } else {
-                // It would admit, but another limit refuses: not charged.
-                peek
-            };
-            applied.push(self::applied(index, j, limits.len(), l, decision));
-        }
+        let mut decisions = out.into_iter();
+        let applied = limits
+            .iter()
+            .enumerate()
+            .map(|(j, l)| {
+                let decision = if l.quota.is_some() { decisions.next() } else { None };
+                applied(index, j, limits.len(), l, decision)
+            })
+            .collect();
         Ok(status_of(applied))
     }
 
@@ -579,39 +456,31 @@ impl<C: Clock> Engine<C> {
     ///
     /// # Errors
     ///
-    /// [`EngineError::Invalid`] for a key over the input limit;
-    /// [`EngineError::Unavailable`] if the store refuses.
+    /// [`EngineError::Invalid`] for a key over the input limit or a policy
+    /// the store cannot keep; [`EngineError::Unavailable`] if the store
+    /// cannot answer.
     pub async fn decide_ad_hoc(&self, ad_hoc: &AdHoc) -> Result<Decision, EngineError> {
         self.check_text("the key", &ad_hoc.key)?;
-        let name;
-        let slot = match self.backend {
-            Backend::Memory(_) => Slot::Memory(self.ad_hoc_key(&ad_hoc.key, &ad_hoc.policy)),
-            Backend::Redis(_) => {
-                name = ad_hoc_name(&ad_hoc.key);
-                Slot::Redis(&name)
-            }
-        };
-        let decision = self
-            .check(Some(&ad_hoc.policy), slot, self.clock.now(), ad_hoc.cost)
+        let quotas = [Quota::new(ad_hoc.policy)];
+        let mut out = Decisions::new();
+        self.decide_in_store(&ad_hoc_name(&ad_hoc.key), &quotas, ad_hoc.cost, &mut out)
             .await?;
-        decision.ok_or_else(|| EngineError::Unavailable("no decision".to_owned()))
+        out.into_iter()
+            .next()
+            .ok_or_else(|| EngineError::Unavailable("the store gave no decision".to_owned()))
     }
 
     /// Forgets an ad-hoc key's counts; true if it was held.
     ///
     /// # Errors
     ///
-    /// [`EngineError::Unavailable`] if Redis cannot answer.
+    /// [`EngineError::Unavailable`] if the store cannot answer.
     pub async fn reset_ad_hoc(&self, key: &str, policy: &Policy) -> Result<bool, EngineError> {
-        let name;
-        let slot = match self.backend {
-            Backend::Memory(_) => Slot::Memory(self.ad_hoc_key(key, policy)),
-            Backend::Redis(_) => {
-                name = ad_hoc_name(key);
-                Slot::Redis(&name)
-            }
-        };
-        self.reset(Some(policy), slot).await
+        let quotas = [Quota::new(*policy)];
+        self.store
+            .reset(&ad_hoc_name(key), &quotas)
+            .await
+            .map_err(store_error)
     }
 
     /// Forgets the counts of every limit a descriptor of `domain` matches;
@@ -648,20 +517,13 @@ impl<C: Clock> Engine<C> {
             }
             None => m.rule.limits.iter().collect(),
         };
-        for l in limits {
-            held += usize::from(self.reset(l.policy.as_ref(), self.slot(&counter, l)).await?);
+        for quota in limits.iter().filter_map(|l| l.quota.as_ref()) {
+            let one = std::slice::from_ref(quota);
+            held += usize::from(self.store.reset(&counter, one).await.map_err(store_error)?);
         }
         Ok(held)
     }
 
-    fn ad_hoc_key(&self, key: &str, policy: &Policy) -> u64 {
-        self.key(|h| {
-            // A tag no config counter key starts with.
-            0xad_u8.hash(&mut HashAdapter(h));
-            key.hash(&mut HashAdapter(h));
-            fingerprint(policy, &mut HashAdapter(h));
-        })
-    }
 }
 
 /// A limit's part of a status: its name in the headers (the configured
@@ -748,75 +610,87 @@ fn override_limit(o: Override) -> Result<Limit, EngineError> {
         unit: Some(unit),
         window,
         algorithm: DEFAULT_ALGORITHM,
+        quota: policy.map(Quota::new),
         policy,
     })
 }
 
-fn store_error(e: &StoreError) -> EngineError {
-    EngineError::Unavailable(e.to_string())
-}
-
-/// A Redis failure as the engine says it: a policy without a Redis form
-/// (a limit override or ad-hoc policy out of range) is the request's
+/// A store failure as the engine says it: a limit the store cannot keep
+/// (a limit override or ad-hoc policy out of its range) is the request's
 /// fault; anything else is the store's.
-fn redis_error(policy: &Policy, e: RedisStoreError) -> EngineError {
+fn store_error(e: StoreError) -> EngineError {
     match e {
-        RedisStoreError::Unsupported { reason, .. } => {
-            EngineError::Invalid(format!("the limit `{policy}` has no Redis form: {reason}"))
-        }
-        e => EngineError::Unavailable(e.to_string()),
+        StoreError::Unsupported { .. } | StoreError::NoQuota => EngineError::Invalid(chain(&e)),
+        e => EngineError::Unavailable(chain(&e)),
     }
 }
 
-/// An ad-hoc key's counter key in Redis: a config counter key starts with
+/// An error and its sources, each once: `a: b: c`.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+/// Refuses a config with a limit that `store` cannot keep, naming the
+/// file, line and column of its descriptor, the domain, the descriptor's
+/// path and the limit.
+///
+/// # Errors
+///
+/// A [`ConfigError`] for the first such limit.
+pub fn check_config(config: &Config, store: &dyn DynStore) -> Result<(), ConfigError> {
+    for domain in config.domains() {
+        let file = config.file_of(&domain.name).unwrap_or("<config>");
+        let mut path = Vec::new();
+        check_rules(store, file, &domain.name, &domain.rules, &mut path)?;
+    }
+    Ok(())
+}
+
+/// Checks the limits of `rules` and their children; `path` is the
+/// descriptor's entries so far (`key` or `key=value`).
+fn check_rules(
+    store: &dyn DynStore,
+    file: &str,
+    domain: &str,
+    rules: &[Rule],
+    path: &mut Vec<String>,
+) -> Result<(), ConfigError> {
+    for rule in rules {
+        path.push(match &rule.value {
+            Some(value) => format!("{}={}", rule.key, value.as_str()),
+            None => rule.key.clone(),
+        });
+        for (i, limit) in rule.limits.iter().enumerate() {
+            let Some(quota) = &limit.quota else { continue };
+            if let Err(e) = store.supports_dyn(quota) {
+                let name = match &limit.name {
+                    Some(name) => format!("limit `{name}`"),
+                    None => format!("limit {}", i + 1),
+                };
+                return Err(ConfigError {
+                    file: file.to_owned(),
+                    line: rule.line,
+                    column: rule.column,
+                    key: Some("rate_limit".to_owned()),
+                    message: format!("domain `{domain}`, descriptor `{}`, {name}: {}", path.join(" > "), chain(&e)),
+                });
+            }
+        }
+        check_rules(store, file, domain, &rule.children, path)?;
+        path.pop();
+    }
+    Ok(())
+}
+
+/// An ad-hoc key's counter key: a config counter key starts with
 /// a digit (the domain's length), so the two never meet.
 fn ad_hoc_name(key: &str) -> String {
     format!("adhoc:{key}")
-}
-
-/// `&mut dyn Hasher` as a `Hasher`, for `Hash::hash`.
-struct HashAdapter<'a>(&'a mut dyn Hasher);
-
-impl Hasher for HashAdapter<'_> {
-    fn finish(&self) -> u64 {
-        self.0.finish()
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        self.0.write(bytes);
-    }
-}
-
-/// What identifies a limit's counter besides the descriptor: its policy.
-/// A reload that keeps the policy keeps the counts.
-fn policy_fingerprint(limit: &Limit, h: &mut impl Hasher) {
-    match &limit.policy {
-        Some(p) => fingerprint(p, h),
-        None => 0u8.hash(h),
-    }
-}
-
-fn fingerprint(policy: &Policy, h: &mut impl Hasher) {
-    policy.limit().hash(h);
-    policy.window_ns().hash(h);
-    match policy.algorithm() {
-        Algorithm::SlidingWindow { buckets, weighting } => {
-            1u8.hash(h);
-            buckets.hash(h);
-            matches!(weighting, Weighting::Conservative).hash(h);
-        }
-        Algorithm::FixedWindow => 2u8.hash(h),
-        Algorithm::SlidingLog => 3u8.hash(h),
-        Algorithm::Gcra { burst } => {
-            4u8.hash(h);
-            burst.hash(h);
-        }
-        Algorithm::ExponentialHistogram { epsilon } => {
-            5u8.hash(h);
-            epsilon.to_bits().hash(h);
-        }
-        // Algorithms added later hash by name.
-        #[allow(unreachable_patterns)]
-        other => other.name().hash(h),
-    }
 }

@@ -2,7 +2,6 @@
 //! several servers in one process, as in the tests, count apart).
 
 use crate::engine::{Answer, Code};
-use crate::redis_store::RedisStats;
 use parking_lot::Mutex;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
@@ -10,7 +9,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use slidegate_memory::Stats;
+use slidegate_store::StoreStats;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -113,7 +112,7 @@ pub struct Metrics {
     redis_sync_commands: Counter,
     redis_pending_keys: Gauge,
     /// The Redis store's figures at the last scrape.
-    redis_seen: Mutex<RedisStats>,
+    redis_seen: Mutex<Seen>,
     in_flight: Gauge,
     rules: Family<RuleLabels, Counter>,
     /// The rule counters seen (ok, over limit), by domain and rule name.
@@ -245,7 +244,7 @@ impl Metrics {
             redis_fallbacks,
             redis_sync_commands,
             redis_pending_keys,
-            redis_seen: Mutex::new(RedisStats::default()),
+            redis_seen: Mutex::new(Seen::default()),
         }
     }
 
@@ -364,8 +363,15 @@ impl Metrics {
 
     /// The text exposition (OpenMetrics), with the store's figures (and
     /// the Redis store's, with Redis) read now.
-    pub fn render(&self, stats: &Stats, redis: Option<RedisStats>) -> String {
-        if let Some(now) = redis {
+    pub fn render(&self, stats: &StoreStats, shared: bool) -> String {
+        if shared {
+            let now = Seen {
+                errors: stats.errors,
+                sync_commands: stats.sync_commands,
+                fail_open: stats.failover.fail_open,
+                fail_closed: stats.failover.fail_closed,
+                local: stats.failover.local_admitted + stats.failover.local_refused,
+            };
             let mut guard = self.redis_seen.lock();
             let seen = &mut *guard;
             let add = |counter: &Counter, now: u64, seen: &mut u64| {
@@ -375,7 +381,7 @@ impl Metrics {
             add(&self.redis_errors, now.errors, &mut seen.errors);
             add(&self.redis_sync_commands, now.sync_commands, &mut seen.sync_commands);
             self.redis_pending_keys
-                .set(i64::try_from(now.pending_keys).unwrap_or(i64::MAX));
+                .set(i64::try_from(stats.pending_keys).unwrap_or(i64::MAX));
             for (source, now, seen) in [
                 (FallbackSource::FailOpen, now.fail_open, &mut seen.fail_open),
                 (FallbackSource::FailClosed, now.fail_closed, &mut seen.fail_closed),
@@ -399,6 +405,17 @@ impl Metrics {
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
     }
+}
+
+/// The store's counters as last rendered, so that each rendering adds
+/// what is new.
+#[derive(Default)]
+struct Seen {
+    errors: u64,
+    sync_commands: u64,
+    fail_open: u64,
+    fail_closed: u64,
+    local: u64,
 }
 
 /// An HTTP request in flight, counted until this drops.

@@ -6,7 +6,7 @@ use crate::conn::{Guarded, HTTP2_PREFACE_LEN};
 use crate::engine::{Engine, InputLimits};
 use crate::grpc::{Grpc, HeaderOptions};
 use crate::metrics::Metrics;
-use crate::redis_store::{RedisConnectError, RedisOptions, RedisStore};
+use crate::redis_store::{RedisConnectError, RedisOptions};
 use slidegate_core::Clock;
 use slidegate_memory::Budget;
 use slidegate_tower::LegacyReset;
@@ -176,7 +176,7 @@ impl<C: Clock> Shared<C> {
 
     /// The metrics in text form.
     pub fn metrics_text(&self) -> String {
-        self.metrics.render(&self.engine.stats(), self.engine.redis_stats())
+        self.metrics.render(&self.engine.stats(), self.engine.shared_store())
     }
 }
 
@@ -252,10 +252,8 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
     let engine = match options.redis.clone() {
         None => Engine::new(config, clock, options.budget, options.other_budget, options.input),
         Some(redis) => {
-            // The config is checked before Redis is reached.
-            RedisStore::check_config(&config)?;
-            let store = RedisStore::connect(redis).await?;
-            Engine::with_redis(config, clock, store, options.input)?
+            let store = crate::redis_store::connect(&redis).await?;
+            Engine::with_store(config, store, true, options.input)?
         }
     };
     let http_listener = TcpListener::bind(options.http)

@@ -767,6 +767,7 @@ impl Parser<'_> {
             unit,
             window: window.0,
             algorithm,
+            quota: policy.map(slidegate_store::Quota::new),
             policy,
         }))
     }
