@@ -298,8 +298,12 @@
 
 mod admin;
 mod hybrid;
+mod hybrid_store;
 
-pub use hybrid::{HybridLimiter, HybridOptions, HybridStats, SLIDING_WINDOW_SYNC, SyncReport, SyncTask};
+pub use hybrid::{
+    FIXED_WINDOW_SYNC, HybridLimiter, HybridOptions, HybridStats, SLIDING_WINDOW_SYNC, SyncReport, SyncTask,
+};
+pub use hybrid_store::{HybridStore, MAX_HYBRID_LIMITS, StaleSyncs};
 
 use redis::Script;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
