@@ -180,7 +180,7 @@ pub struct SyncReport {
 /// A key's counts not yet in Redis: `(bucket index, count)`, at most `n`.
 type Pending = Vec<(u64, u64)>;
 
-/// `sliding_window` limits shared through Redis with local counting and
+/// `sliding_window` (and `fixed_window`) limits shared through Redis with local counting and
 /// periodic sync (Kong's `sync_rate`, gubernator's `GLOBAL` behaviour):
 /// each instance decides on its own view of a key — the key's ring as
 /// Redis last answered it, plus the requests this instance admitted since —
@@ -246,10 +246,16 @@ type Pending = Vec<(u64, u64)>;
 ///
 /// # Algorithms
 ///
-/// `sliding_window` only, both weightings: the approximation is the mode's
-/// whole point, and the ring's buckets merge by adding. The exact
-/// algorithms (`sliding_log`, `gcra`) and `fixed_window` are decided by
-/// [`RedisLimiter`] directly.
+/// `sliding_window`, both weightings, and (made with
+/// [`HybridLimiter::any_window`]) `fixed_window`: their states merge by
+/// adding, a ring's buckets and a window's count being sums of what each
+/// instance admitted. A fixed window is synced as a ring of one bucket,
+/// one `EVALSHA` of [`FIXED_WINDOW_SYNC`] per key on the hash
+/// `fixed_window.lua` keeps (`w`, `c`), its view the core's
+/// [`FixedWindow`] rebuilt from the reply plus the counts made since; the
+/// accuracy above holds for it window by window. The exact algorithms
+/// (`sliding_log`, `gcra`) are decided by [`RedisLimiter`] directly (why:
+/// [`crate::HybridStore`]).
 ///
 /// # Concurrency
 ///
@@ -386,7 +392,8 @@ impl LocalClock {
 
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
     /// A hybrid limiter over `redis`: its connection, policy, prefix, clock
-    /// and failure policy.
+    /// and failure policy; `sliding_window` only (see
+    /// [`HybridLimiter::any_window`] for `fixed_window`).
     ///
     /// # Errors
     ///
