@@ -30,7 +30,9 @@ local state = redis.call('HMGET', KEYS[1], 'w', 'c')
 local win = tonumber(state[1]) or 0
 local count = tonumber(state[2]) or 0
 
-local top = math.max(win, divmod(now, w))
+-- divmod answers two values: only the quotient is the window of now.
+local idx = divmod(now, w)
+local top = math.max(win, idx)
 if top > win then
   count = 0
 end

@@ -144,7 +144,8 @@ async fn two_limits_on_one_key_are_all_or_nothing_under_concurrency() {
     const TASKS: usize = 16;
     let server = RedisServer::start();
     let clock = ManualClock::new(1_700_000_000_000_000_000);
-    let store = Arc::new(store(&server, &clock, options()).await);
+    let shared = Arc::new(store(&server, &clock, options()).await);
+    let store: &HybridStore = &shared;
     let quotas: Arc<[Quota]> = Arc::from([
         ring(5, Duration::from_secs(60), 6),
         fixed(7, Duration::from_secs(3600)),
@@ -152,10 +153,13 @@ async fn two_limits_on_one_key_are_all_or_nothing_under_concurrency() {
     let barrier = Arc::new(tokio::sync::Barrier::new(TASKS));
     let tasks: Vec<_> = (0..TASKS)
         .map(|_| {
-            let (store, quotas, barrier) = (Arc::clone(&store), Arc::clone(&quotas), Arc::clone(&barrier));
+            let (store, quotas, barrier) = (Arc::clone(&shared), Arc::clone(&quotas), Arc::clone(&barrier));
             tokio::spawn(async move {
                 barrier.wait().await;
                 let mut out = Decisions::new();
+                // The store itself: `Store for Arc<T>` is meant for
+                // `Arc<dyn DynStore>`, and loops on a sized `T`.
+                let store: &HybridStore = &store;
                 store.decide("k", &quotas, 1, &mut out).await.unwrap();
                 out
             })
@@ -170,17 +174,17 @@ async fn two_limits_on_one_key_are_all_or_nothing_under_concurrency() {
         admitted += u64::from(all);
     }
     assert_eq!(admitted, 5);
-    let peek = decide_now(&store, "k", &quotas, 0);
+    let peek = decide_now(store, "k", &quotas, 0);
     assert_eq!((peek[0].remaining(), peek[1].remaining()), (0, 2), "5 charged on both");
     for (quota, left) in quotas.iter().zip([5, 7]) {
-        let d = direct(&server, &store, quota, &clock).await;
+        let d = direct(&server, store, quota, &clock).await;
         assert_eq!(d.check("k", 0).await.unwrap().remaining(), left, "nothing synced yet");
     }
     assert_eq!(store.stats().pending_keys, 2, "the key waits under both limits");
     store.flush().await.unwrap();
     assert_eq!(store.stats().pending_keys, 0);
     for (quota, left) in quotas.iter().zip([0, 2]) {
-        let d = direct(&server, &store, quota, &clock).await;
+        let d = direct(&server, store, quota, &clock).await;
         let peek = d.check("k", 0).await.unwrap();
         assert_eq!((peek.remaining(), peek.estimate()), (left, 5.0), "{}", quota.tag());
     }
@@ -377,3 +381,4 @@ async fn the_background_sync_covers_limits_made_later() {
         assert_eq!(peek.remaining(), 7, "{}", quota.tag());
     }
 }
+
