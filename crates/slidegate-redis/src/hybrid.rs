@@ -532,7 +532,9 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
     /// policy's local limiter, [`Source::Redis`] this view).
     pub fn decide(&self, key: &str, cost: u64) -> Outcome {
         let now_us = self.now_us();
-        let decided = self.ready(key, now_us, cost).and_then(|()| self.decide_at(key, now_us, cost));
+        let decided = self
+            .ready(key, now_us, cost)
+            .and_then(|()| self.decide_at(key, now_us, cost));
         match decided {
             Ok(decision) => Outcome {
                 decision,

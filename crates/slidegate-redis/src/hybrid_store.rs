@@ -20,6 +20,9 @@ pub const MAX_HYBRID_LIMITS: usize = 4096;
 /// The limiters of a store, by the tag of their quota.
 type Limiters<C> = RwLock<HashMap<Arc<str>, HybridLimiter<C>>>;
 
+/// The limiters of one call's quotas, each with its time now in µs.
+type Held<C> = SmallVec<[(HybridLimiter<C>, u64); 4]>;
+
 /// The syncs of a [`HybridStore`] have failed for longer than
 /// [`stale_after`](HybridOptions::stale_after): the source of its
 /// [`StoreError::Unavailable`].
@@ -118,7 +121,12 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridStore<C> {
     /// [`RedisStoreError::Prefix`] for a prefix with `{` or `}`;
     /// [`RedisStoreError::Options`] for options that cannot work (a zero
     /// interval, batch or pending-key bound).
-    pub fn new(conn: C, prefix: impl Into<String>, timeout: Duration, options: HybridOptions) -> Result<Self, RedisStoreError> {
+    pub fn new(
+        conn: C,
+        prefix: impl Into<String>,
+        timeout: Duration,
+        options: HybridOptions,
+    ) -> Result<Self, RedisStoreError> {
         let prefix = prefix.into();
         if prefix.contains(['{', '}']) {
             return Err(RedisStoreError::Prefix(prefix));
@@ -219,7 +227,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridStore<C> {
     }
 
     /// Each quota's limiter and its time now.
-    fn limiters_of(&self, quotas: &[Quota]) -> Result<SmallVec<[(HybridLimiter<C>, u64); 4]>, StoreError> {
+    fn limiters_of(&self, quotas: &[Quota]) -> Result<Held<C>, StoreError> {
         if quotas.is_empty() {
             return Err(StoreError::NoQuota);
         }
@@ -429,10 +437,13 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Store for HybridStore<C>
             }
             _ => return Err(refuse("the hybrid mode keeps sliding_window and fixed_window only")),
         }
-        crate::microsecond_policy(policy).map(|_| ()).map_err(|e| refuse(&e.to_string()))
+        crate::microsecond_policy(policy)
+            .map(|_| ())
+            .map_err(|e| refuse(&e.to_string()))
     }
 
     fn flush(&self) -> impl Future<Output = Result<(), StoreError>> + Send + '_ {
-        async move { sync_all(&snapshot(&self.limiters)).await }
+        let all = snapshot(&self.limiters);
+        async move { sync_all(&all).await }
     }
 }

@@ -43,9 +43,14 @@ fn options() -> HybridOptions {
 
 /// A direct limiter reading the counts `store` keeps for `quota`.
 async fn direct(server: &RedisServer, store: &HybridStore, quota: &Quota, clock: &ManualClock) -> RedisLimiter {
-    RedisLimiter::new(conn(server).await, *quota.policy(), store.prefix_of(quota), Duration::from_secs(2))
-        .unwrap()
-        .with_clock(RedisClock::client(clock.clone()))
+    RedisLimiter::new(
+        conn(server).await,
+        *quota.policy(),
+        store.prefix_of(quota),
+        Duration::from_secs(2),
+    )
+    .unwrap()
+    .with_clock(RedisClock::client(clock.clone()))
 }
 
 fn decide_now(store: &HybridStore, key: &str, quotas: &[Quota], cost: u64) -> Decisions {
@@ -146,10 +151,7 @@ async fn two_limits_on_one_key_are_all_or_nothing_under_concurrency() {
     let clock = ManualClock::new(1_700_000_000_000_000_000);
     let shared = Arc::new(store(&server, &clock, options()).await);
     let store: &HybridStore = &shared;
-    let quotas: Arc<[Quota]> = Arc::from([
-        ring(5, Duration::from_secs(60), 6),
-        fixed(7, Duration::from_secs(3600)),
-    ]);
+    let quotas: Arc<[Quota]> = Arc::from([ring(5, Duration::from_secs(60), 6), fixed(7, Duration::from_secs(3600))]);
     let barrier = Arc::new(tokio::sync::Barrier::new(TASKS));
     let tasks: Vec<_> = (0..TASKS)
         .map(|_| {
@@ -248,7 +250,11 @@ async fn a_peek_leaves_no_trace() {
         (true, false),
         "the ring's peek, the window's refusal"
     );
-    assert_eq!(decide_now(&store, "k", &quotas, 0)[0].remaining(), 1, "the ring is not charged");
+    assert_eq!(
+        decide_now(&store, "k", &quotas, 0)[0].remaining(),
+        1,
+        "the ring is not charged"
+    );
 }
 
 /// Two stores deciding one fixed-window key, each offered 100 requests a
@@ -292,7 +298,10 @@ async fn two_instances_over_admit_a_fixed_window_within_the_bound() {
         let bound = 100 + (instances - 1) * (2 * interval.div_ceil(gap)).min(100);
         eprintln!("{instances} instances, flush every {interval} µs: {least}..={most} in a window (bound {bound})");
         assert!(most <= bound, "{most} admitted in one window, over the bound {bound}");
-        assert!(least >= 100, "{least}: a view never holds more than Redis, so the limit passes");
+        assert!(
+            least >= 100,
+            "{least}: a view never holds more than Redis, so the limit passes"
+        );
     }
 }
 
@@ -308,7 +317,10 @@ async fn a_stale_store_answers_an_outage_and_failover_applies_its_policy() {
     opts.sync_timeout = Duration::from_millis(500);
     let guarded = FailOver::new(store(&server, &clock, opts).await, FailurePolicy::Open);
     let store = guarded.inner();
-    let quotas = [ring(1000, Duration::from_secs(60), 8), fixed(1000, Duration::from_secs(60))];
+    let quotas = [
+        ring(1000, Duration::from_secs(60), 8),
+        fixed(1000, Duration::from_secs(60)),
+    ];
     assert!(decide_now(store, "k", &quotas, 1).iter().all(|d| d.allowed()));
     store.flush().await.unwrap();
     assert!(decide_now(store, "k", &quotas, 1).iter().all(|d| d.allowed()));
@@ -317,7 +329,10 @@ async fn a_stale_store_answers_an_outage_and_failover_applies_its_policy() {
     assert_eq!(store.stats().pending_keys, 2, "the counts wait for the next sync");
     assert!(store.stats().errors >= 1);
     clock.advance(Duration::from_millis(900));
-    assert!(decide_now(store, "k", &quotas, 1).iter().all(|d| d.allowed()), "still local");
+    assert!(
+        decide_now(store, "k", &quotas, 1).iter().all(|d| d.allowed()),
+        "still local"
+    );
     assert!(store.flush().await.is_err());
     clock.advance(Duration::from_millis(200));
     let mut out = Decisions::new();
@@ -347,10 +362,17 @@ async fn the_exact_algorithms_are_left_to_the_direct_store() {
         let err = store.supports(&quota).unwrap_err();
         assert!(matches!(err, StoreError::Unsupported { .. }), "{err}");
         let mut out = Decisions::new();
-        let err = store.decide("k", &[fixed(10, window), quota], 1, &mut out).await.unwrap_err();
+        let err = store
+            .decide("k", &[fixed(10, window), quota], 1, &mut out)
+            .await
+            .unwrap_err();
         assert!(matches!(err, StoreError::Unsupported { .. }), "{err}");
     }
-    assert_eq!(decide_now(&store, "k", &[fixed(10, window)], 0)[0].remaining(), 10, "nothing charged");
+    assert_eq!(
+        decide_now(&store, "k", &[fixed(10, window)], 0)[0].remaining(),
+        10,
+        "nothing charged"
+    );
     let mut out = Decisions::new();
     assert!(matches!(
         store.decide("k", &[], 1, &mut out).await,
@@ -377,8 +399,11 @@ async fn the_background_sync_covers_limits_made_later() {
     assert_eq!(stats.pending_keys, 0, "{stats:?}");
     assert!(stats.sync_commands >= 2, "{stats:?}");
     for quota in &quotas {
-        let peek = direct(&server, &store, quota, &clock).await.check("late", 0).await.unwrap();
+        let peek = direct(&server, &store, quota, &clock)
+            .await
+            .check("late", 0)
+            .await
+            .unwrap();
         assert_eq!(peek.remaining(), 7, "{}", quota.tag());
     }
 }
-
