@@ -145,7 +145,9 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridStore<C> {
     }
 
     /// The same store on `clock`: a builder, called before the first
-    /// decision (the limits already made are dropped, with their counts).
+    /// decision and before [`HybridStore::spawn_sync`] (the limits already
+    /// made are dropped, with their counts, and a sync already spawned
+    /// stops).
     #[must_use]
     pub fn with_clock(mut self, clock: RedisClock) -> Self {
         self.clock = clock;
