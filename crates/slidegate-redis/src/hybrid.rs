@@ -7,7 +7,7 @@ use crate::{FailurePolicy, MAX_TIME_US, Outcome, RedisClock, RedisLimiter, Redis
 use parking_lot::Mutex;
 use redis::Script;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
-use slidegate_core::{Algorithm, Policy, SlidingWindow, State};
+use slidegate_core::{Algorithm, Decision, FixedWindow, LimitState, Policy, SlidingWindow, State};
 use slidegate_memory::{Budget, KeyState, Store};
 use std::collections::HashMap;
 use std::fmt;
@@ -24,7 +24,59 @@ pub const SLIDING_WINDOW_SYNC: &str = concat!(
     include_str!("../scripts/sliding_window_sync.lua")
 );
 
+/// `fixed_window_sync.lua`: `KEYS[1]` the counter's hash; `ARGV = [now,
+/// W, window, count, window, count, …]`.
+pub const FIXED_WINDOW_SYNC: &str = concat!(
+    include_str!("../scripts/prelude.lua"),
+    include_str!("../scripts/fixed_window_sync.lua")
+);
+
 static SYNC: LazyLock<Script> = LazyLock::new(|| Script::new(SLIDING_WINDOW_SYNC));
+static FIXED_SYNC: LazyLock<Script> = LazyLock::new(|| Script::new(FIXED_WINDOW_SYNC));
+
+/// How many locks [`Stripes`] holds.
+const STRIPES: usize = 1024;
+
+/// A fixed array of locks, one taken per key (by a hash of the key): what
+/// makes a decision over several limiters of one key atomic with respect
+/// to the syncs' replies and to other decisions on the key.
+pub(crate) struct Stripes {
+    locks: [Mutex<()>; STRIPES],
+    hasher: foldhash::fast::FixedState,
+}
+
+impl Stripes {
+    pub(crate) fn new() -> Self {
+        Stripes {
+            locks: std::array::from_fn(|_| Mutex::new(())),
+            hasher: foldhash::fast::FixedState::default(),
+        }
+    }
+
+    /// The lock of `key`'s stripe.
+    pub(crate) fn of(&self, key: &str) -> &Mutex<()> {
+        // The remainder is below the stripe count, so `get` always finds
+        // the lock; the first one only satisfies the type.
+        let [first, ..] = &self.locks;
+        let stripe = (self.hasher.hash_one(key) % STRIPES as u64) as usize;
+        self.locks.get(stripe).unwrap_or(first)
+    }
+}
+
+/// Why a [`HybridLimiter`] cannot decide a key locally: what
+/// [`HybridLimiter::decide`] hands to the failure policy, and the store
+/// turns into a [`slidegate_store::StoreError`].
+#[derive(Debug)]
+pub(crate) enum NotLocal {
+    /// The clock is beyond [`MAX_TIME_US`].
+    TimeOutOfRange(u64),
+    /// The syncs have failed for longer than `stale_after`.
+    Stale(Duration),
+    /// The key is new and the outbox holds `max_pending_keys` keys.
+    NoRoom(usize),
+    /// The key's view is larger than the budget's share.
+    TooLarge(slidegate_memory::StoreError),
+}
 
 /// Shards of the outbox (the counts not yet sent), so that concurrent
 /// decisions rarely wait for each other.
@@ -82,6 +134,23 @@ impl HybridOptions {
     }
 }
 
+impl HybridOptions {
+    /// Refuses options that cannot work.
+    pub(crate) fn check(&self) -> Result<(), RedisStoreError> {
+        if self.interval.is_zero() || self.sync_timeout.is_zero() {
+            return Err(RedisStoreError::Options(
+                "the sync interval and timeout must be more than zero",
+            ));
+        }
+        if self.batch == 0 || self.max_pending_keys == 0 {
+            return Err(RedisStoreError::Options(
+                "the batch and the pending keys must be at least 1",
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// What a [`HybridLimiter`] has done so far, over all its clones.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HybridStats {
@@ -111,7 +180,7 @@ pub struct SyncReport {
 /// A key's counts not yet in Redis: `(bucket index, count)`, at most `n`.
 type Pending = Vec<(u64, u64)>;
 
-/// `sliding_window` limits shared through Redis with local counting and
+/// `sliding_window` (and `fixed_window`) limits shared through Redis with local counting and
 /// periodic sync (Kong's `sync_rate`, gubernator's `GLOBAL` behaviour):
 /// each instance decides on its own view of a key — the key's ring as
 /// Redis last answered it, plus the requests this instance admitted since —
@@ -177,10 +246,16 @@ type Pending = Vec<(u64, u64)>;
 ///
 /// # Algorithms
 ///
-/// `sliding_window` only, both weightings: the approximation is the mode's
-/// whole point, and the ring's buckets merge by adding. The exact
-/// algorithms (`sliding_log`, `gcra`) and `fixed_window` are decided by
-/// [`RedisLimiter`] directly.
+/// `sliding_window`, both weightings, and (made with
+/// [`HybridLimiter::any_window`]) `fixed_window`: their states merge by
+/// adding, a ring's buckets and a window's count being sums of what each
+/// instance admitted. A fixed window is synced as a ring of one bucket,
+/// one `EVALSHA` of [`FIXED_WINDOW_SYNC`] per key on the hash
+/// `fixed_window.lua` keeps (`w`, `c`), its view the core's
+/// [`FixedWindow`] rebuilt from the reply plus the counts made since; the
+/// accuracy above holds for it window by window. The exact algorithms
+/// (`sliding_log`, `gcra`) are decided by [`RedisLimiter`] directly (why:
+/// [`crate::HybridStore`]).
 ///
 /// # Concurrency
 ///
@@ -200,9 +275,16 @@ struct Inner<C> {
     /// `micro` with the limit divided by the instances: what a view runs
     /// until its key's first sync.
     share: Policy,
-    /// The bucket width in µs and the number of buckets.
+    /// The bucket width in µs and the number of buckets (`fixed_window`:
+    /// the window and 1).
     b: u64,
     n: u64,
+    /// `fixed_window` (synced by [`FIXED_WINDOW_SYNC`]), else
+    /// `sliding_window`.
+    fixed: bool,
+    /// The locks of a [`crate::HybridStore`]'s keys, which a reply takes
+    /// too; none for a limiter of its own.
+    stripes: Option<Arc<Stripes>>,
     views: Store<String, View>,
     outbox: [Mutex<HashMap<String, Pending>>; OUTBOX_SHARDS],
     hasher: foldhash::fast::FixedState,
@@ -310,7 +392,8 @@ impl LocalClock {
 
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
     /// A hybrid limiter over `redis`: its connection, policy, prefix, clock
-    /// and failure policy.
+    /// and failure policy; `sliding_window` only (see
+    /// [`HybridLimiter::any_window`] for `fixed_window`).
     ///
     /// # Errors
     ///
@@ -318,29 +401,60 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
     /// `sliding_window`; [`RedisStoreError::Options`] for a zero interval,
     /// batch or pending-key bound.
     pub fn new(redis: RedisLimiter<C>, options: HybridOptions) -> Result<Self, RedisStoreError> {
-        let policy = *redis.policy();
-        let Algorithm::SlidingWindow { buckets, .. } = policy.algorithm() else {
+        if !matches!(redis.policy().algorithm(), Algorithm::SlidingWindow { .. }) {
             return Err(RedisStoreError::Unsupported {
-                policy: policy.to_string(),
-                reason: "hybrid mode counts sliding_window only; use the direct scripts for the others",
+                policy: redis.policy().to_string(),
+                reason: "HybridLimiter::new counts sliding_window only; HybridLimiter::any_window takes fixed_window too",
             });
+        }
+        Self::build(redis, options, None)
+    }
+
+    /// A hybrid limiter over `redis` as [`HybridLimiter::new`], for a
+    /// `sliding_window` or a `fixed_window` policy: a fixed window is
+    /// synced as a ring of one bucket, by [`FIXED_WINDOW_SYNC`] on the hash
+    /// `fixed_window.lua` keeps.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisStoreError::Unsupported`] for `gcra`, `sliding_log` and
+    /// `exponential_histogram`; [`RedisStoreError::Options`] as
+    /// [`HybridLimiter::new`].
+    pub fn any_window(redis: RedisLimiter<C>, options: HybridOptions) -> Result<Self, RedisStoreError> {
+        Self::build(redis, options, None)
+    }
+
+    /// The limiter, its decisions and replies taking `stripes` when given,
+    /// its batches waking `wake` (a store's shared sync) when given.
+    pub(crate) fn build(
+        redis: RedisLimiter<C>,
+        options: HybridOptions,
+        shared: Option<(Arc<Stripes>, Arc<Notify>)>,
+    ) -> Result<Self, RedisStoreError> {
+        let policy = *redis.policy();
+        let (n, fixed) = match policy.algorithm() {
+            Algorithm::SlidingWindow { buckets, .. } => (u64::from(buckets), false),
+            Algorithm::FixedWindow => (1, true),
+            _ => {
+                return Err(RedisStoreError::Unsupported {
+                    policy: policy.to_string(),
+                    reason: "hybrid mode counts sliding_window and fixed_window only; gcra and sliding_log are decided by the direct scripts",
+                });
+            }
         };
-        if options.interval.is_zero() || options.sync_timeout.is_zero() {
-            return Err(RedisStoreError::Options(
-                "the sync interval and timeout must be more than zero",
-            ));
-        }
-        if options.batch == 0 || options.max_pending_keys == 0 {
-            return Err(RedisStoreError::Options(
-                "the batch and the pending keys must be at least 1",
-            ));
-        }
+        options.check()?;
         let micro = crate::microsecond_policy(&policy)?;
         let clock = LocalClock::of(redis.clock());
+        let (stripes, wake) = match shared {
+            Some((stripes, wake)) => (Some(stripes), wake),
+            None => (None, Arc::new(Notify::new())),
+        };
         Ok(HybridLimiter {
             inner: Arc::new(Inner {
                 b: micro.step_ns(),
-                n: u64::from(buckets),
+                n,
+                fixed,
+                stripes,
                 share: crate::local_policy(&micro, options.instances),
                 micro,
                 views: Store::new(options.budget),
@@ -350,7 +464,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
                 clock,
                 failing_since: AtomicU64::new(0),
                 failing: AtomicBool::new(false),
-                wake: Arc::new(Notify::new()),
+                wake,
                 decisions: AtomicU64::new(0),
                 syncs: AtomicU64::new(0),
                 commands: AtomicU64::new(0),
@@ -412,19 +526,51 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
 
     /// Decides whether `cost` units for `key` fit the policy now, on this
     /// instance's view; if they do and `cost > 0`, counts them (sent to
-    /// Redis with the next sync). A `cost` of 0 peeks. Never waits for
-    /// Redis; the [`Outcome`] says who decided ([`Source::Local`] is the
-    /// failure policy's local limiter, [`Source::Redis`] this view).
+    /// Redis with the next sync). A `cost` of 0 peeks: it changes no count
+    /// and adds no key to the views or the outbox. Never waits for Redis;
+    /// the [`Outcome`] says who decided ([`Source::Local`] is the failure
+    /// policy's local limiter, [`Source::Redis`] this view).
     pub fn decide(&self, key: &str, cost: u64) -> Outcome {
-        let i = &self.inner;
-        let now_us = i.clock.now_us();
-        let room = || {
-            i.pending_keys.load(Ordering::Relaxed) < i.options.max_pending_keys
-                || self.outbox(key).lock().contains_key(key)
-        };
-        if now_us > MAX_TIME_US || self.stale() || (cost > 0 && !room()) {
-            return self.fall_back(key, cost);
+        let now_us = self.now_us();
+        let decided = self
+            .ready(key, now_us, cost)
+            .and_then(|()| self.decide_at(key, now_us, cost));
+        match decided {
+            Ok(decision) => Outcome {
+                decision,
+                source: Source::Redis,
+            },
+            Err(_) => self.fall_back(key, cost),
         }
+    }
+
+    /// Now on the limiter's clock, in µs: what one decision reads once.
+    pub(crate) fn now_us(&self) -> u64 {
+        self.inner.clock.now_us()
+    }
+
+    /// Whether `key` can be decided locally at `now_us` at `cost`: the
+    /// time in range, the syncs not stale, room in the outbox for a new key
+    /// that `cost` would count in.
+    pub(crate) fn ready(&self, key: &str, now_us: u64, cost: u64) -> Result<(), NotLocal> {
+        let i = &self.inner;
+        if now_us > MAX_TIME_US {
+            return Err(NotLocal::TimeOutOfRange(now_us));
+        }
+        if self.stale() {
+            return Err(NotLocal::Stale(i.options.stale_after));
+        }
+        let held = i.pending_keys.load(Ordering::Relaxed);
+        if cost > 0 && held >= i.options.max_pending_keys && !self.outbox(key).lock().contains_key(key) {
+            return Err(NotLocal::NoRoom(held));
+        }
+        Ok(())
+    }
+
+    /// The local decision at `now_us` (µs on the limiter's clock), its
+    /// instants in ns, without the checks of [`HybridLimiter::ready`].
+    pub(crate) fn decide_at(&self, key: &str, now_us: u64, cost: u64) -> Result<Decision, NotLocal> {
+        let i = &self.inner;
         let own = now_us / i.b;
         let decided = i.views.update(&i.micro, key, now_us, |view| {
             let policy = if view.syncs >= 2 { &i.micro } else { &i.share };
@@ -436,17 +582,51 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
             }
             d
         });
-        match decided {
-            Ok(d) => {
-                i.decisions.fetch_add(1, Ordering::Relaxed);
-                Outcome {
-                    decision: d.scale_time(1000),
-                    source: Source::Redis,
-                }
-            }
-            // A key larger than the views' budget can hold.
-            Err(_) => self.fall_back(key, cost),
+        let d = decided.map_err(NotLocal::TooLarge)?;
+        i.decisions.fetch_add(1, Ordering::Relaxed);
+        Ok(d.scale_time(1000))
+    }
+
+    /// Counts `cost` on `key` at `now_us` even past the limit, in the view
+    /// and in the outbox (so the next sync sends it): a cost known only
+    /// after the response. Counted while the syncs are stale too (it waits
+    /// in the outbox for Redis to come back).
+    pub(crate) fn charge_at(&self, key: &str, now_us: u64, cost: u64) -> Result<(), NotLocal> {
+        let i = &self.inner;
+        if cost == 0 {
+            return Ok(());
         }
+        if now_us > MAX_TIME_US {
+            return Err(NotLocal::TimeOutOfRange(now_us));
+        }
+        let held = i.pending_keys.load(Ordering::Relaxed);
+        if held >= i.options.max_pending_keys && !self.outbox(key).lock().contains_key(key) {
+            return Err(NotLocal::NoRoom(held));
+        }
+        let own = now_us / i.b;
+        let recorded = i.views.update(&i.micro, key, now_us, |view| {
+            LimitState::record(&mut view.ring, &i.micro, now_us, cost);
+        });
+        // The count reaches Redis even when the view cannot be kept.
+        self.record(key, own, cost);
+        recorded.map_err(NotLocal::TooLarge)
+    }
+
+    /// Forgets this instance's view and pending counts of `key`; true if
+    /// either was held.
+    pub(crate) fn forget(&self, key: &str) -> bool {
+        let i = &self.inner;
+        let viewed = i.views.reset(key);
+        let pending = self.outbox(key).lock().remove(key).is_some();
+        if pending {
+            i.pending_keys.fetch_sub(1, Ordering::Relaxed);
+        }
+        viewed || pending
+    }
+
+    /// The views' figures.
+    pub(crate) fn view_stats(&self) -> slidegate_memory::Stats {
+        self.inner.views.stats()
     }
 
     fn fall_back(&self, key: &str, cost: u64) -> Outcome {
@@ -518,8 +698,15 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
         let now_arg = i.clock.script_now(i.clock.now_us());
         let sent_us = i.clock.sent_us();
         let calls = batch.iter().map(|(key, pending)| {
-            let mut invocation = SYNC.key(i.redis.redis_key(key));
-            invocation.arg(now_arg).arg(i.b).arg(i.n);
+            let mut invocation = if i.fixed {
+                let mut invocation = FIXED_SYNC.key(i.redis.redis_key(key));
+                invocation.arg(now_arg).arg(i.b);
+                invocation
+            } else {
+                let mut invocation = SYNC.key(i.redis.redis_key(key));
+                invocation.arg(now_arg).arg(i.b).arg(i.n);
+                invocation
+            };
             for &(bucket, count) in pending {
                 invocation.arg(bucket).arg(count);
             }
@@ -601,12 +788,15 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
         i.clock.learn(now as u64, sent_us);
         let global = pairs.iter().map(|&[bucket, count]| (bucket as u64, count as u64));
         let (n, micro) = (i.n, &i.micro);
+        // A store's decision over several limits of the key sees either
+        // the view before this reply or after it, never one in between.
+        let _stripe = i.stripes.as_ref().map(|s| s.of(key).lock());
         let local_now = i.clock.now_us();
         // A view that cannot be kept (the budget) only costs accuracy.
         let _ = i.views.update(micro, key, local_now, |view| {
             let since = self.outbox(key).lock().get(key).cloned().unwrap_or_default();
             let top = (newest as u64)
-                .max(ring_newest(&view.ring))
+                .max(view_newest(micro, &view.ring))
                 .max(since.iter().map(|&(b, _)| b).max().unwrap_or(0));
             let mut slots = vec![0u64; n as usize];
             for (bucket, count) in global.chain(since) {
@@ -617,7 +807,11 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
                     *s = s.saturating_add(count);
                 }
             }
-            view.ring = ring_state(micro, top, slots);
+            view.ring = if i.fixed {
+                fixed_state(micro, top, slots.iter().sum())
+            } else {
+                ring_state(micro, top, slots)
+            };
             view.syncs = view.syncs.saturating_add(1);
         });
         Ok(())
@@ -632,12 +826,8 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
     ///
     /// As [`RedisLimiter::reset`]; the local counts are forgotten anyway.
     pub async fn reset(&self, key: &str) -> Result<bool, RedisStoreError> {
-        let i = &self.inner;
-        i.views.reset(key);
-        if self.outbox(key).lock().remove(key).is_some() {
-            i.pending_keys.fetch_sub(1, Ordering::Relaxed);
-        }
-        i.redis.reset(key).await
+        self.forget(key);
+        self.inner.redis.reset(key).await
     }
 
     /// Starts syncing every [`interval`](HybridOptions::interval) (and as
@@ -712,7 +902,7 @@ impl KeyState for View {
 /// The background sync of a [`HybridLimiter`]: stops when dropped.
 #[derive(Debug)]
 #[must_use = "the sync stops when this is dropped"]
-pub struct SyncTask(tokio::task::JoinHandle<()>);
+pub struct SyncTask(pub(crate) tokio::task::JoinHandle<()>);
 
 impl Drop for SyncTask {
     fn drop(&mut self) {
@@ -735,13 +925,26 @@ fn add(pending: &mut Pending, bucket: u64, count: u64, n: u64) {
     }
 }
 
-/// The newest bucket of a view's ring (0 for a fresh one).
-fn ring_newest(state: &State) -> u64 {
+/// The newest bucket of a view's ring, or the window of its fixed
+/// counter (0 for a fresh one, or a counter at 0, which decides as any
+/// earlier window would).
+fn view_newest(micro: &Policy, state: &State) -> u64 {
     match state {
         State::SlidingWindow(r) => r.newest(),
         State::SlidingWindowWide(r) => r.newest(),
+        // Counting something, the counter expires at the end of its window.
+        State::FixedWindow(f) => (f.expires_at(micro) / micro.step_ns()).saturating_sub(1),
         _ => 0,
     }
+}
+
+/// A view's fixed counter: `count` in window `window`.
+fn fixed_state(micro: &Policy, window: u64, count: u64) -> State {
+    let mut counter = FixedWindow::new();
+    // Recorded at the window's start: the counter moves to the window and
+    // holds the count.
+    counter.record(micro, window.saturating_mul(micro.step_ns()), count);
+    State::FixedWindow(counter)
 }
 
 /// A view's ring from its newest bucket and its slots (slot `i mod n` for
@@ -785,7 +988,7 @@ mod tests {
         .unwrap();
         let mut state = ring_state(&micro, 7, vec![0, 5, 0, 2]);
         // Buckets 7 (slot 3) and 5 (slot 1): 7 counted, 93 left.
-        assert_eq!(ring_newest(&state), 7);
+        assert_eq!(view_newest(&micro, &state), 7);
         let d = LimitState::check(&mut state, &micro, 7 * 10, 0);
         assert_eq!(d.remaining(), 93);
     }

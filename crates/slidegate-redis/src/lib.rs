@@ -337,9 +337,13 @@
 
 mod admin;
 mod hybrid;
+mod hybrid_store;
 mod store;
 
-pub use hybrid::{HybridLimiter, HybridOptions, HybridStats, SLIDING_WINDOW_SYNC, SyncReport, SyncTask};
+pub use hybrid::{
+    FIXED_WINDOW_SYNC, HybridLimiter, HybridOptions, HybridStats, SLIDING_WINDOW_SYNC, SyncReport, SyncTask,
+};
+pub use hybrid_store::{HybridStore, MAX_HYBRID_LIMITS, StaleSyncs};
 pub use store::{RedisStore, SentinelConnection};
 
 use redis::Script;
