@@ -943,7 +943,7 @@ fn fixed_state(micro: &Policy, window: u64, count: u64) -> State {
     let mut counter = FixedWindow::new();
     // Recorded at the window's start: the counter moves to the window and
     // holds the count.
-    counter.record(micro, window.saturating_mul(micro.step_ns()), count);
+    LimitState::record(&mut counter, micro, window.saturating_mul(micro.step_ns()), count);
     State::FixedWindow(counter)
 }
 

@@ -142,6 +142,11 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisStore<C> {
         self.per_slot_range = true;
         self
     }
+    /// The connection (clones share it).
+    pub fn connection(&self) -> &C {
+        &self.conn
+    }
+
 
     /// The key prefix.
     pub fn prefix(&self) -> &str {

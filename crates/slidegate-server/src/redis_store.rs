@@ -21,8 +21,9 @@ use ::redis::cluster::ClusterClientBuilder;
 use ::redis::cluster_async::ClusterConnection;
 use ::redis::{Cmd, Pipeline, RedisFuture, Value};
 use slidegate_memory::{Budget, MemoryStore};
-use slidegate_redis::{DEFAULT_LOCAL_KEYS, RedisStore};
-use slidegate_store::{DynStore, FailOver, FailurePolicy};
+use slidegate_redis::{DEFAULT_LOCAL_KEYS, HybridOptions, HybridStore, RedisStore, SyncTask};
+use slidegate_store::{Decisions, DynStore, FailOver, FailurePolicy, Quota, Store, StoreError, StoreStats};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -111,6 +112,9 @@ pub enum RedisConnectError {
         /// Why.
         source: ::redis::RedisError,
     },
+    /// The hybrid mode's options cannot work.
+    #[error("bad hybrid mode options: {0}")]
+    Hybrid(String),
     /// Redis did not answer within [`CONNECT_TIMEOUT`].
     #[error("cannot reach Redis at {0}: no answer within {CONNECT_TIMEOUT:?}")]
     Timeout(String),
@@ -225,7 +229,100 @@ pub async fn connect(options: &RedisOptions) -> Result<Arc<dyn DynStore>, RedisC
         // A dead master backs off its own slots, not the live masters'.
         store = store.with_backoff_per_slot_range();
     }
-    Ok(with_failure_policy(store, options.failure))
+    match options.sync_interval {
+        None => Ok(with_failure_policy(store, options.failure)),
+        Some(interval) => {
+            let hybrid_options = HybridOptions {
+                instances: options.instances,
+                ..HybridOptions::every(interval)
+            };
+            let hybrid = HybridStore::new(store.connection().clone(), options.prefix.clone(), options.timeout, hybrid_options)
+                .map_err(|e| RedisConnectError::Hybrid(e.to_string()))?;
+            let sync = hybrid.spawn_sync();
+            let both = Hybrid {
+                hybrid,
+                direct: store,
+                _sync: sync,
+            };
+            Ok(with_failure_policy(both, options.failure))
+        }
+    }
+}
+
+/// The hybrid mode: a call whose limits all have a hybrid form
+/// (`sliding_window`, `fixed_window`) is decided locally by the
+/// [`HybridStore`] and synced every interval; any other call (a `gcra` or
+/// `sliding_log` among its limits) by the direct [`RedisStore`], in one
+/// script. Both name their keys alike, so they count together.
+struct Hybrid {
+    hybrid: HybridStore<RedisConn>,
+    direct: RedisStore<RedisConn>,
+    /// Stops the background sync when the store goes.
+    _sync: SyncTask,
+}
+
+impl Hybrid {
+    fn local(&self, quotas: &[Quota]) -> bool {
+        quotas.iter().all(|q| self.hybrid.supports(q).is_ok())
+    }
+}
+
+impl Store for Hybrid {
+    fn decide<'a>(
+        &'a self,
+        key: &'a str,
+        quotas: &'a [Quota],
+        cost: u64,
+        out: &'a mut Decisions,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send + 'a {
+        async move {
+            if self.local(quotas) {
+                self.hybrid.decide(key, quotas, cost, out).await
+            } else {
+                self.direct.decide(key, quotas, cost, out).await
+            }
+        }
+    }
+
+    fn charge<'a>(&'a self, key: &'a str, quotas: &'a [Quota], cost: u64) -> impl Future<Output = Result<(), StoreError>> + Send + 'a {
+        async move {
+            if self.local(quotas) {
+                self.hybrid.charge(key, quotas, cost).await
+            } else {
+                self.direct.charge(key, quotas, cost).await
+            }
+        }
+    }
+
+    fn reset<'a>(&'a self, key: &'a str, quotas: &'a [Quota]) -> impl Future<Output = Result<bool, StoreError>> + Send + 'a {
+        async move {
+            if self.local(quotas) {
+                self.hybrid.reset(key, quotas).await
+            } else {
+                self.direct.reset(key, quotas).await
+            }
+        }
+    }
+
+    fn stats(&self) -> StoreStats {
+        self.hybrid.stats().add(self.direct.stats())
+    }
+
+    fn decide_now(&self, key: &str, quotas: &[Quota], cost: u64, out: &mut Decisions) -> Option<Result<(), StoreError>> {
+        if self.local(quotas) {
+            self.hybrid.decide_now(key, quotas, cost, out)
+        } else {
+            None
+        }
+    }
+
+    fn supports(&self, quota: &Quota) -> Result<(), StoreError> {
+        self.direct.supports(quota)
+    }
+
+    fn flush(&self) -> impl Future<Output = Result<(), StoreError>> + Send + '_ {
+        self.hybrid.flush()
+    }
 }
 
 /// `store` behind `failure`: the local fallback counts in a bounded

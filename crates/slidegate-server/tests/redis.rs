@@ -6,7 +6,7 @@
 
 use slidegate_conformance::redis::RedisServer;
 use slidegate_core::{Algorithm, ManualClock, Policy};
-use slidegate_redis::FailurePolicy;
+use slidegate_store::FailurePolicy;
 use slidegate_server::engine::{AdHoc, Descriptor};
 use slidegate_server::proto::descriptor::RateLimitDescriptor;
 use slidegate_server::proto::descriptor::rate_limit_descriptor::Entry;

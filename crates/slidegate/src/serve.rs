@@ -5,7 +5,7 @@ use clap::{Args as ClapArgs, ValueEnum};
 use slidegate_core::MonotonicClock;
 use slidegate_core::duration::parse_positive_duration;
 use slidegate_memory::Budget;
-use slidegate_redis::FailurePolicy;
+use slidegate_store::FailurePolicy;
 use slidegate_server::engine::InputLimits;
 use slidegate_server::redis_store::RedisOptions;
 use slidegate_server::server::{self, Options, Timeouts};
