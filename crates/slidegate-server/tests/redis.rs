@@ -152,6 +152,51 @@ async fn two_instances_share_one_limit() {
     }
 }
 
+/// A descriptor of two limits on two instances, 24 concurrent gRPC calls:
+/// exactly the smaller limit is admitted in total (every call is one
+/// script for both limits, all or nothing), and the larger limit counts
+/// exactly as many.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_limits_on_two_instances_admit_exactly_the_smaller() {
+    let redis = RedisServer::start();
+    let yaml = "domain: two\ndescriptors:\n  - key: user\n    rate_limits:\n      - { unit: minute, requests_per_unit: 5, algorithm: fixed_window }\n      - { unit: hour, requests_per_unit: 7 }\n";
+    let a = Instance::on(&redis, yaml).await;
+    let b = Instance::on(&redis, yaml).await;
+    let calls: Vec<_> = (0..24)
+        .map(|i| {
+            let mut grpc = if i % 2 == 0 { a.grpc.clone() } else { b.grpc.clone() };
+            tokio::spawn(async move {
+                let request = RateLimitRequest {
+                    domain: "two".to_owned(),
+                    descriptors: vec![RateLimitDescriptor {
+                        entries: vec![Entry {
+                            key: "user".to_owned(),
+                            value: "carol".to_owned(),
+                        }],
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                };
+                grpc.should_rate_limit(request).await.unwrap().into_inner().overall_code()
+            })
+        })
+        .collect();
+    let mut admitted = 0;
+    for call in calls {
+        admitted += u32::from(call.await.unwrap() == Code::Ok);
+    }
+    assert_eq!(admitted, 5, "exactly the smaller limit");
+    let mut a = a;
+    let peek = a.ask("two", &[("user", "carol")], Some(0)).await;
+    assert_eq!(peek.statuses[0].limit_remaining, 0, "the minute limit is spent");
+    // The hour limit alone (7) shows exactly 5 charged, through the store.
+    let keys = redis.keys_and_ttls();
+    assert_eq!(keys.len(), 2, "one key per limit: {keys:?}");
+    let charged = redis.ring_count("sliding_window");
+    assert_eq!(charged, 5, "the hour limit charged exactly 5");
+    assert_eq!(a.metric("slidegate_redis_errors_total"), 0.0);
+}
+
 /// An unchanged limit keeps counting across a reload; a changed one
 /// starts afresh.
 #[tokio::test]
