@@ -94,9 +94,13 @@ pub fn block_on<F: Future>(f: F) -> F::Output {
     runtime().block_on(f)
 }
 
-fn figures(d: &Decision) -> (bool, u64, Duration, Option<Duration>) {
+/// What a caller sees of a decision, its durations at the resolution all
+/// stores share: whole microseconds, rounded up (a Redis store counts in
+/// microseconds and rounds its instants up, never early).
+fn figures(d: &Decision) -> (bool, u64, u128, Option<u128>) {
     let f = Figures::of(d);
-    (f.allowed, f.remaining, f.reset_after, f.retry_after)
+    let micros = |t: Duration| t.as_nanos().div_ceil(1000);
+    (f.allowed, f.remaining, micros(f.reset_after), f.retry_after.map(micros))
 }
 
 /// Every decision and charge of the store is the core's, header for

@@ -147,7 +147,6 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisStore<C> {
         &self.conn
     }
 
-
     /// The key prefix.
     pub fn prefix(&self) -> &str {
         &self.prefix

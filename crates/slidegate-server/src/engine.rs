@@ -272,7 +272,13 @@ impl<C: Clock> Engine<C> {
     }
 
     /// Decides `cost` on `key` against `quotas` in the store.
-    async fn decide_in_store(&self, key: &str, quotas: &[Quota], cost: u64, out: &mut Decisions) -> Result<(), EngineError> {
+    async fn decide_in_store(
+        &self,
+        key: &str,
+        quotas: &[Quota],
+        cost: u64,
+        out: &mut Decisions,
+    ) -> Result<(), EngineError> {
         self.store.decide(key, quotas, cost, out).await.map_err(store_error)
     }
 
@@ -477,10 +483,7 @@ impl<C: Clock> Engine<C> {
     /// [`EngineError::Unavailable`] if the store cannot answer.
     pub async fn reset_ad_hoc(&self, key: &str, policy: &Policy) -> Result<bool, EngineError> {
         let quotas = [Quota::new(*policy)];
-        self.store
-            .reset(&ad_hoc_name(key), &quotas)
-            .await
-            .map_err(store_error)
+        self.store.reset(&ad_hoc_name(key), &quotas).await.map_err(store_error)
     }
 
     /// Forgets the counts of every limit a descriptor of `domain` matches;
@@ -523,7 +526,6 @@ impl<C: Clock> Engine<C> {
         }
         Ok(held)
     }
-
 }
 
 /// A limit's part of a status: its name in the headers (the configured
@@ -679,7 +681,11 @@ fn check_rules(
                     line: rule.line,
                     column: rule.column,
                     key: Some("rate_limit".to_owned()),
-                    message: format!("domain `{domain}`, descriptor `{}`, {name}: {}", path.join(" > "), chain(&e)),
+                    message: format!(
+                        "domain `{domain}`, descriptor `{}`, {name}: {}",
+                        path.join(" > "),
+                        chain(&e)
+                    ),
                 });
             }
         }

@@ -236,8 +236,13 @@ pub async fn connect(options: &RedisOptions) -> Result<Arc<dyn DynStore>, RedisC
                 instances: options.instances,
                 ..HybridOptions::every(interval)
             };
-            let hybrid = HybridStore::new(store.connection().clone(), options.prefix.clone(), options.timeout, hybrid_options)
-                .map_err(|e| RedisConnectError::Hybrid(e.to_string()))?;
+            let hybrid = HybridStore::new(
+                store.connection().clone(),
+                options.prefix.clone(),
+                options.timeout,
+                hybrid_options,
+            )
+            .map_err(|e| RedisConnectError::Hybrid(e.to_string()))?;
             let sync = hybrid.spawn_sync();
             let both = Hybrid {
                 hybrid,
@@ -284,7 +289,12 @@ impl Store for Hybrid {
         }
     }
 
-    fn charge<'a>(&'a self, key: &'a str, quotas: &'a [Quota], cost: u64) -> impl Future<Output = Result<(), StoreError>> + Send + 'a {
+    fn charge<'a>(
+        &'a self,
+        key: &'a str,
+        quotas: &'a [Quota],
+        cost: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send + 'a {
         async move {
             if self.local(quotas) {
                 self.hybrid.charge(key, quotas, cost).await
@@ -294,7 +304,11 @@ impl Store for Hybrid {
         }
     }
 
-    fn reset<'a>(&'a self, key: &'a str, quotas: &'a [Quota]) -> impl Future<Output = Result<bool, StoreError>> + Send + 'a {
+    fn reset<'a>(
+        &'a self,
+        key: &'a str,
+        quotas: &'a [Quota],
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send + 'a {
         async move {
             if self.local(quotas) {
                 self.hybrid.reset(key, quotas).await
@@ -308,7 +322,13 @@ impl Store for Hybrid {
         self.hybrid.stats().add(self.direct.stats())
     }
 
-    fn decide_now(&self, key: &str, quotas: &[Quota], cost: u64, out: &mut Decisions) -> Option<Result<(), StoreError>> {
+    fn decide_now(
+        &self,
+        key: &str,
+        quotas: &[Quota],
+        cost: u64,
+        out: &mut Decisions,
+    ) -> Option<Result<(), StoreError>> {
         if self.local(quotas) {
             self.hybrid.decide_now(key, quotas, cost, out)
         } else {

@@ -6,7 +6,6 @@
 
 use slidegate_conformance::redis::RedisServer;
 use slidegate_core::{Algorithm, ManualClock, Policy};
-use slidegate_store::FailurePolicy;
 use slidegate_server::engine::{AdHoc, Descriptor};
 use slidegate_server::proto::descriptor::RateLimitDescriptor;
 use slidegate_server::proto::descriptor::rate_limit_descriptor::Entry;
@@ -15,6 +14,7 @@ use slidegate_server::proto::rls::rate_limit_service_client::RateLimitServiceCli
 use slidegate_server::proto::rls::{RateLimitRequest, RateLimitResponse};
 use slidegate_server::redis_store::RedisOptions;
 use slidegate_server::server::{self, Options, Running, StartError};
+use slidegate_store::FailurePolicy;
 use std::time::{Duration, Instant};
 use tonic::transport::Channel;
 
@@ -177,7 +177,11 @@ async fn two_limits_on_two_instances_admit_exactly_the_smaller() {
                     }],
                     ..Default::default()
                 };
-                grpc.should_rate_limit(request).await.unwrap().into_inner().overall_code()
+                grpc.should_rate_limit(request)
+                    .await
+                    .unwrap()
+                    .into_inner()
+                    .overall_code()
             })
         })
         .collect();

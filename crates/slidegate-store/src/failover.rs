@@ -300,12 +300,28 @@ impl<S: Store, L: Store> Store for FailOver<S, L> {
         }
     }
 
+    /// Resets in the store; while it is down, a `Local` policy forgets the
+    /// local counts (the shared ones stay), the others report the outage.
     fn reset<'a>(
         &'a self,
         key: &'a str,
         quotas: &'a [Quota],
     ) -> impl Future<Output = Result<bool, StoreError>> + Send + 'a {
-        self.inner.reset(key, quotas)
+        async move {
+            match self.inner.reset(key, quotas).await {
+                Err(e) if e.is_outage() => match (self.policy, &self.local) {
+                    (FailurePolicy::Local { instances }, Some(local)) => {
+                        let shares: Vec<Quota> = quotas
+                            .iter()
+                            .map(|q| Quota::new(local_policy(q.policy(), instances)))
+                            .collect();
+                        local.reset(key, &shares).await
+                    }
+                    _ => Err(e),
+                },
+                other => other,
+            }
+        }
     }
 
     fn stats(&self) -> StoreStats {
