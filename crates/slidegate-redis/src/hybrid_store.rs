@@ -404,7 +404,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Store for HybridStore<C>
             one.errors = h.failures;
             one.sync_commands = h.commands;
             one.pending_keys = h.pending_keys as u64;
-            stats = stats.add(one);
+            stats = stats + one;
         }
         stats
     }

@@ -273,53 +273,32 @@ impl Hybrid {
 }
 
 impl Store for Hybrid {
-    fn decide<'a>(
-        &'a self,
-        key: &'a str,
-        quotas: &'a [Quota],
-        cost: u64,
-        out: &'a mut Decisions,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send + 'a {
-        async move {
-            if self.local(quotas) {
-                self.hybrid.decide(key, quotas, cost, out).await
-            } else {
-                self.direct.decide(key, quotas, cost, out).await
-            }
+    async fn decide(&self, key: &str, quotas: &[Quota], cost: u64, out: &mut Decisions) -> Result<(), StoreError> {
+        if self.local(quotas) {
+            self.hybrid.decide(key, quotas, cost, out).await
+        } else {
+            self.direct.decide(key, quotas, cost, out).await
         }
     }
 
-    fn charge<'a>(
-        &'a self,
-        key: &'a str,
-        quotas: &'a [Quota],
-        cost: u64,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send + 'a {
-        async move {
-            if self.local(quotas) {
-                self.hybrid.charge(key, quotas, cost).await
-            } else {
-                self.direct.charge(key, quotas, cost).await
-            }
+    async fn charge(&self, key: &str, quotas: &[Quota], cost: u64) -> Result<(), StoreError> {
+        if self.local(quotas) {
+            self.hybrid.charge(key, quotas, cost).await
+        } else {
+            self.direct.charge(key, quotas, cost).await
         }
     }
 
-    fn reset<'a>(
-        &'a self,
-        key: &'a str,
-        quotas: &'a [Quota],
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send + 'a {
-        async move {
-            if self.local(quotas) {
-                self.hybrid.reset(key, quotas).await
-            } else {
-                self.direct.reset(key, quotas).await
-            }
+    async fn reset(&self, key: &str, quotas: &[Quota]) -> Result<bool, StoreError> {
+        if self.local(quotas) {
+            self.hybrid.reset(key, quotas).await
+        } else {
+            self.direct.reset(key, quotas).await
         }
     }
 
     fn stats(&self) -> StoreStats {
-        self.hybrid.stats().add(self.direct.stats())
+        self.hybrid.stats() + self.direct.stats()
     }
 
     fn decide_now(

@@ -92,10 +92,12 @@ impl FailOverStats {
     pub fn fallbacks(&self) -> u64 {
         self.fail_open + self.fail_closed + self.local_admitted + self.local_refused
     }
+}
 
-    /// Both figures added.
-    #[must_use]
-    pub fn add(self, o: FailOverStats) -> FailOverStats {
+impl std::ops::Add for FailOverStats {
+    type Output = FailOverStats;
+
+    fn add(self, o: FailOverStats) -> FailOverStats {
         FailOverStats {
             store_admitted: self.store_admitted + o.store_admitted,
             store_refused: self.store_refused + o.store_refused,
@@ -257,76 +259,55 @@ pub(crate) fn local_policy(policy: &Policy, instances: u64) -> Policy {
 }
 
 impl<S: Store, L: Store> Store for FailOver<S, L> {
-    fn decide<'a>(
-        &'a self,
-        key: &'a str,
-        quotas: &'a [Quota],
-        cost: u64,
-        out: &'a mut Decisions,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send + 'a {
-        async move {
-            let source = match self.inner.decide(key, quotas, cost, out).await {
-                Ok(()) => Source::Store,
-                Err(e) if e.is_outage() => self.fall_back(key, quotas, cost, out).await,
-                Err(e) => return Err(e),
-            };
-            self.count(source, out);
-            Ok(())
-        }
+    async fn decide(&self, key: &str, quotas: &[Quota], cost: u64, out: &mut Decisions) -> Result<(), StoreError> {
+        let source = match self.inner.decide(key, quotas, cost, out).await {
+            Ok(()) => Source::Store,
+            Err(e) if e.is_outage() => self.fall_back(key, quotas, cost, out).await,
+            Err(e) => return Err(e),
+        };
+        self.count(source, out);
+        Ok(())
     }
 
-    fn charge<'a>(
-        &'a self,
-        key: &'a str,
-        quotas: &'a [Quota],
-        cost: u64,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send + 'a {
-        async move {
-            match self.inner.charge(key, quotas, cost).await {
-                Err(e) if e.is_outage() => {
-                    bump(&self.counters.outages);
-                    if let (FailurePolicy::Local { instances }, Some(local)) = (self.policy, &self.local) {
-                        let shares: Vec<Quota> = quotas
-                            .iter()
-                            .map(|q| Quota::new(local_policy(q.policy(), instances)))
-                            .collect();
-                        // Counted locally, as the local decisions are.
-                        let _ = local.charge(key, &shares, cost).await;
-                    }
-                    Ok(())
+    async fn charge(&self, key: &str, quotas: &[Quota], cost: u64) -> Result<(), StoreError> {
+        match self.inner.charge(key, quotas, cost).await {
+            Err(e) if e.is_outage() => {
+                bump(&self.counters.outages);
+                if let (FailurePolicy::Local { instances }, Some(local)) = (self.policy, &self.local) {
+                    let shares: Vec<Quota> = quotas
+                        .iter()
+                        .map(|q| Quota::new(local_policy(q.policy(), instances)))
+                        .collect();
+                    // Counted locally, as the local decisions are.
+                    let _ = local.charge(key, &shares, cost).await;
                 }
-                other => other,
+                Ok(())
             }
+            other => other,
         }
     }
 
     /// Resets in the store; while it is down, a `Local` policy forgets the
     /// local counts (the shared ones stay), the others report the outage.
-    fn reset<'a>(
-        &'a self,
-        key: &'a str,
-        quotas: &'a [Quota],
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send + 'a {
-        async move {
-            match self.inner.reset(key, quotas).await {
-                Err(e) if e.is_outage() => match (self.policy, &self.local) {
-                    (FailurePolicy::Local { instances }, Some(local)) => {
-                        let shares: Vec<Quota> = quotas
-                            .iter()
-                            .map(|q| Quota::new(local_policy(q.policy(), instances)))
-                            .collect();
-                        local.reset(key, &shares).await
-                    }
-                    _ => Err(e),
-                },
-                other => other,
-            }
+    async fn reset(&self, key: &str, quotas: &[Quota]) -> Result<bool, StoreError> {
+        match self.inner.reset(key, quotas).await {
+            Err(e) if e.is_outage() => match (self.policy, &self.local) {
+                (FailurePolicy::Local { instances }, Some(local)) => {
+                    let shares: Vec<Quota> = quotas
+                        .iter()
+                        .map(|q| Quota::new(local_policy(q.policy(), instances)))
+                        .collect();
+                    local.reset(key, &shares).await
+                }
+                _ => Err(e),
+            },
+            other => other,
         }
     }
 
     fn stats(&self) -> StoreStats {
         let mut stats = self.inner.stats();
-        stats.failover = stats.failover.add(self.failover_stats());
+        stats.failover = stats.failover + self.failover_stats();
         stats
     }
 

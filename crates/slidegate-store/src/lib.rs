@@ -174,10 +174,13 @@ impl StoreStats {
             ..StoreStats::default()
         }
     }
+}
 
-    /// Both stores' figures added.
-    #[must_use]
-    pub fn add(self, other: StoreStats) -> StoreStats {
+/// Both stores' figures added.
+impl std::ops::Add for StoreStats {
+    type Output = StoreStats;
+
+    fn add(self, other: StoreStats) -> StoreStats {
         StoreStats {
             keys: self.keys + other.keys,
             capacity: self.capacity + other.capacity,
@@ -187,7 +190,7 @@ impl StoreStats {
             errors: self.errors + other.errors,
             sync_commands: self.sync_commands + other.sync_commands,
             pending_keys: self.pending_keys + other.pending_keys,
-            failover: self.failover.add(other.failover),
+            failover: self.failover + other.failover,
         }
     }
 }
