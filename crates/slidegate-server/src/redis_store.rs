@@ -65,10 +65,10 @@ pub struct RedisOptions {
     pub timeout: Duration,
     /// What every key starts with; no `{` or `}`.
     pub prefix: String,
-    /// Hybrid mode: `sliding_window` limits decide locally and send their
-    /// counts to Redis every interval (see [`HybridLimiter`]); the other
-    /// algorithms stay one script per decision. `None`: every decision is
-    /// one script.
+    /// Hybrid mode: a descriptor whose limits are all `sliding_window` or
+    /// `fixed_window` is decided locally and its counts sent to Redis every
+    /// interval (see [`HybridStore`]); any other stays one script per
+    /// decision. `None`: every decision is one script.
     pub sync_interval: Option<Duration>,
 }
 
