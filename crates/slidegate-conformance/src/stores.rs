@@ -17,22 +17,36 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Which algorithms a store keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Algorithms {
+    /// `sliding_window`, `fixed_window`, `sliding_log` and `gcra`.
+    All,
+    /// `sliding_window` and `fixed_window` (the hybrid mode).
+    Windows,
+}
+
 /// A policy the suite draws: algorithm, limit and a window whose
 /// microseconds the bucket count and the limit divide.
-pub fn policy() -> impl Strategy<Value = Policy> {
-    let algorithm = prop_oneof![
-        (2u32..9, any::<bool>()).prop_map(|(buckets, c)| Algorithm::SlidingWindow {
-            buckets,
-            weighting: if c {
-                Weighting::Conservative
-            } else {
-                Weighting::Interpolated
-            },
-        }),
-        Just(Algorithm::FixedWindow),
-        Just(Algorithm::SlidingLog),
-        (1u64..6).prop_map(|burst| Algorithm::Gcra { burst }),
-    ];
+pub fn policy(algorithms: Algorithms) -> impl Strategy<Value = Policy> {
+    let window = (2u32..9, any::<bool>()).prop_map(|(buckets, c)| Algorithm::SlidingWindow {
+        buckets,
+        weighting: if c {
+            Weighting::Conservative
+        } else {
+            Weighting::Interpolated
+        },
+    });
+    let algorithm = match algorithms {
+        Algorithms::All => prop_oneof![
+            window,
+            Just(Algorithm::FixedWindow),
+            Just(Algorithm::SlidingLog),
+            (1u64..6).prop_map(|burst| Algorithm::Gcra { burst }),
+        ]
+        .boxed(),
+        Algorithms::Windows => prop_oneof![window, Just(Algorithm::FixedWindow)].boxed(),
+    };
     (algorithm, 1u64..8, 1u64..20).prop_map(|(algorithm, limit, m)| {
         let parts = match algorithm {
             Algorithm::SlidingWindow { buckets, .. } => u64::from(buckets - 1),
@@ -207,8 +221,12 @@ pub async fn multi_limit_is_atomic<S: Store + 'static>(store: Arc<S>) {
 /// # Panics
 ///
 /// When the charge is not seen.
-pub async fn charge_then_reset<S: Store>(store: &S) {
-    let policy = Policy::new(5, Duration::from_secs(60), Algorithm::SlidingLog).unwrap_or_else(|e| panic!("{e}"));
+pub async fn charge_then_reset<S: Store>(store: &S, algorithms: Algorithms) {
+    let algorithm = match algorithms {
+        Algorithms::All => Algorithm::SlidingLog,
+        Algorithms::Windows => Algorithm::FixedWindow,
+    };
+    let policy = Policy::new(5, Duration::from_secs(60), algorithm).unwrap_or_else(|e| panic!("{e}"));
     let quotas = [Quota::new(policy)];
     let mut out = Decisions::new();
     store
@@ -243,10 +261,14 @@ pub async fn charge_then_reset<S: Store>(store: &S) {
 /// Instantiates the store conformance suite in the calling module for the
 /// store that `$new` builds: `$new` is a closure taking a
 /// [`ManualClock`] (the store's clock) and returning a future of the
-/// store. `cases` is the number of property cases.
+/// store. `cases` is the number of property cases; `algorithms` (by
+/// default [`Algorithms::All`]) which algorithms the store keeps.
 #[macro_export]
 macro_rules! store_suite {
     (new: $new:expr, cases: $cases:expr $(,)?) => {
+        $crate::store_suite!(new: $new, cases: $cases, algorithms: All);
+    };
+    (new: $new:expr, cases: $cases:expr, algorithms: $algorithms:ident $(,)?) => {
         $crate::__proptest::proptest! {
             #![proptest_config($crate::strategy::config($cases))]
 
@@ -254,7 +276,7 @@ macro_rules! store_suite {
             /// to three quotas per call.
             #[test]
             fn store_decides_like_the_core(
-                policies in $crate::__proptest::collection::vec($crate::stores::policy(), 1..4),
+                policies in $crate::__proptest::collection::vec($crate::stores::policy($crate::stores::Algorithms::$algorithms), 1..4),
                 steps in $crate::stores::steps(),
             ) {
                 $crate::stores::block_on(async {
@@ -279,7 +301,7 @@ macro_rules! store_suite {
             $crate::stores::block_on(async {
                 let clock = ::slidegate_core::ManualClock::new(1_000_000_000_000);
                 let store = ($new)(clock).await;
-                $crate::stores::charge_then_reset(&store).await;
+                $crate::stores::charge_then_reset(&store, $crate::stores::Algorithms::$algorithms).await;
             });
         }
     };

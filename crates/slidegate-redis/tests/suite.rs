@@ -1,14 +1,16 @@
 //! The store conformance suite (`slidegate_conformance::store_suite!`),
 //! instantiated for every Redis form of the store interface: one server,
 //! a three-master Redis Cluster, a primary found through Redis Sentinel,
-//! and the failure wrapper over a Redis that has been killed (the local
+//! the hybrid mode (its algorithms, the windows; one instance decides
+//! locally as the core; `hybrid_store.rs` adds syncs at random points), and the failure wrapper over
+//! a Redis that has been killed (the local
 //! fallback, on a limit shared by one instance, decides as the core).
 //! Each property case gets its own key prefix on a server shared by the
 //! cases; the stores read the suite's manual clock.
 
 use slidegate_conformance::redis::{KEY_PREFIX, RedisCluster, RedisSentinel, RedisServer};
 use slidegate_memory::{Budget, MemoryStore};
-use slidegate_redis::{RedisClock, RedisStore};
+use slidegate_redis::{HybridOptions, HybridStore, RedisClock, RedisStore};
 use slidegate_store::FailOver;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -76,6 +78,27 @@ mod sentinel {
                 .with_clock(RedisClock::client(clock))
         },
         cases: 12,
+    }
+}
+
+mod hybrid {
+    use super::*;
+
+    fn server() -> &'static RedisServer {
+        static SERVER: OnceLock<RedisServer> = OnceLock::new();
+        SERVER.get_or_init(RedisServer::start)
+    }
+
+    slidegate_conformance::store_suite! {
+        new: |clock| async move {
+            let client = redis::Client::open(server().url()).unwrap();
+            let conn = client.get_multiplexed_async_connection().await.unwrap();
+            HybridStore::new(conn, prefix(), TIMEOUT, HybridOptions::every(Duration::from_millis(20)))
+                .unwrap()
+                .with_clock(RedisClock::client(clock))
+        },
+        cases: 24,
+        algorithms: Windows,
     }
 }
 
