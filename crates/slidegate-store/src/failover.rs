@@ -332,3 +332,121 @@ impl<S: Store, L: Store> Store for FailOver<S, L> {
         self.inner.flush()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+
+    /// A store that is down, or (when up) admits everything; it remembers
+    /// whether it was asked.
+    #[derive(Default)]
+    struct Flaky {
+        down: AtomicBool,
+        unsupported: bool,
+    }
+
+    impl Store for Flaky {
+        async fn decide(&self, _key: &str, quotas: &[Quota], _cost: u64, out: &mut Decisions) -> Result<(), StoreError> {
+            if self.unsupported {
+                return Err(StoreError::Unsupported {
+                    policy: "p".to_owned(),
+                    reason: "no form".to_owned(),
+                });
+            }
+            if self.down.load(Ordering::Relaxed) {
+                return Err(StoreError::unavailable("connection refused"));
+            }
+            out.clear();
+            out.extend(quotas.iter().map(|q| Decision::at(q.policy(), 0, true, 1, 0, None, (0, 0, 1))));
+            Ok(())
+        }
+
+        async fn charge(&self, _key: &str, _quotas: &[Quota], _cost: u64) -> Result<(), StoreError> {
+            Err(StoreError::unavailable("connection refused"))
+        }
+
+        async fn reset(&self, _key: &str, _quotas: &[Quota]) -> Result<bool, StoreError> {
+            Err(StoreError::unavailable("connection refused"))
+        }
+
+        fn stats(&self) -> StoreStats {
+            StoreStats::default()
+        }
+    }
+
+    fn quotas() -> Vec<Quota> {
+        let p = |limit| Policy::new(limit, Duration::from_secs(60), Algorithm::Gcra { burst: 3 }).unwrap();
+        vec![Quota::new(p(10)), Quota::new(p(4))]
+    }
+
+    fn block_on<F: Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+    }
+
+    fn down() -> Flaky {
+        Flaky {
+            down: AtomicBool::new(true),
+            unsupported: false,
+        }
+    }
+
+    #[test]
+    fn open_admits_every_limit_counting_nothing() {
+        let store = FailOver::new(down(), FailurePolicy::Open);
+        let mut out = Decisions::new();
+        block_on(store.decide("k", &quotas(), 1, &mut out)).unwrap();
+        assert!(out.iter().all(Decision::allowed));
+        assert_eq!(out[0].remaining(), 10);
+        let stats = store.stats().failover;
+        assert_eq!((stats.fail_open, stats.outages, stats.fallbacks()), (1, 1, 1));
+        // Back up: the store decides again, counted as the store's.
+        store.inner().down.store(false, Ordering::Relaxed);
+        block_on(store.decide("k", &quotas(), 1, &mut out)).unwrap();
+        assert_eq!(store.failover_stats().store_admitted, 1);
+    }
+
+    #[test]
+    fn closed_refuses_with_a_retry() {
+        let store = FailOver::new(down(), FailurePolicy::Closed).with_retry_after(Duration::from_millis(250));
+        let mut out = Decisions::new();
+        block_on(store.decide("k", &quotas(), 1, &mut out)).unwrap();
+        assert!(out.iter().all(|d| !d.allowed()));
+        assert_eq!(out[1].retry_after(), Some(Duration::from_millis(250)));
+        assert_eq!(store.failover_stats().fail_closed, 1);
+        // A charge during an outage is not an error; a reset is.
+        block_on(store.charge("k", &quotas(), 5)).unwrap();
+        assert!(block_on(store.reset("k", &quotas())).is_err());
+        assert_eq!(store.failover_stats().outages, 2);
+    }
+
+    #[test]
+    fn local_decides_on_each_instances_share() {
+        let local = Flaky::default();
+        let store = FailOver::local(down(), 4, local);
+        let mut out = Decisions::new();
+        block_on(store.decide("k", &quotas(), 1, &mut out)).unwrap();
+        // The local store saw the limits divided by 4, rounded up.
+        assert_eq!(out[0].limit(), 3);
+        assert_eq!(out[1].limit(), 1);
+        assert_eq!(store.failover_stats().local_admitted, 1);
+        let shared = local_policy(quotas()[0].policy(), 4);
+        assert_eq!(shared.algorithm(), Algorithm::Gcra { burst: 1 });
+        assert_eq!(local_policy(quotas()[0].policy(), 0).limit(), 10, "0 instances count as 1");
+    }
+
+    #[test]
+    fn a_request_fault_is_no_outage() {
+        let store = FailOver::new(
+            Flaky {
+                down: AtomicBool::new(false),
+                unsupported: true,
+            },
+            FailurePolicy::Open,
+        );
+        let mut out = Decisions::new();
+        let e = block_on(store.decide("k", &quotas(), 1, &mut out)).unwrap_err();
+        assert!(matches!(e, StoreError::Unsupported { .. }), "{e}");
+        assert_eq!(store.failover_stats(), FailOverStats::default());
+    }
+}
