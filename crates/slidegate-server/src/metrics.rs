@@ -92,6 +92,28 @@ struct FallbackLabels {
     source: FallbackSource,
 }
 
+/// Who made a decision of the shared store's failure wrapper.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+enum DecisionSource {
+    Store,
+    FailOpen,
+    FailClosed,
+    Local,
+}
+
+/// Whether a decision admitted.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+enum DecisionOutcome {
+    Admitted,
+    Refused,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DecisionLabels {
+    source: DecisionSource,
+    outcome: DecisionOutcome,
+}
+
 /// The server's metrics.
 pub struct Metrics {
     registry: Registry,
@@ -109,6 +131,7 @@ pub struct Metrics {
     reloads: Family<ReloadLabels, Counter>,
     redis_errors: Counter,
     redis_fallbacks: Family<FallbackLabels, Counter>,
+    store_decisions: Family<DecisionLabels, Counter>,
     redis_sync_commands: Counter,
     redis_pending_keys: Gauge,
     /// The Redis store's figures at the last scrape.
@@ -205,6 +228,12 @@ impl Metrics {
             "Decisions made without Redis by the failure policy, by source (fail_open, fail_closed, local)",
             redis_fallbacks.clone(),
         );
+        let store_decisions = Family::<DecisionLabels, Counter>::default();
+        registry.register(
+            "store_decisions",
+            "Decisions of the shared store's failure policy wrapper, by source (store, fail_open, fail_closed, local) and outcome (0 without --redis)",
+            store_decisions.clone(),
+        );
         let redis_sync_commands = Counter::default();
         registry.register(
             "redis_sync_commands",
@@ -242,6 +271,7 @@ impl Metrics {
             reloads,
             redis_errors,
             redis_fallbacks,
+            store_decisions,
             redis_sync_commands,
             redis_pending_keys,
             redis_seen: Mutex::new(Seen::default()),
@@ -371,6 +401,7 @@ impl Metrics {
                 fail_open: stats.failover.fail_open,
                 fail_closed: stats.failover.fail_closed,
                 local: stats.failover.local_admitted + stats.failover.local_refused,
+                ..Seen::default()
             };
             let mut guard = self.redis_seen.lock();
             let seen = &mut *guard;
@@ -388,6 +419,22 @@ impl Metrics {
                 (FallbackSource::Local, now.local, &mut seen.local),
             ] {
                 let counter = self.redis_fallbacks.get_or_create(&FallbackLabels { source }).clone();
+                add(&counter, now, seen);
+            }
+            let f = stats.failover;
+            let decided = [
+                (DecisionSource::Store, DecisionOutcome::Admitted, f.store_admitted),
+                (DecisionSource::Store, DecisionOutcome::Refused, f.store_refused),
+                (DecisionSource::FailOpen, DecisionOutcome::Admitted, f.fail_open),
+                (DecisionSource::FailClosed, DecisionOutcome::Refused, f.fail_closed),
+                (DecisionSource::Local, DecisionOutcome::Admitted, f.local_admitted),
+                (DecisionSource::Local, DecisionOutcome::Refused, f.local_refused),
+            ];
+            for ((source, outcome, now), seen) in decided.into_iter().zip(seen.decisions.iter_mut()) {
+                let counter = self
+                    .store_decisions
+                    .get_or_create(&DecisionLabels { source, outcome })
+                    .clone();
                 add(&counter, now, seen);
             }
         }
@@ -411,6 +458,8 @@ impl Metrics {
 /// what is new.
 #[derive(Default)]
 struct Seen {
+    /// The decisions by source and outcome, in the order `render` lists them.
+    decisions: [u64; 6],
     errors: u64,
     sync_commands: u64,
     fail_open: u64,
@@ -445,4 +494,6 @@ label_values! {
     Outcome { Ok => "ok", OverLimit => "over_limit", Invalid => "invalid", Unavailable => "unavailable" }
     ReloadResult { Success => "success", Failure => "failure" }
     FallbackSource { FailOpen => "fail_open", FailClosed => "fail_closed", Local => "local" }
+    DecisionSource { Store => "store", FailOpen => "fail_open", FailClosed => "fail_closed", Local => "local" }
+    DecisionOutcome { Admitted => "admitted", Refused => "refused" }
 }

@@ -350,6 +350,18 @@ async fn outage(failure: FailurePolicy, source: &str, during: impl Fn(usize, Cod
     let fallbacks = format!("slidegate_redis_fallbacks_total{{source=\"{source}\"}}");
     assert_eq!(h.metric(&fallbacks), 6.0, "{source}");
     assert!(h.metric("slidegate_redis_errors_total") >= 1.0, "{source}");
+    // The same decisions by source and outcome; the one before the kill
+    // was the store's, admitted.
+    let by_source = |outcome: &str| {
+        h.metric(&format!(
+            "slidegate_store_decisions_total{{source=\"{source}\",outcome=\"{outcome}\"}}"
+        ))
+    };
+    assert_eq!(by_source("admitted") + by_source("refused"), 6.0, "{source}");
+    assert_eq!(
+        h.metric("slidegate_store_decisions_total{source=\"store\",outcome=\"admitted\"}"),
+        1.0
+    );
 
     let redis = RedisServer::start_on(port, &[]).expect("the port is free again");
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -347,7 +347,13 @@ mod tests {
     }
 
     impl Store for Flaky {
-        async fn decide(&self, _key: &str, quotas: &[Quota], _cost: u64, out: &mut Decisions) -> Result<(), StoreError> {
+        async fn decide(
+            &self,
+            _key: &str,
+            quotas: &[Quota],
+            _cost: u64,
+            out: &mut Decisions,
+        ) -> Result<(), StoreError> {
             if self.unsupported {
                 return Err(StoreError::Unsupported {
                     policy: "p".to_owned(),
@@ -358,7 +364,11 @@ mod tests {
                 return Err(StoreError::unavailable("connection refused"));
             }
             out.clear();
-            out.extend(quotas.iter().map(|q| Decision::at(q.policy(), 0, true, 1, 0, None, (0, 0, 1))));
+            out.extend(
+                quotas
+                    .iter()
+                    .map(|q| Decision::at(q.policy(), 0, true, 1, 0, None, (0, 0, 1))),
+            );
             Ok(())
         }
 
@@ -381,7 +391,10 @@ mod tests {
     }
 
     fn block_on<F: Future>(f: F) -> F::Output {
-        tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(f)
     }
 
     fn down() -> Flaky {
@@ -432,7 +445,11 @@ mod tests {
         assert_eq!(store.failover_stats().local_admitted, 1);
         let shared = local_policy(quotas()[0].policy(), 4);
         assert_eq!(shared.algorithm(), Algorithm::Gcra { burst: 1 });
-        assert_eq!(local_policy(quotas()[0].policy(), 0).limit(), 10, "0 instances count as 1");
+        assert_eq!(
+            local_policy(quotas()[0].policy(), 0).limit(),
+            10,
+            "0 instances count as 1"
+        );
     }
 
     #[test]
