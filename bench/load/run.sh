@@ -6,7 +6,7 @@
 # (10 s or 300,000 calls). Needs wrk and h2load (Debian: wrk, nghttp2-client).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-cargo build -q --release -p slidegate
+cargo build -q --release -p slidegate-cli
 cargo build -q --release -p slidegate-server --example grpc_load
 http=127.0.0.1:18080
 grpc=127.0.0.1:18081

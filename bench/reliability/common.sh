@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # One invocation (the same features every time, so nothing rebuilds).
-cargo build -q --release -p slidegate -p slidegate-server --bins --examples
+cargo build -q --release -p slidegate-cli -p slidegate-server --bins --examples
 load=target/release/examples/reliability_load
 log=$(mktemp)
 # start_server ARGS...: sets $server (pid), $http and $grpc.
