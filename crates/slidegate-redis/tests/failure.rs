@@ -98,7 +98,11 @@ async fn kill_and_restart<L: Store>(
         during(i, d.allowed(), source);
     }
     let stats = guarded.stats();
-    assert_eq!(stats.failover.fallbacks(), CHECKS, "every decision while down is a fallback");
+    assert_eq!(
+        stats.failover.fallbacks(),
+        CHECKS,
+        "every decision while down is a fallback"
+    );
     assert_eq!(stats.failover.outages, CHECKS);
     // The backoff spares most calls the attempt: at most one failure per
     // backoff (plus one).

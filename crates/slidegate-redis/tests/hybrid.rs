@@ -13,7 +13,9 @@ use slidegate_conformance::Figures;
 use slidegate_conformance::oracle::ExactLog;
 use slidegate_conformance::strategy::{config, requests, times};
 use slidegate_core::{Algorithm, LimitState, ManualClock, Policy, State, Weighting};
-use slidegate_redis::{HybridLimiter, HybridOptions, RedisClock, RedisStore, RedisStoreError, StaleSyncs, microsecond_policy};
+use slidegate_redis::{
+    HybridLimiter, HybridOptions, RedisClock, RedisStore, RedisStoreError, StaleSyncs, microsecond_policy,
+};
 use slidegate_store::{Quota, StoreError};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -417,6 +419,8 @@ async fn a_new_key_is_decided_on_the_instance_share_until_its_second_sync() {
     }
     // Alone (instances 1), a new key gets the whole limit at once.
     let alone = hybrid(&server, policy, &clock, options()).await;
-    let first: u64 = (0..100).map(|_| u64::from(alone.decide("other", 1).unwrap().allowed())).sum();
+    let first: u64 = (0..100)
+        .map(|_| u64::from(alone.decide("other", 1).unwrap().allowed()))
+        .sum();
     assert_eq!(first, 100);
 }

@@ -216,11 +216,7 @@ async fn a_charge_after_the_fact_is_kept_and_reaches_redis() {
         assert!(!next[0].allowed(), "{}", quotas[0].tag());
         assert_eq!((next[0].remaining(), next[0].estimate()), (0, 13.0));
         store.flush().await.unwrap();
-        let peek = direct(&server, &quotas[0], &clock)
-            .await
-            .check("k", 0)
-            .await
-            .unwrap();
+        let peek = direct(&server, &quotas[0], &clock).await.check("k", 0).await.unwrap();
         assert_eq!((peek.remaining(), peek.estimate()), (0, 13.0), "{}", quotas[0].tag());
         // A charge of nothing counts nothing and marks nothing.
         store.charge("other", &quotas, 0).await.unwrap();
@@ -399,11 +395,7 @@ async fn the_background_sync_covers_limits_made_later() {
     assert_eq!(stats.pending_keys, 0, "{stats:?}");
     assert!(stats.sync_commands >= 2, "{stats:?}");
     for quota in &quotas {
-        let peek = direct(&server, quota, &clock)
-            .await
-            .check("late", 0)
-            .await
-            .unwrap();
+        let peek = direct(&server, quota, &clock).await.check("late", 0).await.unwrap();
         assert_eq!(peek.remaining(), 7, "{}", quota.tag());
     }
 }

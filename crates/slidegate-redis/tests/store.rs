@@ -317,9 +317,7 @@ async fn policies_outside_the_ranges_are_refused() {
         Algorithm::Gcra { burst: (1 << 50) - 1 }
     )));
     let store = server.store(RedisClock::Server).await;
-    let err = store
-        .supports(&Quota::new(policy(1, secs(1), ring(2048))))
-        .unwrap_err();
+    let err = store.supports(&Quota::new(policy(1, secs(1), ring(2048)))).unwrap_err();
     assert_eq!(
         err.to_string(),
         "the limit `1 per 1s by sliding_window(buckets=2048, weighting=conservative)` cannot be kept in this store: sliding_window takes at most 256 buckets in Redis"
@@ -357,7 +355,10 @@ async fn keys_carry_the_limited_key_as_their_hash_tag() {
         )
         .await;
     let tag = limiter.quota.tag().to_owned();
-    assert_eq!(limiter.redis_key("user:42"), format!("slidegate:test:{tag}:{{user:42}}:log"));
+    assert_eq!(
+        limiter.redis_key("user:42"),
+        format!("slidegate:test:{tag}:{{user:42}}:log")
+    );
     let limiter = server
         .limiter(
             policy(1, Duration::from_secs(1), Algorithm::Gcra { burst: 1 }),
@@ -365,7 +366,10 @@ async fn keys_carry_the_limited_key_as_their_hash_tag() {
         )
         .await;
     let tag = limiter.quota.tag().to_owned();
-    assert_eq!(limiter.redis_key("user:42"), format!("slidegate:test:{tag}:{{user:42}}"));
+    assert_eq!(
+        limiter.redis_key("user:42"),
+        format!("slidegate:test:{tag}:{{user:42}}")
+    );
 }
 
 /// `reset` deletes the key's state (the `:log` and `:sum` keys of a
