@@ -12,7 +12,8 @@ use crate::bench_redis::{TIMEOUT, clean, connect, loopback_client};
 use anyhow::{Context, Result};
 use redis::aio::MultiplexedConnection;
 use slidegate_core::{Algorithm, Policy, Weighting};
-use slidegate_redis::{HybridLimiter, HybridOptions, RedisLimiter};
+use slidegate_redis::{HybridOptions, HybridStore, RedisStore};
+use slidegate_store::{Decisions, Quota, Store};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -95,10 +96,26 @@ async fn evalsha_calls(conn: &MultiplexedConnection) -> Result<u64> {
         .unwrap_or(0))
 }
 
-/// A hybrid limiter of `policy` under `prefix` on a connection of its own.
-async fn hybrid(url: &str, policy: Policy, prefix: &str) -> Result<HybridLimiter> {
-    let redis = RedisLimiter::new(connect(url).await?, policy, prefix, TIMEOUT)?;
-    Ok(HybridLimiter::new(redis, HybridOptions::every(INTERVAL))?)
+/// A hybrid store under `prefix` on a connection of its own.
+async fn hybrid(url: &str, prefix: &str) -> Result<HybridStore> {
+    Ok(HybridStore::new(
+        connect(url).await?,
+        prefix,
+        TIMEOUT,
+        HybridOptions::every(INTERVAL),
+    )?)
+}
+
+/// One decision of cost 1 on `key` under the one limit `quota`: whether it
+/// was admitted. An error (Redis failing for longer than the store's
+/// `stale_after`) ends the run.
+fn decide(store: &HybridStore, key: &str, quota: &[Quota; 1]) -> Result<bool> {
+    let mut out = Decisions::new();
+    store
+        .decide_now(key, quota, 1, &mut out)
+        .context("a hybrid decision is made at once")?
+        .context("a hybrid decision failed: Redis failed during the run")?;
+    Ok(out.iter().all(|d| d.allowed()))
 }
 
 /// Hybrid decisions on `spread` keys at `concurrency`, syncing in the
@@ -113,19 +130,20 @@ async fn hybrid_case(
     spread: u64,
     name: String,
 ) -> Result<Case> {
-    let limiter = hybrid(url, ring(1_000_000_000)?, prefix).await?;
+    let store = Arc::new(hybrid(url, prefix).await?);
+    let quota = [Quota::new(ring(1_000_000_000)?)];
     let before = evalsha_calls(conn).await?;
-    let task = limiter.spawn_sync();
-    let l = limiter.clone();
+    let task = store.spawn_sync();
+    let s = Arc::clone(&store);
     let (mut case, decisions) = drive(name, time, concurrency, move |task, i| {
-        let limiter = l.clone();
+        let (store, quota) = (Arc::clone(&s), quota.clone());
         async move {
             let k = if spread == 1 {
                 "bench".to_owned()
             } else {
                 key(task << 40 | i, spread).to_string()
             };
-            limiter.decide(&k, 1);
+            decide(&store, &k, &quota)?;
             // Let the sync and the other tasks run: a decision never waits.
             tokio::task::yield_now().await;
             Ok(())
@@ -133,14 +151,8 @@ async fn hybrid_case(
     })
     .await?;
     drop(task);
-    limiter.sync().await.context("the last sync")?;
+    store.flush().await.context("the last sync")?;
     let sent = evalsha_calls(conn).await?.saturating_sub(before);
-    let stats = limiter.stats();
-    anyhow::ensure!(
-        stats.fallbacks == 0,
-        "{} decisions were made by the failure policy: Redis failed during the run",
-        stats.fallbacks
-    );
     case.commands_per_1000 = Some(sent as f64 * 1000.0 / decisions.max(1) as f64);
     Ok(case)
 }
@@ -150,14 +162,15 @@ async fn hybrid_case(
 /// of a shared limit (twice the limit in all) for `time` (at least 3 s):
 /// the most admitted in any window of 1 s, over the limit.
 async fn over_admission(url: &str, prefix: &str, time: Duration) -> Result<Case> {
-    let policy = ring(SHARED_LIMIT)?;
+    let quota = [Quota::new(ring(SHARED_LIMIT)?)];
     let start = Instant::now();
     let deadline = start + time.max(Duration::from_secs(3));
     let mut runs = Vec::new();
     for _ in 0..INSTANCES {
-        let limiter = hybrid(url, policy, prefix).await?;
+        let store = hybrid(url, prefix).await?;
+        let quota = quota.clone();
         runs.push(tokio::spawn(async move {
-            let _task = limiter.spawn_sync();
+            let _task = store.spawn_sync();
             let mut tick = tokio::time::interval(Duration::from_millis(1));
             let (mut admitted, mut decisions) = (Vec::new(), 0u64);
             while Instant::now() < deadline {
@@ -166,18 +179,17 @@ async fn over_admission(url: &str, prefix: &str, time: Duration) -> Result<Case>
                 let due = start.elapsed().as_micros() as u64 * OFFERED / 1_000_000;
                 while decisions < due {
                     decisions += 1;
-                    if limiter.decide("shared", 1).allowed() {
+                    if decide(&store, "shared", &quota)? {
                         admitted.push(start.elapsed().as_micros() as u64);
                     }
                 }
             }
-            (admitted, decisions, limiter.stats().fallbacks)
+            anyhow::Ok((admitted, decisions))
         }));
     }
     let (mut admitted, mut decisions) = (Vec::new(), 0);
     for run in runs {
-        let (a, d, fallbacks) = run.await.context("an instance")?;
-        anyhow::ensure!(fallbacks == 0, "{fallbacks} decisions were made by the failure policy");
+        let (a, d) = run.await.context("an instance")??;
         admitted.extend(a);
         decisions += d;
     }
@@ -208,17 +220,17 @@ async fn cases(
     progress: &dyn Fn(&str),
 ) -> Result<Vec<Case>> {
     progress("hybrid: direct script");
-    let direct = Arc::new(RedisLimiter::new(
-        conn.clone(),
-        ring(1_000_000_000)?,
-        format!("{prefix}direct:"),
-        TIMEOUT,
-    )?);
+    let direct = Arc::new(RedisStore::new(conn.clone(), format!("{prefix}direct:"), TIMEOUT)?);
+    let quota = [Quota::new(ring(1_000_000_000)?)];
     let baseline = format!("sliding_window n=8 conservative, direct script, one hot key, {concurrency} in flight");
     let (base, _) = drive(baseline.clone(), time, concurrency, move |_, _| {
-        let direct = Arc::clone(&direct);
+        let (direct, quota) = (Arc::clone(&direct), quota.clone());
         async move {
-            direct.check("bench", 1).await.context("a script call")?;
+            let mut out = Decisions::new();
+            direct
+                .decide("bench", &quota, 1, &mut out)
+                .await
+                .context("a script call")?;
             Ok(())
         }
     })

@@ -19,7 +19,8 @@ use crate::bench::{Case, key, percentile};
 use anyhow::{Context, Result, bail};
 use redis::aio::MultiplexedConnection;
 use slidegate_core::{Algorithm, Policy, Weighting};
-use slidegate_redis::RedisLimiter;
+use slidegate_redis::RedisStore;
+use slidegate_store::{Decisions, Quota, Store};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -61,9 +62,9 @@ impl Load {
 enum Op {
     /// `INCR` of this key.
     Incr(String),
-    /// A decision of these limiters (one per connection: task `t` uses
-    /// `t mod len`) on one key, or on keys spread over this many.
-    Script(Vec<RedisLimiter>, u64),
+    /// A decision of one limit by these stores (one per connection: task
+    /// `t` uses `t mod len`) on one key, or on keys spread over this many.
+    Script(Vec<RedisStore>, Quota, u64),
 }
 
 impl Op {
@@ -77,14 +78,18 @@ impl Op {
                     .map_err(|_| anyhow::anyhow!("no answer to INCR within {TIMEOUT:?}"))?
                     .context("INCR")?;
             }
-            Op::Script(limiters, spread) => {
-                let limiter = &limiters[task as usize % limiters.len()];
+            Op::Script(stores, quota, spread) => {
+                let store = &stores[task as usize % stores.len()];
                 let k = if *spread == 1 {
                     "bench".to_owned()
                 } else {
                     key(round << 56 | task << 40 | i, *spread).to_string()
                 };
-                limiter.check(&k, 1).await.context("a script call")?;
+                let mut out = Decisions::new();
+                store
+                    .decide(&k, std::slice::from_ref(quota), 1, &mut out)
+                    .await
+                    .context("a script call")?;
             }
         }
         Ok(())
@@ -253,12 +258,12 @@ async fn cases(
     );
     scripts.push(("many", many, policy, MANY_KEYS));
     for (tag, name, policy, spread) in scripts {
-        let limiters = conns
+        let stores = conns
             .iter()
-            .map(|conn| RedisLimiter::new(conn.clone(), policy, format!("{prefix}{tag}:{concurrency}:"), TIMEOUT))
+            .map(|conn| RedisStore::new(conn.clone(), format!("{prefix}{tag}:{concurrency}:"), TIMEOUT))
             .collect::<Result<Vec<_>, _>>()
-            .with_context(|| format!("the {name} limiter"))?;
-        ops.push((name, Op::Script(limiters, spread)));
+            .with_context(|| format!("the {name} store"))?;
+        ops.push((name, Op::Script(stores, Quota::new(policy), spread)));
     }
     let ops: Vec<(String, Arc<Op>)> = ops.into_iter().map(|(name, op)| (name, Arc::new(op))).collect();
     let mut loads: Vec<Load> = ops.iter().map(|_| Load::default()).collect();

@@ -3,12 +3,13 @@
 //!
 //! See [`HybridLimiter`].
 
-use crate::{FailurePolicy, MAX_TIME_US, Outcome, RedisClock, RedisLimiter, RedisStoreError, Source};
+use crate::{MAX_TIME_US, RedisClock, RedisStore, RedisStoreError, StaleSyncs};
 use parking_lot::Mutex;
 use redis::Script;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use slidegate_core::{Algorithm, Decision, FixedWindow, LimitState, Policy, SlidingWindow, State};
 use slidegate_memory::{Budget, KeyState, Store};
+use slidegate_store::{Quota, Store as _, StoreError};
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::BuildHasher;
@@ -63,9 +64,8 @@ impl Stripes {
     }
 }
 
-/// Why a [`HybridLimiter`] cannot decide a key locally: what
-/// [`HybridLimiter::decide`] hands to the failure policy, and the store
-/// turns into a [`slidegate_store::StoreError`].
+/// Why a [`HybridLimiter`] cannot decide a key locally, answered as a
+/// [`StoreError`].
 #[derive(Debug)]
 pub(crate) enum NotLocal {
     /// The clock is beyond [`MAX_TIME_US`].
@@ -76,6 +76,19 @@ pub(crate) enum NotLocal {
     NoRoom(usize),
     /// The key's view is larger than the budget's share.
     TooLarge(slidegate_memory::StoreError),
+}
+
+impl From<NotLocal> for StoreError {
+    fn from(e: NotLocal) -> Self {
+        match e {
+            NotLocal::TimeOutOfRange(now_us) => StoreError::unavailable(RedisStoreError::TimeOutOfRange { now_us }),
+            NotLocal::Stale(after) => StoreError::unavailable(StaleSyncs(after)),
+            NotLocal::NoRoom(held) => StoreError::KeyRefused(format!(
+                "{held} keys already wait for the next sync to Redis (max_pending_keys)"
+            )),
+            NotLocal::TooLarge(e) => StoreError::KeyRefused(e.to_string()),
+        }
+    }
 }
 
 /// Shards of the outbox (the counts not yet sent), so that concurrent
@@ -93,12 +106,13 @@ pub struct HybridOptions {
     pub batch: usize,
     /// The most keys with counts not yet in Redis. A new key beyond it
     /// (Redis failing for long, or a flood of keys faster than the syncs
-    /// drain them) is decided by the failure policy, so that memory stays
-    /// bounded and no count is dropped.
+    /// drain them) is refused ([`StoreError::KeyRefused`]), so that memory
+    /// stays bounded and no count is dropped.
     pub max_pending_keys: usize,
     /// How long syncs may fail (counted from the first failure) before
-    /// decisions go to the failure policy; until then they go on locally,
-    /// on the last global count.
+    /// decisions answer [`StoreError::Unavailable`] (for a
+    /// [`FailOver`](slidegate_store::FailOver) to decide); until then they
+    /// go on locally, on the last global count.
     pub stale_after: Duration,
     /// The bound of one batch: a sync is not on any request's path, so it
     /// may wait longer than a decision of the direct mode.
@@ -154,7 +168,7 @@ impl HybridOptions {
 /// What a [`HybridLimiter`] has done so far, over all its clones.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HybridStats {
-    /// Decisions made locally (not by the failure policy).
+    /// Decisions made locally.
     pub decisions: u64,
     /// Batches sent.
     pub syncs: u64,
@@ -164,8 +178,6 @@ pub struct HybridStats {
     pub pending_keys: usize,
     /// Keys whose sync failed (their counts are kept and sent again).
     pub failures: u64,
-    /// Decisions made by the failure policy.
-    pub fallbacks: u64,
 }
 
 /// What one [`HybridLimiter::sync`] did.
@@ -194,7 +206,7 @@ type Pending = Vec<(u64, u64)>;
 ///
 /// # Accuracy
 ///
-/// One instance alone decides exactly as the direct [`RedisLimiter`] (and
+/// One instance alone decides exactly as the direct [`RedisStore`] (and
 /// the core) does: its view holds every count (tested figure for figure,
 /// with syncs at random points). Several instances each miss what the
 /// others admitted and had not yet sent when it last synced, and what they
@@ -240,9 +252,10 @@ type Pending = Vec<(u64, u64)>;
 /// A failed sync keeps its counts and sends them again with the next one
 /// (a sync whose reply was lost may be counted twice: an error towards
 /// refusing). Decisions go on locally on the last global count until syncs
-/// have failed for [`stale_after`](HybridOptions::stale_after), then the
-/// limiter's [`FailurePolicy`] decides until a sync succeeds again. Every
-/// fallback is counted ([`HybridLimiter::stats`]).
+/// have failed for [`stale_after`](HybridOptions::stale_after), then they
+/// answer [`StoreError::Unavailable`] until a sync succeeds again: the
+/// failure policy is a [`FailOver`](slidegate_store::FailOver)'s, around
+/// the [`HybridStore`](crate::HybridStore).
 ///
 /// # Algorithms
 ///
@@ -254,7 +267,7 @@ type Pending = Vec<(u64, u64)>;
 /// `fixed_window.lua` keeps (`w`, `c`), its view the core's
 /// [`FixedWindow`] rebuilt from the reply plus the counts made since; the
 /// accuracy above holds for it window by window. The exact algorithms
-/// (`sliding_log`, `gcra`) are decided by [`RedisLimiter`] directly (why:
+/// (`sliding_log`, `gcra`) are decided by the [`RedisStore`] directly (why:
 /// [`crate::HybridStore`]).
 ///
 /// # Concurrency
@@ -268,7 +281,11 @@ pub struct HybridLimiter<C = MultiplexedConnection> {
 }
 
 struct Inner<C> {
-    redis: RedisLimiter<C>,
+    /// The store the syncs and resets go through (its connection, prefix,
+    /// timeout and clock).
+    redis: RedisStore<C>,
+    /// The limit.
+    quota: Quota,
     options: HybridOptions,
     /// The policy in microseconds read as nanoseconds: what the views run.
     micro: Policy,
@@ -299,13 +316,13 @@ struct Inner<C> {
     syncs: AtomicU64,
     commands: AtomicU64,
     failures: AtomicU64,
-    fallbacks: AtomicU64,
 }
 
 impl<C> fmt::Debug for HybridLimiter<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HybridLimiter")
             .field("redis", &self.inner.redis)
+            .field("policy", self.inner.quota.policy())
             .field("options", &self.inner.options)
             .finish_non_exhaustive()
     }
@@ -391,8 +408,10 @@ impl LocalClock {
 }
 
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
-    /// A hybrid limiter over `redis`: its connection, policy, prefix, clock
-    /// and failure policy; `sliding_window` only (see
+    /// A hybrid limiter of `policy` over `redis`: its connection, prefix,
+    /// timeout and clock, the key of `key` being the one `redis` keeps for
+    /// `policy` ([`RedisStore::redis_keys`]), so that direct and hybrid
+    /// instances share their counts; `sliding_window` only (see
     /// [`HybridLimiter::any_window`] for `fixed_window`).
     ///
     /// # Errors
@@ -400,18 +419,18 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
     /// [`RedisStoreError::Unsupported`] for a policy other than
     /// `sliding_window`; [`RedisStoreError::Options`] for a zero interval,
     /// batch or pending-key bound.
-    pub fn new(redis: RedisLimiter<C>, options: HybridOptions) -> Result<Self, RedisStoreError> {
-        if !matches!(redis.policy().algorithm(), Algorithm::SlidingWindow { .. }) {
+    pub fn new(redis: RedisStore<C>, policy: Policy, options: HybridOptions) -> Result<Self, RedisStoreError> {
+        if !matches!(policy.algorithm(), Algorithm::SlidingWindow { .. }) {
             return Err(RedisStoreError::Unsupported {
-                policy: redis.policy().to_string(),
+                policy: policy.to_string(),
                 reason: "HybridLimiter::new counts sliding_window only; HybridLimiter::any_window takes fixed_window too",
             });
         }
-        Self::build(redis, options, None)
+        Self::build(redis, policy, options, None)
     }
 
-    /// A hybrid limiter over `redis` as [`HybridLimiter::new`], for a
-    /// `sliding_window` or a `fixed_window` policy: a fixed window is
+    /// A hybrid limiter of `policy` over `redis` as [`HybridLimiter::new`],
+    /// for a `sliding_window` or a `fixed_window` policy: a fixed window is
     /// synced as a ring of one bucket, by [`FIXED_WINDOW_SYNC`] on the hash
     /// `fixed_window.lua` keeps.
     ///
@@ -420,18 +439,18 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
     /// [`RedisStoreError::Unsupported`] for `gcra`, `sliding_log` and
     /// `exponential_histogram`; [`RedisStoreError::Options`] as
     /// [`HybridLimiter::new`].
-    pub fn any_window(redis: RedisLimiter<C>, options: HybridOptions) -> Result<Self, RedisStoreError> {
-        Self::build(redis, options, None)
+    pub fn any_window(redis: RedisStore<C>, policy: Policy, options: HybridOptions) -> Result<Self, RedisStoreError> {
+        Self::build(redis, policy, options, None)
     }
 
     /// The limiter, its decisions and replies taking `stripes` when given,
     /// its batches waking `wake` (a store's shared sync) when given.
     pub(crate) fn build(
-        redis: RedisLimiter<C>,
+        redis: RedisStore<C>,
+        policy: Policy,
         options: HybridOptions,
         shared: Option<(Arc<Stripes>, Arc<Notify>)>,
     ) -> Result<Self, RedisStoreError> {
-        let policy = *redis.policy();
         let (n, fixed) = match policy.algorithm() {
             Algorithm::SlidingWindow { buckets, .. } => (u64::from(buckets), false),
             Algorithm::FixedWindow => (1, true),
@@ -455,7 +474,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
                 n,
                 fixed,
                 stripes,
-                share: crate::local_policy(&micro, options.instances),
+                share: share_of(&micro, options.instances),
                 micro,
                 views: Store::new(options.budget),
                 outbox: std::array::from_fn(|_| Mutex::new(HashMap::new())),
@@ -469,8 +488,8 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
                 syncs: AtomicU64::new(0),
                 commands: AtomicU64::new(0),
                 failures: AtomicU64::new(0),
-                fallbacks: AtomicU64::new(0),
                 redis,
+                quota: Quota::new(policy),
                 options,
             }),
         })
@@ -478,17 +497,12 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
 
     /// The policy.
     pub fn policy(&self) -> &Policy {
-        self.inner.redis.policy()
+        self.inner.quota.policy()
     }
 
     /// The options.
     pub fn options(&self) -> &HybridOptions {
         &self.inner.options
-    }
-
-    /// The failure policy.
-    pub fn failure_policy(&self) -> FailurePolicy {
-        self.inner.redis.failure_policy()
     }
 
     /// The counts so far, shared by all the clones.
@@ -500,7 +514,6 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
             commands: i.commands.load(Ordering::Relaxed),
             pending_keys: i.pending_keys.load(Ordering::Relaxed),
             failures: i.failures.load(Ordering::Relaxed),
-            fallbacks: i.fallbacks.load(Ordering::Relaxed),
         }
     }
 
@@ -527,21 +540,20 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
     /// Decides whether `cost` units for `key` fit the policy now, on this
     /// instance's view; if they do and `cost > 0`, counts them (sent to
     /// Redis with the next sync). A `cost` of 0 peeks: it changes no count
-    /// and adds no key to the views or the outbox. Never waits for Redis;
-    /// the [`Outcome`] says who decided ([`Source::Local`] is the failure
-    /// policy's local limiter, [`Source::Redis`] this view).
-    pub fn decide(&self, key: &str, cost: u64) -> Outcome {
+    /// and adds no key to the views or the outbox. Never waits for Redis.
+    ///
+    /// # Errors
+    ///
+    /// The errors a [`HybridStore`](crate::HybridStore) answers:
+    /// [`StoreError::Unavailable`] once the syncs have failed for
+    /// [`stale_after`](HybridOptions::stale_after) (or for a clock beyond
+    /// [`MAX_TIME_US`]), [`StoreError::KeyRefused`] for a new key beyond
+    /// [`max_pending_keys`](HybridOptions::max_pending_keys) or a view
+    /// larger than the budget's share; nothing is counted then.
+    pub fn decide(&self, key: &str, cost: u64) -> Result<Decision, StoreError> {
         let now_us = self.now_us();
-        let decided = self
-            .ready(key, now_us, cost)
-            .and_then(|()| self.decide_at(key, now_us, cost));
-        match decided {
-            Ok(decision) => Outcome {
-                decision,
-                source: Source::Redis,
-            },
-            Err(_) => self.fall_back(key, cost),
-        }
+        self.ready(key, now_us, cost)?;
+        Ok(self.decide_at(key, now_us, cost)?)
     }
 
     /// Now on the limiter's clock, in µs: what one decision reads once.
@@ -629,11 +641,6 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
         self.inner.views.stats()
     }
 
-    fn fall_back(&self, key: &str, cost: u64) -> Outcome {
-        self.inner.fallbacks.fetch_add(1, Ordering::Relaxed);
-        self.inner.redis.fall_back(key, cost)
-    }
-
     /// Adds `cost` in bucket `own` to `key`'s pending counts; with a cost
     /// of 0, only marks the key for the next sync (if there is room).
     fn record(&self, key: &str, own: u64, cost: u64) {
@@ -699,18 +706,18 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
         let sent_us = i.clock.sent_us();
         let calls = batch.iter().map(|(key, pending)| {
             let mut invocation = if i.fixed {
-                let mut invocation = FIXED_SYNC.key(i.redis.redis_key(key));
+                let mut invocation = FIXED_SYNC.key(i.redis.redis_key(key, &i.quota));
                 invocation.arg(now_arg).arg(i.b);
                 invocation
             } else {
-                let mut invocation = SYNC.key(i.redis.redis_key(key));
+                let mut invocation = SYNC.key(i.redis.redis_key(key, &i.quota));
                 invocation.arg(now_arg).arg(i.b).arg(i.n);
                 invocation
             };
             for &(bucket, count) in pending {
                 invocation.arg(bucket).arg(count);
             }
-            let mut conn = i.redis.conn.clone();
+            let mut conn = i.redis.connection().clone();
             async move { invocation.invoke_async::<Vec<i64>>(&mut conn).await }
         });
         i.syncs.fetch_add(1, Ordering::Relaxed);
@@ -818,16 +825,18 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
     }
 
     /// Forgets the counts of `key`: this instance's view and pending
-    /// counts, and its Redis key ([`RedisLimiter::reset`]). Other
-    /// instances' views keep what they last heard until their next sync of
-    /// the key. True if Redis held the key.
+    /// counts, and its Redis key (one `DEL` through the [`RedisStore`]).
+    /// Other instances' views keep what they last heard until their next
+    /// sync of the key. True if Redis held the key.
     ///
     /// # Errors
     ///
-    /// As [`RedisLimiter::reset`]; the local counts are forgotten anyway.
-    pub async fn reset(&self, key: &str) -> Result<bool, RedisStoreError> {
+    /// As the store's [`reset`](slidegate_store::Store::reset); the local
+    /// counts are forgotten anyway.
+    pub async fn reset(&self, key: &str) -> Result<bool, StoreError> {
         self.forget(key);
-        self.inner.redis.reset(key).await
+        let i = &self.inner;
+        i.redis.reset(key, std::slice::from_ref(&i.quota)).await
     }
 
     /// Starts syncing every [`interval`](HybridOptions::interval) (and as
@@ -908,6 +917,13 @@ impl Drop for SyncTask {
     fn drop(&mut self) {
         self.0.abort();
     }
+}
+
+/// `micro` with its limit divided by `instances`, rounded up, at least 1:
+/// a view's limit until its key's second sync.
+fn share_of(micro: &Policy, instances: u64) -> Policy {
+    let share = micro.limit().div_ceil(instances.max(1)).max(1);
+    Policy::new(share, Duration::from_nanos(micro.window_ns()), micro.algorithm()).unwrap_or(*micro)
 }
 
 /// Adds `count` in `bucket` to `pending`, dropping the buckets that left

@@ -1,7 +1,7 @@
 //! The hybrid mode behind the one store interface: [`HybridStore`].
 
 use crate::hybrid::{NotLocal, Stripes};
-use crate::{HybridLimiter, HybridOptions, RedisClock, RedisLimiter, RedisStoreError, SyncTask};
+use crate::{HybridLimiter, HybridOptions, RedisClock, RedisStore, RedisStoreError, SyncTask};
 use parking_lot::RwLock;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use slidegate_core::{Algorithm, Decision};
@@ -40,9 +40,9 @@ pub struct StaleSyncs(pub Duration);
 /// [`MAX_HYBRID_LIMITS`]; they share the connection, the prefix, the
 /// timeout, the clock and the [`HybridOptions`] (which bound each limit's
 /// pending keys and views on their own). A key's state under a limit is
-/// the Redis key `<prefix><tag>:{<key>}`, the key a direct limiter with the
-/// prefix `<prefix><tag>:` uses, so that direct and hybrid instances of one
-/// limit share its counts.
+/// the Redis key `<prefix><tag>:{<key>}`, the key a [`RedisStore`] with
+/// the same prefix keeps for the limit, so that direct and hybrid
+/// instances of one limit share its counts.
 ///
 /// A decision does no IO: [`Store::decide_now`] answers it, and
 /// [`Store::decide`]'s future is ready at once.
@@ -89,10 +89,8 @@ pub struct StaleSyncs(pub Duration);
 /// [`HybridLimiter`] does. The map of limiters is read-locked per decision
 /// and write-locked only to add a limit.
 pub struct HybridStore<C = MultiplexedConnection> {
-    conn: C,
-    prefix: String,
-    timeout: Duration,
-    clock: RedisClock,
+    /// The direct store the limiters sync and reset through.
+    redis: RedisStore<C>,
     options: HybridOptions,
     limiters: Arc<Limiters<C>>,
     stripes: Arc<Stripes>,
@@ -102,9 +100,7 @@ pub struct HybridStore<C = MultiplexedConnection> {
 impl<C> fmt::Debug for HybridStore<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HybridStore")
-            .field("prefix", &self.prefix)
-            .field("timeout", &self.timeout)
-            .field("clock", &self.clock)
+            .field("redis", &self.redis)
             .field("options", &self.options)
             .field("limits", &self.limiters.read().len())
             .finish_non_exhaustive()
@@ -127,16 +123,9 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridStore<C> {
         timeout: Duration,
         options: HybridOptions,
     ) -> Result<Self, RedisStoreError> {
-        let prefix = prefix.into();
-        if prefix.contains(['{', '}']) {
-            return Err(RedisStoreError::Prefix(prefix));
-        }
         options.check()?;
         Ok(HybridStore {
-            conn,
-            prefix,
-            timeout,
-            clock: RedisClock::Server,
+            redis: RedisStore::new(conn, prefix, timeout)?,
             options,
             limiters: Arc::default(),
             stripes: Arc::new(Stripes::new()),
@@ -150,7 +139,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridStore<C> {
     /// stops).
     #[must_use]
     pub fn with_clock(mut self, clock: RedisClock) -> Self {
-        self.clock = clock;
+        self.redis = self.redis.with_clock(clock);
         self.limiters = Arc::default();
         self
     }
@@ -163,13 +152,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridStore<C> {
     /// The Redis key holding `key`'s state under `quota`:
     /// `<prefix><tag>:{<key>}`.
     pub fn redis_key(&self, key: &str, quota: &Quota) -> String {
-        format!("{}{}:{{{key}}}", self.prefix, quota.tag())
-    }
-
-    /// The prefix of a direct [`RedisLimiter`] sharing `quota`'s counts
-    /// with this store: `<prefix><tag>:`.
-    pub fn prefix_of(&self, quota: &Quota) -> String {
-        format!("{}{}:", self.prefix, quota.tag())
+        self.redis.redis_key(key, quota)
     }
 
     /// Starts syncing every limit, those made later included, every
@@ -219,11 +202,9 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridStore<C> {
             policy: quota.policy().to_string(),
             reason: e.to_string(),
         };
-        let redis = RedisLimiter::new(self.conn.clone(), *quota.policy(), self.prefix_of(quota), self.timeout)
-            .map_err(unsupported)?
-            .with_clock(self.clock.clone());
         let shared = (Arc::clone(&self.stripes), Arc::clone(&self.wake));
-        let limiter = HybridLimiter::build(redis, self.options, Some(shared)).map_err(unsupported)?;
+        let limiter = HybridLimiter::build(self.redis.clone(), *quota.policy(), self.options, Some(shared))
+            .map_err(unsupported)?;
         limiters.insert(quota.tag().into(), limiter.clone());
         Ok(limiter)
     }
@@ -252,7 +233,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridStore<C> {
         };
         // An outage or a full outbox refuses the call before anything is charged.
         for (limiter, now_us) in &limiters {
-            limiter.ready(key, *now_us, cost).map_err(store_error)?;
+            limiter.ready(key, *now_us, cost).map_err(StoreError::from)?;
         }
         let mut failed = None;
         {
@@ -277,7 +258,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridStore<C> {
         match failed {
             Some(e) => {
                 out.clear();
-                Err(store_error(e))
+                Err(e.into())
             }
             None => Ok(()),
         }
@@ -291,7 +272,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridStore<C> {
         for (limiter, now_us) in &limiters {
             match limiter.ready(key, *now_us, cost) {
                 Ok(()) | Err(NotLocal::Stale(_)) => {}
-                Err(e) => return Err(store_error(e)),
+                Err(e) => return Err(e.into()),
             }
         }
         let _stripe = self.stripes.of(key).lock();
@@ -300,7 +281,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridStore<C> {
             if let Err(e) = limiter.charge_at(key, *now_us, cost)
                 && first.is_ok()
             {
-                first = Err(store_error(e));
+                first = Err(e.into());
             }
         }
         first
@@ -319,7 +300,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridStore<C> {
         for (limiter, _) in &limiters {
             match limiter.reset(key).await {
                 Ok(in_redis) => held |= in_redis,
-                Err(e) if first.is_ok() => first = Err(redis_error(e)),
+                Err(e) if first.is_ok() => first = Err(e),
                 Err(_) => {}
             }
         }
@@ -345,18 +326,6 @@ async fn sync_all<C: ConnectionLike + Clone + Send + Sync + 'static>(
         }
     }
     first
-}
-
-/// The store's error for a key that cannot be decided locally.
-fn store_error(e: NotLocal) -> StoreError {
-    match e {
-        NotLocal::TimeOutOfRange(now_us) => StoreError::unavailable(RedisStoreError::TimeOutOfRange { now_us }),
-        NotLocal::Stale(after) => StoreError::unavailable(StaleSyncs(after)),
-        NotLocal::NoRoom(held) => StoreError::KeyRefused(format!(
-            "{held} keys already wait for the next sync to Redis (max_pending_keys)"
-        )),
-        NotLocal::TooLarge(e) => StoreError::KeyRefused(e.to_string()),
-    }
 }
 
 /// The store's error for a failed call to Redis.

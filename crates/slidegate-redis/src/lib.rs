@@ -1,47 +1,41 @@
-//! Redis as the shared store of slidegate limits: every decision is one
-//! atomic Lua script, run with `EVALSHA`, so that any number of instances
-//! share one count per key.
+//! Redis as the shared store of slidegate limits: every decision on a key,
+//! against all of its limits, is one atomic Lua script run with `EVALSHA`,
+//! so that any number of instances share one count per key and limit.
 //!
-//! [`RedisLimiter`] has the interface of the in-memory keyed limiter
-//! (`check(key, cost) -> Result<Decision, _>`), asynchronous: it limits every
-//! key to one [`Policy`] over a multiplexed connection to one server, or
-//! over a cluster connection to a Redis Cluster, with a timeout per call.
+//! # The stores
 //!
-//! ```no_run
-//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
-//! use slidegate_core::{Algorithm, Policy};
-//! use slidegate_redis::RedisLimiter;
-//! use std::time::Duration;
+//! - [`RedisStore`] is Redis as a [`slidegate_store::Store`]: a request on
+//!   a key against any number of limits is one `EVALSHA` of
+//!   [`scripts::MULTI`], which reads the time once and decides every limit
+//!   all or nothing, by the rule of [`slidegate_store::decide_all`] (so
+//!   that it answers as the in-memory store does); charges after the fact
+//!   and resets are one call too. It runs over one server
+//!   ([`RedisStore::connect`], a reconnecting
+//!   [`ConnectionManager`](redis::aio::ConnectionManager)), a Redis Cluster
+//!   ([`RedisStore::connect_cluster`]), or the primary that Redis Sentinel
+//!   names ([`RedisStore::connect_sentinel`], over a
+//!   [`SentinelConnection`], which asks the Sentinels again after the
+//!   primary failed or became a replica); [`RedisStore::new`] takes any
+//!   asynchronous redis-rs connection.
+//! - [`HybridStore`] is the hybrid mode as a store: `sliding_window` and
+//!   `fixed_window` limits decided in the process (one [`HybridLimiter`]
+//!   per limit), the counts sent to Redis in batches (below).
 //!
-//! let client = redis::Client::open("redis://127.0.0.1:6379/")?;
-//! let conn = client.get_multiplexed_async_connection().await?;
-//! let policy = Policy::new(100, Duration::from_secs(60), Algorithm::Gcra { burst: 10 })?;
-//! let limiter = RedisLimiter::new(conn, policy, "rl:", Duration::from_millis(50))?;
-//! let decision = limiter.check("user:42", 1).await?;
-//! if !decision.allowed() {
-//!     println!("retry after {:?}", decision.retry_after());
-//! }
-//! # Ok(())
-//! # }
-//! ```
+//! # Failure policy
 //!
-//! # The store interface
-//!
-//! [`RedisStore`] is Redis as a [`slidegate_store::Store`]: a request on a
-//! key against any number of limits is one `EVALSHA` of
-//! [`scripts::MULTI`], which reads the time once and decides every limit
-//! all or nothing, by the rule of [`slidegate_store::decide_all`] (so that
-//! it answers as the in-memory store does); charges after the fact and
-//! resets are one call too. The state of `key` under a limit is
-//! `<prefix><tag>:{<key>}` (the tag is [`Policy::tag`]), in the formats
-//! below, so every key of one request shares the hash tag `{<key>}` and a
-//! Redis Cluster keeps them in one slot. It runs over one server
-//! ([`RedisStore::connect`], a reconnecting
-//! [`ConnectionManager`](redis::aio::ConnectionManager)), a Cluster
-//! ([`RedisStore::connect_cluster`]) or the primary that Redis Sentinel
-//! names ([`RedisStore::connect_sentinel`], a [`SentinelConnection`] that
-//! asks the Sentinels again after the primary failed or became a
-//! replica).
+//! The stores answer a failure as an error, and never decide one
+//! themselves: the failure policy is [`slidegate_store::FailOver`]'s
+//! (open, closed, or a local store of this process on the limit's share),
+//! which wraps either store and counts every decision by source and
+//! outcome. A [`RedisStore`] bounds every call by its timeout
+//! ([`StoreError::Timeout`]) and answers a connection or server failure as
+//! [`StoreError::Unavailable`]; after either it answers
+//! [`StoreError::Unavailable`] at once for a backoff
+//! ([`DEFAULT_BACKOFF`], 100 ms; per range of 256 slots on a cluster, so
+//! that a dead master does not fail the live masters' keys), then tries
+//! Redis again: recovery is automatic over a connection that reconnects by
+//! itself. A [`HybridStore`] answers [`StoreError::Unavailable`] once its
+//! syncs have failed for [`stale_after`](HybridOptions::stale_after).
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
@@ -64,17 +58,27 @@
 //! # }
 //! ```
 //!
-//! # Algorithms
+//! # Keys
 //!
-//! | algorithm | Redis state of a key | script |
-//! |---|---|---|
-//! | `fixed_window` | hash `<prefix>{<key>}`: `w` (window index), `c` (count) | [`scripts::FIXED_WINDOW`] |
-//! | `gcra` | hash `<prefix>{<key>}`: `t` (the theoretical arrival time) | [`scripts::GCRA`] |
-//! | `sliding_log` | sorted set `<prefix>{<key>}:log`: member `<time>:<cost>`, score `<time>`; string `<prefix>{<key>}:sum`: the sum of the log's costs | [`scripts::SLIDING_LOG`] |
-//! | `sliding_window` | hash `<prefix>{<key>}`: `n` (the newest bucket index), and `<i>` (the count of bucket `i`) for each non-empty bucket of the ring | [`scripts::SLIDING_WINDOW`] |
+//! The state of `key` under a limit is `<prefix><tag>:{<key>}` (the tag is
+//! [`Quota::tag`](slidegate_store::Quota::tag), [`Policy::tag`]), for
+//! `sliding_log` the pair `<prefix><tag>:{<key>}:log` and `…:sum`
+//! ([`RedisStore::redis_keys`]). Every key of one request shares the hash
+//! tag `{<key>}`, so a Redis Cluster keeps all of a key's limits in one
+//! slot and accepts the script, while a hot namespace is not one hot slot.
+//! The prefix may not contain `{` or `}` ([`RedisStoreError::Prefix`]).
+//! A [`HybridStore`] keeps the same keys, so direct and hybrid instances of
+//! one limit share its counts.
 //!
-//! `exponential_histogram` has no Redis form: [`RedisLimiter::new`] refuses
-//! it with [`RedisStoreError::Unsupported`].
+//! | algorithm | Redis state of a key |
+//! |---|---|
+//! | `fixed_window` | hash `<prefix><tag>:{<key>}`: `w` (window index), `c` (count) |
+//! | `gcra` | hash `<prefix><tag>:{<key>}`: `t` (the theoretical arrival time) |
+//! | `sliding_log` | sorted set `…:{<key>}:log`: member `<time>:<cost>`, score `<time>`; string `…:{<key>}:sum`: the sum of the log's costs |
+//! | `sliding_window` | hash `<prefix><tag>:{<key>}`: `n` (the newest bucket index), and `<i>` (the count of bucket `i`) for each non-empty bucket of the ring |
+//!
+//! `exponential_histogram` has no Redis form: the stores refuse it with
+//! [`StoreError::Unsupported`] ([`Store::supports`](slidegate_store::Store::supports)).
 //!
 //! The `sliding_window` ring keeps one field per non-empty bucket, named by
 //! its absolute index `⌊t / b⌋` rather than its slot: a decision writes one
@@ -86,45 +90,23 @@
 //! and can never disagree with the buckets. A packed string would make
 //! every write rewrite all `n` counts.
 //!
-//! All the state of a limited key is one Redis key (two for `sliding_log`:
-//! its log and the log's sum) whose hash tag is the limited key
-//! (`{<key>}`), so that a cluster keeps it in one slot and a
-//! hot namespace is not one hot slot. The prefix may not contain `{` or
-//! `}`; give each policy its own prefix.
-//!
 //! # Redis Cluster
 //!
-//! [`RedisLimiter`] is generic over the connection: give it a
-//! [`ClusterConnection`](redis::cluster_async::ClusterConnection) and every
-//! decision goes to the master of its key's slot. A script touches only
-//! keys whose hash tag is the limited key (`KEYS[1]`, and `sliding_log`'s
-//! `<prefix>{<key>}:log` and `:sum`), so no script ever crosses slots.
-//! redis-rs's cluster client follows `MOVED` and `ASK` redirections and
-//! loads a script on every node on `NOSCRIPT`, so a resharding in the middle
-//! of a run is invisible to the caller (tested: slots moved between masters
-//! with `redis-cli --cluster reshard` while tasks charge keys in them, every
+//! Over a [`ClusterConnection`](redis::cluster_async::ClusterConnection)
+//! every call goes to the master of its key's slot, and no script crosses
+//! slots (every key it touches has the hash tag `{<key>}`). redis-rs's
+//! cluster client follows `MOVED` and `ASK` redirections and loads the
+//! script on every node on `NOSCRIPT`, so a resharding in the middle of a
+//! run is invisible to the caller (tested: slots moved between masters with
+//! `redis-cli --cluster reshard` while tasks charge keys in them, every
 //! decision answered, every count kept once).
-//!
-//! ```no_run
-//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
-//! use slidegate_core::{Algorithm, Policy};
-//! use slidegate_redis::RedisLimiter;
-//! use std::time::Duration;
-//!
-//! let nodes = ["redis://10.0.0.1:6379/", "redis://10.0.0.2:6379/", "redis://10.0.0.3:6379/"];
-//! let conn = redis::cluster::ClusterClient::new(nodes)?.get_async_connection().await?;
-//! let policy = Policy::new(100, Duration::from_secs(60), Algorithm::SlidingLog)?;
-//! let limiter = RedisLimiter::new(conn, policy, "rl:", Duration::from_millis(50))?;
-//! let decision = limiter.check("user:42", 1).await?;
-//! # Ok(())
-//! # }
-//! ```
 //!
 //! # The scripts' contract
 //!
-//! Each script (the `.lua` files in `scripts/`, whose first comment states
-//! this in full) takes `KEYS[1]`, the limited key's state, and
-//! `ARGV = [now, <the policy's figures>, cost]`:
+//! Each algorithm's script (the `.lua` files in `scripts/`, whose first
+//! comment states this in full), a function of [`scripts::MULTI`], takes
+//! `KEYS[1]`, the limited key's state, and `ARGV = [now, <the policy's
+//! figures>, cost]`:
 //!
 //! - `now`: the time in **microseconds**, or `-1` to read the server's
 //!   `TIME`.
@@ -163,7 +145,8 @@
 //! otherwise the step is rounded up to the next microsecond, as the core
 //! rounds it up to the next nanosecond.
 //!
-//! Supported, checked when the limiter is built:
+//! Supported, checked by [`Store::supports`](slidegate_store::Store::supports)
+//! (and by [`microsecond_policy`]):
 //!
 //! - the window is a whole number of microseconds, at most
 //!   [`MAX_SPAN_US`] (2⁵⁰ µs, about 35 years);
@@ -184,8 +167,8 @@
 //! 0.2 ms).
 //!
 //! The time is at most [`MAX_TIME_US`] (2⁵² µs: the server's clock until
-//! the year 2112; a client clock beyond it gets
-//! [`RedisStoreError::TimeOutOfRange`]).
+//! the year 2112; a client clock beyond it is [`StoreError::Unavailable`],
+//! its source [`RedisStoreError::TimeOutOfRange`]).
 //!
 //! # Clock
 //!
@@ -204,12 +187,12 @@
 //!
 //! # Calls
 //!
-//! A decision is one `EVALSHA`. When the server answers `NOSCRIPT` (its
+//! A decision is one `EVALSHA`, for all of the key's limits. When the server answers `NOSCRIPT` (its
 //! script cache was flushed by a restart or a failover), the script is
 //! loaded and the call retried, invisibly to the caller. Many decisions in
 //! flight share one multiplexed connection (clone it freely); each call,
-//! retry included, is bounded by the limiter's timeout and fails with
-//! [`RedisStoreError::Timeout`] beyond it, never hangs. The connection's
+//! retry included, is bounded by the store's timeout and fails with
+//! [`StoreError::Timeout`] beyond it, never hangs. The connection's
 //! queue is bounded: redis-rs buffers at most 50 commands waiting to be
 //! written by default (`set_pipeline_buffer_size`) and can bound the calls
 //! in flight (`set_concurrency_limit`; `slidegate serve` sets 1024); a call
@@ -218,7 +201,9 @@
 //! # Cost on the server
 //!
 //! Redis runs one command at a time, so what bounds the decisions per
-//! second of a busy server is its CPU time per decision. A script's is the
+//! second of a busy server is its CPU time per decision. An algorithm's
+//! script, measured on its own (the `.lua` file after the prelude, one
+//! limit: [`scripts::MULTI`] runs it as a function, once per limit), costs the
 //! `EVALSHA` itself, about twice an `INCR`'s before any Lua runs, plus each
 //! `redis.call` (0.3–0.6 µs each), plus its own Lua (arithmetic, `tonumber`
 //! of every argument and field read, the eight-integer reply):
@@ -251,67 +236,39 @@
 //! `sliding_window` reading only its own ring with `HMGET` (slower: the
 //! field names are formatted in Lua on every call).
 //!
-//! # Failure policy
-//!
-//! [`RedisLimiter::check`] answers every failure as an error, for callers
-//! that decide themselves. [`RedisLimiter::decide`] applies the limiter's
-//! [`FailurePolicy`] instead and never fails: on an error or a timeout,
-//! [`FailurePolicy::Open`] (the default) admits, [`FailurePolicy::Closed`]
-//! refuses, and [`FailurePolicy::Local`] decides in an in-memory
-//! [`KeyedLimiter`] on the limit divided by the number of instances. The
-//! [`Outcome`] says who decided ([`Source`]); every fallback is counted
-//! ([`RedisLimiter::stats`]). After a failure, Redis is skipped for a
-//! backoff (100 ms by default; on a cluster, per range of 256 slots with
-//! [`RedisLimiter::with_backoff_per_slot_range`], so that a dead master
-//! does not send the live masters' keys to the policy), then tried again: recovery is automatic
-//! with a connection that reconnects by itself
-//! ([`ConnectionManager`](redis::aio::ConnectionManager), or a cluster
-//! connection).
-//!
-//! ```no_run
-//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
-//! use slidegate_core::{Algorithm, Policy};
-//! use slidegate_redis::{FailurePolicy, RedisLimiter, Source};
-//! use std::time::Duration;
-//!
-//! let client = redis::Client::open("redis://127.0.0.1:6379/")?;
-//! let conn = client.get_connection_manager().await?;
-//! let policy = Policy::new(100, Duration::from_secs(60), Algorithm::FixedWindow)?;
-//! let limiter = RedisLimiter::new(conn, policy, "rl:", Duration::from_millis(20))?
-//!     .with_failure_policy(FailurePolicy::Local { instances: 4 });
-//! let outcome = limiter.decide("user:42", 1).await;
-//! if outcome.source != Source::Redis {
-//!     eprintln!("decided without Redis: {:?} ({} fallbacks)", outcome.source, limiter.fallbacks());
-//! }
-//! # Ok(())
-//! # }
-//! ```
-//!
 //! # Hybrid mode
 //!
-//! [`HybridLimiter`] decides `sliding_window` limits in the process, on
-//! each key's ring as Redis last answered it plus this instance's counts
-//! since, and sends the counts in batches (one `EVALSHA` of
-//! [`SLIDING_WINDOW_SYNC`] per key, every interval or when a batch fills),
-//! for about 15–20 times the direct mode's decisions per second and one
-//! command per key per interval. One instance alone decides exactly as
-//! [`RedisLimiter`]; several over-admit by about `(instances − 1) × rate ×
-//! interval` (the bound, and the figures, are in [`HybridLimiter`]'s docs).
+//! [`HybridStore`] decides `sliding_window` and `fixed_window` limits in
+//! the process, on each key's count as Redis last answered it plus this
+//! instance's counts since, and sends the counts in batches (one
+//! `EVALSHA` of [`SLIDING_WINDOW_SYNC`] or [`FIXED_WINDOW_SYNC`] per key,
+//! every interval or when a batch fills): no round trip per decision, one
+//! command per key per interval. Those two algorithms only, whose states
+//! merge by adding; it refuses `gcra` and `sliding_log` (why: its docs),
+//! which a consumer sends to the [`RedisStore`]. One instance alone decides
+//! exactly as the [`RedisStore`]; several over-admit by at most
+//! `(instances − 1) × min(limit, rate × (2 × interval + round trip))` in
+//! a window, about `(instances − 1) × rate × interval` when their syncs
+//! tick together (the bound, and the figures, are in [`HybridLimiter`]'s
+//! docs).
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
 //! use slidegate_core::{Algorithm, Policy, Weighting};
-//! use slidegate_redis::{HybridLimiter, HybridOptions, RedisLimiter};
+//! use slidegate_redis::{HybridOptions, HybridStore};
+//! use slidegate_store::{Decisions, FailOver, FailurePolicy, Quota, Store};
 //! use std::time::Duration;
 //!
 //! let client = redis::Client::open("redis://127.0.0.1:6379/")?;
 //! let conn = client.get_connection_manager().await?;
+//! let options = HybridOptions::every(Duration::from_millis(50));
+//! let hybrid = HybridStore::new(conn, "rl:", Duration::from_millis(50), options)?;
+//! let _sync = hybrid.spawn_sync(); // syncs until dropped
+//! let store = FailOver::new(hybrid, FailurePolicy::Closed);
 //! let ring = Algorithm::SlidingWindow { buckets: 8, weighting: Weighting::Conservative };
-//! let policy = Policy::new(100, Duration::from_secs(60), ring)?;
-//! let direct = RedisLimiter::new(conn, policy, "rl:", Duration::from_millis(50))?;
-//! let limiter = HybridLimiter::new(direct, HybridOptions::every(Duration::from_millis(50)))?;
-//! let _sync = limiter.spawn_sync(); // syncs until dropped
-//! let outcome = limiter.decide("user:42", 1); // no round trip
+//! let limits = [Quota::new(Policy::new(100, Duration::from_secs(60), ring)?)];
+//! let mut out = Decisions::new();
+//! store.decide("user:42", &limits, 1, &mut out).await?; // no round trip
 //! # Ok(())
 //! # }
 //! ```
@@ -319,6 +276,10 @@
 //! `slidegate serve --redis URL` serves limits from these stores (with
 //! `--redis-sync-interval` in hybrid mode), and `slidegate bench --redis
 //! URL` measures them (BENCHMARKS.md).
+//!
+//! [`StoreError::Timeout`]: slidegate_store::StoreError::Timeout
+//! [`StoreError::Unavailable`]: slidegate_store::StoreError::Unavailable
+//! [`StoreError::Unsupported`]: slidegate_store::StoreError::Unsupported
 
 #![forbid(unsafe_code)]
 // No panics on the request path: the lints are off in unit tests only.
@@ -335,7 +296,6 @@
     )
 )]
 
-mod admin;
 mod hybrid;
 mod hybrid_store;
 mod store;
@@ -347,46 +307,23 @@ pub use hybrid_store::{HybridStore, MAX_HYBRID_LIMITS, StaleSyncs};
 pub use store::{RedisStore, SentinelConnection};
 
 use redis::Script;
-use redis::aio::{ConnectionLike, MultiplexedConnection};
-use slidegate_core::{Algorithm, Clock, Decision, MonotonicClock, Policy, Weighting};
-use slidegate_memory::{Budget, KeyedLimiter};
+use slidegate_core::{Algorithm, Clock, Decision, Policy, Weighting};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
-/// The Lua sources of the scripts as sent to Redis: the shared prelude
-/// (`scripts/prelude.lua`: the clock, an exact `divmod`, integer writing),
-/// then the script, which opens with its contract.
+/// The Lua source of the store's script as sent to Redis (the hybrid
+/// mode's syncs are [`SLIDING_WINDOW_SYNC`] and [`FIXED_WINDOW_SYNC`]).
 pub mod scripts {
-    /// `fixed_window`: `KEYS[1]` a hash; `ARGV = [now, W, limit, cost]`.
-    pub const FIXED_WINDOW: &str = concat!(
-        include_str!("../scripts/prelude.lua"),
-        include_str!("../scripts/fixed_window.lua")
-    );
-    /// `gcra`: `KEYS[1]` a hash; `ARGV = [now, T, burst, limit, cost]`.
-    pub const GCRA: &str = concat!(
-        include_str!("../scripts/prelude.lua"),
-        include_str!("../scripts/gcra.lua")
-    );
-    /// `sliding_log`: `KEYS[1]` a sorted set, `KEYS[2]` its sum; `ARGV =
-    /// [now, W, limit, cost]`.
-    pub const SLIDING_LOG: &str = concat!(
-        include_str!("../scripts/prelude.lua"),
-        include_str!("../scripts/sliding_log.lua")
-    );
-    /// `sliding_window`: `KEYS[1]` a hash; `ARGV = [now, b, n, limit,
-    /// weighting, cost]`.
-    pub const SLIDING_WINDOW: &str = concat!(
-        include_str!("../scripts/prelude.lua"),
-        include_str!("../scripts/sliding_window.lua")
-    );
-    /// Several limits of one key in one call (the [`RedisStore`](crate::RedisStore)'s
-    /// script): the prelude, each algorithm's script above wrapped as a
-    /// function `<name>(KEYS, ARGV)` of its own keys and arguments, then
-    /// `scripts/multi.lua`, which reads the time once and decides (or
-    /// charges) every limit. `KEYS` every limit's keys in order; `ARGV =
-    /// [now, mode, k, then six fields per limit]` (the file's first comment).
+    /// Every limit of one key in one call: the prelude
+    /// (`scripts/prelude.lua`: the clock, an exact `divmod`, integer
+    /// writing), each algorithm's script (`scripts/<algorithm>.lua`, which
+    /// opens with its contract) wrapped as a function `<name>(KEYS, ARGV)`
+    /// of its own keys and arguments, then `scripts/multi.lua`, which reads
+    /// the time once and decides (or charges) every limit. `KEYS` every
+    /// limit's keys in order; `ARGV = [now, mode, k, then six fields per
+    /// limit]` (the file's first comment).
     pub const MULTI: &str = concat!(
         include_str!("../scripts/prelude.lua"),
         "local function fixed_window(KEYS, ARGV)\n",
@@ -402,10 +339,6 @@ pub mod scripts {
     );
 }
 
-static FIXED_WINDOW: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::FIXED_WINDOW));
-static GCRA: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::GCRA));
-static SLIDING_LOG: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::SLIDING_LOG));
-static SLIDING_WINDOW: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::SLIDING_WINDOW));
 static MULTI: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::MULTI));
 
 /// The largest window, limit, and `gcra` span (`(burst + 1)·T`, `limit·T`)
@@ -422,94 +355,21 @@ pub const MAX_TIME_US: u64 = 1 << 52;
 /// the server waits.
 pub const MAX_BUCKETS: u32 = 256;
 
-/// How long [`RedisLimiter::decide`] skips Redis after a failure, unless
-/// [`RedisLimiter::with_backoff`] says otherwise: 100 ms.
+/// How long a [`RedisStore`] answers [`StoreError::Unavailable`] at once
+/// after a failure, unless [`RedisStore::with_backoff`] says otherwise:
+/// 100 ms.
+///
+/// [`StoreError::Unavailable`]: slidegate_store::StoreError::Unavailable
 pub const DEFAULT_BACKOFF: Duration = Duration::from_millis(100);
 
-/// The keys the [`FailurePolicy::Local`] fallback holds, unless
-/// [`RedisLimiter::with_local_budget`] says otherwise: 100 000.
+/// The keys the in-memory store of a [`FailurePolicy::Local`] fallback
+/// holds in `slidegate serve`: 100 000.
+///
+/// [`FailurePolicy::Local`]: slidegate_store::FailurePolicy::Local
 pub const DEFAULT_LOCAL_KEYS: usize = 100_000;
 
-/// What [`RedisLimiter::decide`] does when Redis fails: an error, or no
-/// answer within the timeout.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum FailurePolicy {
-    /// Admit, counting nothing (as Envoy, Kong and Stripe do by default):
-    /// the service stays up, unlimited while Redis is down.
-    #[default]
-    Open,
-    /// Refuse, with a retry after the backoff: nothing passes unlimited,
-    /// nothing passes at all while Redis is down.
-    Closed,
-    /// Decide in an in-memory [`KeyedLimiter`] of this process, on the
-    /// policy with its limit (and a `gcra` burst) divided by `instances`,
-    /// the number of instances sharing the limit, rounded up and at least 1:
-    /// the instances together admit about the limit while Redis is down.
-    /// `instances` 0 counts as 1.
-    Local {
-        /// How many instances share the limit.
-        instances: u64,
-    },
-}
-
-/// Who decided an [`Outcome`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Source {
-    /// Redis, by its script: the shared count.
-    Redis,
-    /// [`FailurePolicy::Open`]: admitted without counting.
-    FailOpen,
-    /// [`FailurePolicy::Closed`]: refused (also the `Local` fallback's
-    /// answer for a key its budget cannot hold).
-    FailClosed,
-    /// [`FailurePolicy::Local`]: the local limiter.
-    Local,
-}
-
-/// A decision and who made it: [`RedisLimiter::decide`]'s answer.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Outcome {
-    /// The decision.
-    pub decision: Decision,
-    /// Who decided it.
-    pub source: Source,
-}
-
-impl Outcome {
-    /// Whether the request passes.
-    pub fn allowed(&self) -> bool {
-        self.decision.allowed()
-    }
-}
-
-/// A limiter's failures and fallbacks, shared by its clones.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FailureStats {
-    /// Calls to Redis that failed (an error or a timeout).
-    pub failures: u64,
-    /// Decisions made by the failure policy: one per failed call, and one
-    /// per call during a backoff, which skips Redis.
-    pub fallbacks: u64,
-}
-
-/// The policy of the `Local` fallback: the limit (and a `gcra` burst)
-/// divided by `instances`, rounded up, at least 1.
-pub(crate) fn local_policy(policy: &Policy, instances: u64) -> Policy {
-    let share = |n: u64| n.div_ceil(instances.max(1)).max(1);
-    let algorithm = match policy.algorithm() {
-        Algorithm::Gcra { burst } => Algorithm::Gcra { burst: share(burst) },
-        other => other,
-    };
-    Policy::new(
-        share(policy.limit()),
-        Duration::from_nanos(policy.window_ns()),
-        algorithm,
-    )
-    .unwrap_or(*policy)
-}
-
-/// The ranges of Redis Cluster slots a limiter with
-/// [`RedisLimiter::with_backoff_per_slot_range`] backs off apart: 64 ranges
+/// The ranges of Redis Cluster slots a store with
+/// [`RedisStore::with_backoff_per_slot_range`] backs off apart: 64 ranges
 /// of 256 slots.
 const SLOT_RANGES: usize = 64;
 
@@ -542,27 +402,22 @@ fn cluster_slot(key: &[u8]) -> u16 {
     crc % 16384
 }
 
-/// The failure state shared by a limiter's clones.
+/// The backoff and the failures shared by a store's clones.
 struct Health {
-    /// The origin of `skip_until` (and of the fallbacks' time on the
-    /// server's clock).
+    /// The origin of `skip_until`.
     origin: Instant,
     /// Nanoseconds after `origin` until which Redis is skipped: for the
-    /// whole limiter (the first), or for each range of cluster slots.
+    /// whole store (the first), or for each range of cluster slots.
     skip_until: [AtomicU64; SLOT_RANGES],
     failures: AtomicU64,
-    fallbacks: AtomicU64,
-    local: Option<KeyedLimiter<String, Arc<dyn Clock + Send + Sync>>>,
 }
 
 impl Health {
-    fn new(local: Option<KeyedLimiter<String, Arc<dyn Clock + Send + Sync>>>) -> Self {
+    fn new() -> Self {
         Health {
             origin: Instant::now(),
             skip_until: std::array::from_fn(|_| AtomicU64::new(0)),
             failures: AtomicU64::new(0),
-            fallbacks: AtomicU64::new(0),
-            local,
         }
     }
 
@@ -635,7 +490,7 @@ pub enum RedisStoreError {
         /// The clock's time in microseconds.
         now_us: u64,
     },
-    /// No answer within the limiter's timeout.
+    /// No answer within the timeout.
     #[error("no answer from Redis within {0:?}")]
     Timeout(Duration),
     /// Redis or the connection failed.
@@ -655,7 +510,7 @@ pub enum RedisStoreError {
 /// The policy a script runs for `policy`: the same limit and algorithm, with
 /// the window's microseconds read as nanoseconds. The core's
 /// [`State`](slidegate_core::State) on it, fed times in microseconds,
-/// decides exactly as a [`RedisLimiter`] of `policy` does.
+/// decides exactly as a [`RedisStore`] decides `policy`.
 ///
 /// # Errors
 ///
@@ -768,327 +623,6 @@ impl Params {
             | Params::SlidingWindow { limit, .. } => limit,
             Params::Gcra { burst, limit, .. } => burst.min(limit),
         }
-    }
-}
-
-/// Limits every key to one [`Policy`] in Redis, one atomic script per
-/// decision (see the crate docs for the scripts, ranges and clock).
-///
-/// Generic over the connection `C`: any of redis-rs's asynchronous
-/// [`ConnectionLike`] connections that is cheap to clone, such as a
-/// [`MultiplexedConnection`] (the default) or a
-/// [`ClusterConnection`](redis::cluster_async::ClusterConnection) of a
-/// Redis Cluster. Cheap to clone: clones share the connection.
-#[derive(Clone)]
-pub struct RedisLimiter<C = MultiplexedConnection> {
-    conn: C,
-    policy: Policy,
-    params: Params,
-    prefix: String,
-    timeout: Duration,
-    clock: RedisClock,
-    failure: FailurePolicy,
-    backoff: Duration,
-    backoff_per_slot_range: bool,
-    local_budget: Budget,
-    health: Arc<Health>,
-}
-
-impl<C> fmt::Debug for RedisLimiter<C> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisLimiter")
-            .field("policy", &self.policy)
-            .field("prefix", &self.prefix)
-            .field("timeout", &self.timeout)
-            .field("clock", &self.clock)
-            .field("failure", &self.failure)
-            .field("backoff", &self.backoff)
-            .field("failures", &self.health.failures)
-            .field("fallbacks", &self.health.fallbacks)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<C: ConnectionLike + Clone> RedisLimiter<C> {
-    /// A limiter of `policy` per key over `conn`, its keys starting with
-    /// `prefix`, each call bounded by `timeout`, on the server's clock.
-    ///
-    /// # Errors
-    ///
-    /// [`RedisStoreError::Unsupported`] for a policy outside the supported
-    /// ranges or without a script, [`RedisStoreError::Prefix`] for a prefix
-    /// with `{` or `}`.
-    pub fn new(conn: C, policy: Policy, prefix: impl Into<String>, timeout: Duration) -> Result<Self, RedisStoreError> {
-        let prefix = prefix.into();
-        if prefix.contains(['{', '}']) {
-            return Err(RedisStoreError::Prefix(prefix));
-        }
-        let micro = microsecond_policy(&policy)?;
-        Ok(RedisLimiter {
-            conn,
-            policy,
-            params: Params::of(&micro),
-            prefix,
-            timeout,
-            clock: RedisClock::Server,
-            failure: FailurePolicy::Open,
-            backoff: DEFAULT_BACKOFF,
-            backoff_per_slot_range: false,
-            local_budget: Budget::keys(DEFAULT_LOCAL_KEYS),
-            health: Arc::new(Health::new(None)),
-        })
-    }
-
-    /// The same limiter on `clock` (the `Local` fallback reads it too).
-    pub fn with_clock(mut self, clock: RedisClock) -> Self {
-        self.clock = clock;
-        self.renew_health();
-        self
-    }
-
-    /// The same limiter deciding by `failure` in [`RedisLimiter::decide`]
-    /// when Redis fails (by default [`FailurePolicy::Open`]).
-    pub fn with_failure_policy(mut self, failure: FailurePolicy) -> Self {
-        self.failure = failure;
-        self.renew_health();
-        self
-    }
-
-    /// The same limiter skipping Redis for `backoff` after a failure (by
-    /// default [`DEFAULT_BACKOFF`], 100 ms); see [`RedisLimiter::decide`].
-    pub fn with_backoff(mut self, backoff: Duration) -> Self {
-        self.backoff = backoff;
-        self
-    }
-
-    /// The same limiter backing off per range of Redis Cluster slots (64
-    /// ranges of 256) instead of as a whole: after a failure, only the keys
-    /// whose slots are near the failed key's skip Redis for the backoff, so
-    /// that a dead master does not send the keys of the live masters to the
-    /// failure policy too. For a cluster connection; with one server a
-    /// failure is the whole server's, and the whole limiter backing off
-    /// (the default) spares the other keys the timeout.
-    pub fn with_backoff_per_slot_range(mut self) -> Self {
-        self.backoff_per_slot_range = true;
-        self
-    }
-
-    /// The same limiter with `budget` for the keys of the
-    /// [`FailurePolicy::Local`] fallback (by default
-    /// [`DEFAULT_LOCAL_KEYS`] keys).
-    pub fn with_local_budget(mut self, budget: Budget) -> Self {
-        self.local_budget = budget;
-        self.renew_health();
-        self
-    }
-
-    /// The failure policy.
-    pub fn failure_policy(&self) -> FailurePolicy {
-        self.failure
-    }
-
-    /// The backoff after a failure.
-    pub fn backoff(&self) -> Duration {
-        self.backoff
-    }
-
-    /// The failures and fallbacks so far, shared by all the clones.
-    pub fn stats(&self) -> FailureStats {
-        FailureStats {
-            failures: self.health.failures.load(Ordering::Relaxed),
-            fallbacks: self.health.fallbacks.load(Ordering::Relaxed),
-        }
-    }
-
-    /// The decisions made without Redis so far (by the failure policy),
-    /// shared by all the clones: [`FailureStats::fallbacks`].
-    pub fn fallbacks(&self) -> u64 {
-        self.stats().fallbacks
-    }
-
-    /// Fresh failure state (counters, backoff, the local limiter) for the
-    /// current clock, policy and budget.
-    fn renew_health(&mut self) {
-        let local = match self.failure {
-            FailurePolicy::Local { instances } => {
-                let clock: Arc<dyn Clock + Send + Sync> = match &self.clock {
-                    RedisClock::Server => Arc::new(MonotonicClock::new()),
-                    RedisClock::Client(clock) => clock.clone(),
-                };
-                let policy = local_policy(&self.policy, instances);
-                Some(KeyedLimiter::new(policy, clock, self.local_budget))
-            }
-            _ => None,
-        };
-        self.health = Arc::new(Health::new(local));
-    }
-
-    /// The policy.
-    pub fn policy(&self) -> &Policy {
-        &self.policy
-    }
-
-    /// Where the time comes from.
-    pub fn clock(&self) -> &RedisClock {
-        &self.clock
-    }
-
-    /// The timeout of each call.
-    pub fn timeout(&self) -> Duration {
-        self.timeout
-    }
-
-    /// The Redis key holding the state of `key`: `<prefix>{<key>}`, with
-    /// `:log` after it for `sliding_log` (whose sum is a second key,
-    /// [`RedisLimiter::redis_keys`]).
-    pub fn redis_key(&self, key: &str) -> String {
-        let suffix = match self.params {
-            Params::SlidingLog { .. } => ":log",
-            _ => "",
-        };
-        format!("{}{{{key}}}{suffix}", self.prefix)
-    }
-
-    /// Every Redis key of the state of `key`, all with the hash tag
-    /// `{<key>}`: [`RedisLimiter::redis_key`], and for `sliding_log` the
-    /// sum of its log, `<prefix>{<key>}:sum`.
-    pub fn redis_keys(&self, key: &str) -> Vec<String> {
-        match self.params {
-            Params::SlidingLog { .. } => vec![
-                format!("{}{{{key}}}:log", self.prefix),
-                format!("{}{{{key}}}:sum", self.prefix),
-            ],
-            _ => vec![self.redis_key(key)],
-        }
-    }
-
-    /// Decides whether `cost` units for `key` fit the policy now; if they do
-    /// and `cost > 0`, counts them. A `cost` of 0 peeks and changes nothing.
-    /// Runs in a Tokio runtime with its time driver enabled (for the
-    /// timeout).
-    ///
-    /// # Errors
-    ///
-    /// [`RedisStoreError::Timeout`] when Redis does not answer within the
-    /// timeout, [`RedisStoreError::Redis`] when the connection or the
-    /// server fails, [`RedisStoreError::TimeOutOfRange`] for a client clock
-    /// beyond [`MAX_TIME_US`].
-    pub async fn check(&self, key: &str, cost: u64) -> Result<Decision, RedisStoreError> {
-        let now: i64 = match &self.clock {
-            RedisClock::Server => -1,
-            RedisClock::Client(clock) => {
-                let now_us = clock.now() / 1000;
-                if now_us > MAX_TIME_US {
-                    return Err(RedisStoreError::TimeOutOfRange { now_us });
-                }
-                now_us as i64
-            }
-        };
-        // Any cost above what can pass is decided alike.
-        let cost = cost.min(self.params.capacity() + 1);
-        let (script, figures): (&Script, &[u64]) = match &self.params {
-            Params::FixedWindow { w, limit } => (&FIXED_WINDOW, &[*w, *limit]),
-            Params::Gcra { t, burst, limit } => (&GCRA, &[*t, *burst, *limit]),
-            Params::SlidingLog { w, limit } => (&SLIDING_LOG, &[*w, *limit]),
-            Params::SlidingWindow {
-                b,
-                n,
-                limit,
-                conservative,
-            } => (&SLIDING_WINDOW, &[*b, *n, *limit, *conservative]),
-        };
-        let mut invocation = script.prepare_invoke();
-        for k in self.redis_keys(key) {
-            invocation.key(k);
-        }
-        invocation.arg(now);
-        for figure in figures {
-            invocation.arg(*figure);
-        }
-        invocation.arg(cost);
-        let mut conn = self.conn.clone();
-        let reply: Vec<i64> = tokio::time::timeout(self.timeout, invocation.invoke_async(&mut conn))
-            .await
-            .map_err(|_| RedisStoreError::Timeout(self.timeout))??;
-        self.decision(reply)
-    }
-
-    /// [`RedisLimiter::check`] with the failure policy applied: when Redis
-    /// fails (an error, or no answer within the timeout), the limiter's
-    /// [`FailurePolicy`] decides, and the [`Outcome`] says who decided.
-    /// Never fails, and returns within the timeout.
-    ///
-    /// Recovery is automatic: after a failure, every call skips Redis for
-    /// the backoff ([`RedisLimiter::with_backoff`], 100 ms by default) and
-    /// goes straight to the failure policy, so that a dead Redis does not
-    /// cost the timeout on every call; the first call after the backoff
-    /// tries Redis again (and, failing, starts another backoff). Give the
-    /// limiter a connection that reconnects by itself — a
-    /// [`ConnectionManager`](redis::aio::ConnectionManager) for one server,
-    /// a [`ClusterConnection`](redis::cluster_async::ClusterConnection) for
-    /// a cluster — for decisions to come back from Redis once it is back (a
-    /// [`MultiplexedConnection`] stays broken after its server went away).
-    /// Every fallback is counted ([`RedisLimiter::stats`]).
-    pub async fn decide(&self, key: &str, cost: u64) -> Outcome {
-        let health = &self.health;
-        let range = if self.backoff_per_slot_range {
-            usize::from(cluster_slot(self.redis_key(key).as_bytes())) * SLOT_RANGES / 16384
-        } else {
-            0
-        };
-        if !health.in_backoff(range) {
-            match self.check(key, cost).await {
-                Ok(decision) => {
-                    return Outcome {
-                        decision,
-                        source: Source::Redis,
-                    };
-                }
-                Err(_) => {
-                    health.failures.fetch_add(1, Ordering::Relaxed);
-                    health.back_off(range, self.backoff);
-                }
-            }
-        }
-        health.fallbacks.fetch_add(1, Ordering::Relaxed);
-        self.fall_back(key, cost)
-    }
-
-    /// The failure policy's decision.
-    fn fall_back(&self, key: &str, cost: u64) -> Outcome {
-        let now = match &self.clock {
-            RedisClock::Server => self.health.origin.elapsed().as_nanos() as u64,
-            RedisClock::Client(clock) => clock.now(),
-        };
-        let refuse = |source| {
-            // Refused until Redis is tried again.
-            let retry_at = now.saturating_add(self.backoff.as_nanos() as u64);
-            Outcome {
-                decision: Decision::at(&self.policy, now, false, 0, retry_at, Some(retry_at), (0, 0, 1)),
-                source,
-            }
-        };
-        match self.failure {
-            FailurePolicy::Open => Outcome {
-                // Admitted, nothing counted.
-                decision: Decision::at(&self.policy, now, true, self.policy.limit(), now, None, (0, 0, 1)),
-                source: Source::FailOpen,
-            },
-            FailurePolicy::Closed => refuse(Source::FailClosed),
-            FailurePolicy::Local { .. } => match self.health.local.as_ref().map(|l| l.check(key, cost)) {
-                Some(Ok(decision)) => Outcome {
-                    decision,
-                    source: Source::Local,
-                },
-                // A key beyond the local budget's share: refused.
-                _ => refuse(Source::FailClosed),
-            },
-        }
-    }
-
-    /// The decision of a script's reply, its instants turned into ns.
-    fn decision(&self, reply: Vec<i64>) -> Result<Decision, RedisStoreError> {
-        decision_of(&self.policy, &reply)
     }
 }
 

@@ -38,8 +38,7 @@ use std::time::{Duration, Instant};
 /// none, by the rule of [`slidegate_store::decide_all`], so that it
 /// decides figure for figure as the in-memory store does (on
 /// [`microsecond_policy`] of each quota, at times in microseconds). A cost
-/// above what a quota can ever pass is refused by it without a retry, as
-/// [`RedisLimiter`](crate::RedisLimiter) refuses it.
+/// above what a quota can ever pass is refused by it without a retry.
 ///
 /// [`Store::charge`] records a cost under every quota in one call even
 /// past the limit (as the core's `record`; a cost is kept exact up to
@@ -115,7 +114,7 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisStore<C> {
             clock: RedisClock::Server,
             backoff: DEFAULT_BACKOFF,
             per_slot_range: false,
-            health: Arc::new(Health::new(None)),
+            health: Arc::new(Health::new()),
         })
     }
 
@@ -142,6 +141,7 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisStore<C> {
         self.per_slot_range = true;
         self
     }
+
     /// The connection (clones share it).
     pub fn connection(&self) -> &C {
         &self.conn
@@ -162,10 +162,16 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisStore<C> {
         &self.clock
     }
 
+    /// The Redis key of the state of `key` under `quota`,
+    /// `<prefix><tag>:{<key>}` (for `sliding_log`, the stem of its two).
+    pub(crate) fn redis_key(&self, key: &str, quota: &Quota) -> String {
+        format!("{}{}:{{{key}}}", self.prefix, quota.tag())
+    }
+
     /// Every Redis key of the state of `key` under `quota`:
     /// `<prefix><tag>:{<key>}`, or for `sliding_log` its `:log` and `:sum`.
     pub fn redis_keys(&self, key: &str, quota: &Quota) -> Vec<String> {
-        let base = format!("{}{}:{{{key}}}", self.prefix, quota.tag());
+        let base = self.redis_key(key, quota);
         match quota.policy().algorithm() {
             Algorithm::SlidingLog => vec![format!("{base}:log"), format!("{base}:sum")],
             _ => vec![base],

@@ -1,10 +1,10 @@
-//! The limiter over a three-master Redis Cluster: every key's state in one
+//! The Redis store over a three-master Redis Cluster: every key's state in one
 //! slot, keys on every master decided and counted once, atomicity, and a
 //! slot move in the middle of a run.
 
 mod common;
 
-use common::{PREFIX, RedisCluster, Store, exactly_limit_admitted};
+use common::{Backend, One, PREFIX, RedisCluster, exactly_limit_admitted};
 use slidegate_core::{Algorithm, ManualClock, Policy, Weighting};
 use slidegate_redis::RedisClock;
 use std::collections::HashMap;
@@ -54,18 +54,24 @@ async fn every_key_of_a_limit_is_in_one_slot() {
             assert_eq!(cluster.slot(&redis_key), cluster.slot(key), "{redis_key}");
         }
     }
-    // sliding_log's key is the only one with a suffix: `…{k}:log`.
+    // sliding_log's keys are the only ones with a suffix: `…{k}:log`, `…{k}:sum`.
     let log = cluster
         .limiter(
             policy(5, Duration::from_secs(60), Algorithm::SlidingLog),
             RedisClock::Server,
         )
         .await;
-    assert_eq!(log.redis_key("user:42"), format!("{PREFIX}{{user:42}}:log"));
+    let tag = log.quota.tag().to_owned();
     assert_eq!(
-        cluster.slot(&log.redis_key("user:42")),
-        cluster.slot(&format!("{PREFIX}{{user:42}}"))
+        log.redis_keys("user:42"),
+        [
+            format!("{PREFIX}{tag}:{{user:42}}:log"),
+            format!("{PREFIX}{tag}:{{user:42}}:sum")
+        ]
     );
+    for key in log.redis_keys("user:42") {
+        assert_eq!(cluster.slot(&key), cluster.slot(&format!("{PREFIX}{{user:42}}")));
+    }
 }
 
 /// Keys on every master: each is decided exactly (`limit` admitted, then
@@ -88,15 +94,12 @@ async fn keys_on_every_master_are_decided_and_counted_once() {
     let clock = ManualClock::new(1_780_000_000_000_000_000);
     for algorithm in algorithms() {
         let limit = 5;
-        let prefix = format!("{PREFIX}{}:", algorithm.to_string().replace(['(', ')', '=', ','], "_"));
-        let limiter = slidegate_redis::RedisLimiter::new(
-            cluster.conn().await,
-            policy(limit, Duration::from_secs(3600), algorithm),
-            prefix,
-            Duration::from_secs(2),
-        )
-        .unwrap()
-        .with_clock(RedisClock::client(clock.clone()));
+        let limiter = cluster
+            .limiter(
+                policy(limit, Duration::from_secs(3600), algorithm),
+                RedisClock::client(clock.clone()),
+            )
+            .await;
         for (master, keys) in keys.iter().enumerate() {
             for key in keys {
                 for n in 1..=limit {
@@ -140,25 +143,18 @@ async fn every_algorithm_admits_exactly_the_limit_at_once_on_a_cluster() {
     }
 }
 
-/// A store whose limiters use their own prefix.
+/// A cluster whose stores use their own prefix.
 struct Prefixed<'a>(&'a RedisCluster, usize);
 
-impl Store for Prefixed<'_> {
-    type Conn = <RedisCluster as Store>::Conn;
+impl Backend for Prefixed<'_> {
+    type Conn = <RedisCluster as Backend>::Conn;
 
     async fn conn(&self) -> Self::Conn {
         self.0.conn().await
     }
 
-    async fn limiter(&self, policy: Policy, clock: RedisClock) -> slidegate_redis::RedisLimiter<Self::Conn> {
-        slidegate_redis::RedisLimiter::new(
-            self.conn().await,
-            policy,
-            format!("{PREFIX}{}:", self.1),
-            Duration::from_secs(2),
-        )
-        .unwrap()
-        .with_clock(clock)
+    fn prefix(&self) -> String {
+        format!("{PREFIX}{}:", self.1)
     }
 }
 
@@ -247,8 +243,9 @@ async fn a_slot_move_in_the_middle_of_a_run_keeps_decisions_and_counts() {
     assert!(during > 0, "no decision while the slots moved");
     let mut by_node: HashMap<usize, usize> = HashMap::new();
     let mut conn = cluster.conn().await;
+    let counted = One::new(cluster.store(RedisClock::Server).await, policy);
     for (k, key) in keys.iter().enumerate() {
-        let redis_key = format!("{PREFIX}{{{key}}}");
+        let redis_key = counted.redis_key(key);
         for holder in cluster.holders(&redis_key) {
             *by_node.entry(holder).or_default() += 1;
         }

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{RedisCluster, RedisServer, Store};
+use common::{Backend, RedisCluster, RedisServer};
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 use slidegate_conformance::Figures;
@@ -28,8 +28,8 @@ fn in_micros(drawn: &Policy) -> Policy {
 }
 
 /// Runs `reqs` (absolute times in µs) against a fresh key of a Redis
-/// limiter on a manual clock and against the core, comparing every figure.
-async fn compare<S: Store>(server: &S, key: &str, drawn: &Policy, reqs: &[(u64, u64)]) -> Result<(), TestCaseError> {
+/// store (one limit) on a manual clock and against the core, comparing every figure.
+async fn compare<S: Backend>(server: &S, key: &str, drawn: &Policy, reqs: &[(u64, u64)]) -> Result<(), TestCaseError> {
     let policy = in_micros(drawn);
     let micro = microsecond_policy(&policy).unwrap();
     prop_assert_eq!(&micro, drawn);
@@ -73,7 +73,7 @@ fn run(policies: BoxedStrategy<Policy>, reqs: BoxedStrategy<Vec<(u64, u64)>>) {
 }
 
 /// Runs `cases` property cases of `policies × requests` against `server`.
-fn run_on<S: Store>(server: &S, cases: u32, policies: BoxedStrategy<Policy>, reqs: BoxedStrategy<Vec<(u64, u64)>>) {
+fn run_on<S: Backend>(server: &S, cases: u32, policies: BoxedStrategy<Policy>, reqs: BoxedStrategy<Vec<(u64, u64)>>) {
     // Fresh keys across the runs that share a cluster.
     static KEYS: AtomicU64 = AtomicU64::new(0);
     let rt = tokio::runtime::Runtime::new().unwrap();

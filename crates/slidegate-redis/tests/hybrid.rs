@@ -1,11 +1,11 @@
 //! Hybrid mode: one instance decides exactly as the core whenever it syncs;
 //! several instances over-admit within the documented bound; counts are
-//! never lost to a failed sync; the failure policy takes over once the
-//! syncs are stale.
+//! never lost to a failed sync; once the syncs are stale, decisions are
+//! errors (for a `FailOver` to decide).
 
 mod common;
 
-use common::{PREFIX, RedisCluster, RedisServer, Store};
+use common::{Backend, PREFIX, RedisCluster, RedisServer};
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 use redis::aio::ConnectionManager;
@@ -14,8 +14,9 @@ use slidegate_conformance::oracle::ExactLog;
 use slidegate_conformance::strategy::{config, requests, times};
 use slidegate_core::{Algorithm, LimitState, ManualClock, Policy, State, Weighting};
 use slidegate_redis::{
-    FailurePolicy, HybridLimiter, HybridOptions, RedisClock, RedisLimiter, RedisStoreError, Source, microsecond_policy,
+    HybridLimiter, HybridOptions, RedisClock, RedisStore, RedisStoreError, StaleSyncs, microsecond_policy,
 };
+use slidegate_store::{Quota, StoreError};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -27,14 +28,14 @@ fn sliding_window(limit: u64, window: Duration, buckets: u32, weighting: Weighti
 
 /// A hybrid limiter of `policy` over `store` on `clock`, syncing only when
 /// the test says so.
-async fn hybrid<S: Store>(
-    store: &S,
+async fn hybrid<B: Backend>(
+    backend: &B,
     policy: Policy,
     clock: &ManualClock,
     options: HybridOptions,
-) -> HybridLimiter<S::Conn> {
-    let redis = store.limiter(policy, RedisClock::client(clock.clone())).await;
-    HybridLimiter::new(redis, options).unwrap()
+) -> HybridLimiter<B::Conn> {
+    let redis = backend.store(RedisClock::client(clock.clone())).await;
+    HybridLimiter::new(redis, policy, options).unwrap()
 }
 
 fn options() -> HybridOptions {
@@ -76,7 +77,7 @@ fn requests_and_syncs() -> BoxedStrategy<Vec<(u64, u64, bool)>> {
 
 /// One instance alone decides figure for figure as the core (on the
 /// policy in microseconds), whenever its syncs come.
-fn alone_decides_like_the_core<S: Store>(store: &S) {
+fn alone_decides_like_the_core<B: Backend>(store: &B) {
     static KEYS: AtomicU64 = AtomicU64::new(0);
     let rt = tokio::runtime::Runtime::new().unwrap();
     TestRunner::new(config(CASES))
@@ -90,10 +91,10 @@ fn alone_decides_like_the_core<S: Store>(store: &S) {
                 for (t, cost, sync) in reqs {
                     clock.set(t * 1000);
                     let got = limiter.decide(&key, cost);
-                    prop_assert_eq!(got.source, Source::Redis);
+                    prop_assert!(got.is_ok(), "{:?}", got);
                     let want = Figures::of(&core.check(&micro, t, cost)).scaled(1000);
                     prop_assert_eq!(
-                        Figures::of(&got.decision),
+                        Figures::of(&got.unwrap()),
                         want,
                         "{} at {} µs, cost {}",
                         policy,
@@ -151,7 +152,7 @@ async fn most_in_a_window(
         }
         let i = ((t - start) / step % instances) as usize;
         clock.set(t * 1000);
-        if limiters[i].decide(&format!("shared{interval}"), 1).allowed() {
+        if limiters[i].decide(&format!("shared{interval}"), 1).unwrap().allowed() {
             admitted.push(t, 1);
         }
         t += step;
@@ -193,7 +194,7 @@ async fn direct_and_hybrid_instances_share_a_key() {
     let h = hybrid(&server, policy, &clock, options()).await;
     let direct = server.limiter(policy, RedisClock::client(clock.clone())).await;
     for _ in 0..4 {
-        assert!(h.decide("k", 1).allowed());
+        assert!(h.decide("k", 1).unwrap().allowed());
     }
     assert_eq!(
         direct.check("k", 0).await.unwrap().remaining(),
@@ -205,10 +206,10 @@ async fn direct_and_hybrid_instances_share_a_key() {
     assert_eq!(direct.check("k", 0).await.unwrap().remaining(), 6);
     assert!(direct.check("k", 3).await.unwrap().allowed());
     // The hybrid view learns the direct counts with its next sync.
-    assert_eq!(h.decide("k", 0).decision.remaining(), 6);
-    assert!(h.decide("k", 1).allowed());
+    assert_eq!(h.decide("k", 0).unwrap().remaining(), 6);
+    assert!(h.decide("k", 1).unwrap().allowed());
     h.sync().await.unwrap();
-    assert_eq!(h.decide("k", 0).decision.remaining(), 2);
+    assert_eq!(h.decide("k", 0).unwrap().remaining(), 2);
     assert_eq!(direct.check("k", 0).await.unwrap().remaining(), 2);
 }
 
@@ -225,31 +226,32 @@ async fn counts_survive_a_dead_redis_and_the_policy_takes_over_when_stale() {
     let conn = ConnectionManager::new(redis::Client::open(url.as_str()).unwrap())
         .await
         .unwrap();
-    let redis = RedisLimiter::new(conn, policy, PREFIX, Duration::from_millis(500))
+    let redis = RedisStore::new(conn, PREFIX, Duration::from_millis(500))
         .unwrap()
-        .with_clock(RedisClock::client(clock.clone()))
-        .with_failure_policy(FailurePolicy::Closed);
+        .with_clock(RedisClock::client(clock.clone()));
     let mut opts = options();
     opts.stale_after = Duration::from_secs(1);
-    let h = HybridLimiter::new(redis, opts).unwrap();
+    let h = HybridLimiter::new(redis, policy, opts).unwrap();
     for i in 0..30 {
-        assert!(h.decide(&format!("k{}", i % 3), 1).allowed());
+        assert!(h.decide(&format!("k{}", i % 3), 1).unwrap().allowed());
     }
     h.sync().await.unwrap();
     for i in 0..30 {
-        assert!(h.decide(&format!("k{}", i % 3), 1).allowed());
+        assert!(h.decide(&format!("k{}", i % 3), 1).unwrap().allowed());
     }
     server.kill();
     assert!(h.sync().await.is_err());
     assert_eq!(h.stats().pending_keys, 3, "the counts wait for the next sync");
     // Still local within stale_after.
     clock.advance(Duration::from_millis(900));
-    assert_eq!(h.decide("k0", 1).source, Source::Redis);
+    assert!(h.decide("k0", 1).unwrap().allowed());
     assert!(h.sync().await.is_err());
     clock.advance(Duration::from_millis(200));
-    let o = h.decide("k0", 1);
-    assert_eq!((o.source, o.allowed()), (Source::FailClosed, false));
-    assert!(h.stats().fallbacks >= 1);
+    let Err(StoreError::Unavailable(source)) = h.decide("k0", 1) else {
+        panic!("stale syncs are an outage");
+    };
+    assert!(source.is::<StaleSyncs>(), "{source}");
+    let decided = h.stats().decisions;
 
     let server = RedisServer::start_on(port, &[]).unwrap();
     // The connection manager reconnects; a sync may meet the broken
@@ -259,7 +261,8 @@ async fn counts_survive_a_dead_redis_and_the_policy_takes_over_when_stale() {
         assert!(back.elapsed() < Duration::from_secs(10), "syncs never resumed");
         tokio::task::yield_now().await;
     }
-    assert_eq!(h.decide("k0", 0).source, Source::Redis);
+    assert!(h.decide("k0", 0).is_ok());
+    assert_eq!(h.stats().decisions, decided + 1, "the stale decision counted nothing");
     // Everything admitted before the restart that was not synced reached
     // the new server: 10 per key (the first 10 per key died with the old
     // server, whose data was not persisted), plus the one local decision.
@@ -267,7 +270,7 @@ async fn counts_survive_a_dead_redis_and_the_policy_takes_over_when_stale() {
     let direct_counts: Vec<u64> = (0..3)
         .map(|i| {
             let fields: Vec<(String, u64)> = redis::cmd("HGETALL")
-                .arg(format!("{PREFIX}{{k{i}}}"))
+                .arg(format!("{PREFIX}{}:{{k{i}}}", Quota::new(policy).tag()))
                 .query(&mut conn)
                 .unwrap();
             fields.iter().filter(|(f, _)| f != "n").map(|(_, c)| c).sum()
@@ -276,28 +279,26 @@ async fn counts_survive_a_dead_redis_and_the_policy_takes_over_when_stale() {
     assert_eq!(direct_counts, vec![11, 10, 10]);
 }
 
-/// A new key beyond the pending-key bound is decided by the failure
-/// policy, so that the outbox stays bounded; a key already pending is not.
+/// A new key beyond the pending-key bound is refused (not an outage: the
+/// store cannot hold it), so that the outbox stays bounded; a key already
+/// pending is not.
 #[tokio::test]
-async fn a_full_outbox_sends_new_keys_to_the_failure_policy() {
+async fn a_full_outbox_refuses_new_keys() {
     let server = RedisServer::start();
     let policy = sliding_window(10, Duration::from_secs(1), 4, Weighting::Conservative);
     let clock = ManualClock::new(1_700_000_000_000_000_000);
-    let redis = server
-        .limiter(policy, RedisClock::client(clock.clone()))
-        .await
-        .with_failure_policy(FailurePolicy::Closed);
+    let redis = server.store(RedisClock::client(clock.clone())).await;
     let mut opts = options();
     opts.max_pending_keys = 2;
-    let h = HybridLimiter::new(redis, opts).unwrap();
-    assert!(h.decide("a", 1).allowed());
-    assert!(h.decide("b", 1).allowed());
+    let h = HybridLimiter::new(redis, policy, opts).unwrap();
+    assert!(h.decide("a", 1).unwrap().allowed());
+    assert!(h.decide("b", 1).unwrap().allowed());
     let c = h.decide("c", 1);
-    assert_eq!((c.source, c.allowed()), (Source::FailClosed, false));
-    assert_eq!(h.decide("a", 1).source, Source::Redis);
-    assert_eq!(h.decide("c", 0).source, Source::Redis, "a peek counts nothing");
+    assert!(matches!(c, Err(StoreError::KeyRefused(_))), "{c:?}");
+    assert!(h.decide("a", 1).is_ok());
+    assert!(h.decide("c", 0).is_ok(), "a peek counts nothing");
     h.sync().await.unwrap();
-    assert_eq!(h.decide("c", 1).source, Source::Redis);
+    assert!(h.decide("c", 1).unwrap().allowed());
 }
 
 /// The background sync sends a batch as soon as it fills, and Redis gets
@@ -306,14 +307,14 @@ async fn a_full_outbox_sends_new_keys_to_the_failure_policy() {
 async fn the_background_sync_sends_full_batches_at_once() {
     let server = RedisServer::start();
     let policy = sliding_window(1000, Duration::from_secs(60), 8, Weighting::Conservative);
-    let redis = server.limiter(policy, RedisClock::Server).await;
+    let redis = server.store(RedisClock::Server).await;
     let mut opts = HybridOptions::every(Duration::from_secs(3600));
     opts.batch = 4;
-    let h = HybridLimiter::new(redis, opts).unwrap();
+    let h = HybridLimiter::new(redis, policy, opts).unwrap();
     let _task = h.spawn_sync();
     for round in 0..50 {
         for k in 0..4 {
-            assert!(h.decide(&format!("k{k}"), 1).allowed(), "round {round}");
+            assert!(h.decide(&format!("k{k}"), 1).unwrap().allowed(), "round {round}");
         }
     }
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -330,14 +331,13 @@ async fn the_background_sync_sends_full_batches_at_once() {
 async fn other_algorithms_and_zero_intervals_are_refused() {
     let server = RedisServer::start();
     let fixed = Policy::new(10, Duration::from_secs(1), Algorithm::FixedWindow).unwrap();
-    let redis = server.limiter(fixed, RedisClock::Server).await;
+    let redis = server.store(RedisClock::Server).await;
     assert!(matches!(
-        HybridLimiter::new(redis, options()),
+        HybridLimiter::new(redis.clone(), fixed, options()),
         Err(RedisStoreError::Unsupported { .. })
     ));
     let ring = sliding_window(10, Duration::from_secs(1), 4, Weighting::Interpolated);
-    let redis = server.limiter(ring, RedisClock::Server).await;
-    let err = HybridLimiter::new(redis, HybridOptions::every(Duration::ZERO)).unwrap_err();
+    let err = HybridLimiter::new(redis, ring, HybridOptions::every(Duration::ZERO)).unwrap_err();
     assert!(err.to_string().contains("sync interval"), "{err}");
 }
 
@@ -347,31 +347,31 @@ async fn other_algorithms_and_zero_intervals_are_refused() {
 async fn on_the_server_clock_instances_see_each_other() {
     let server = RedisServer::start();
     let policy = sliding_window(100, Duration::from_secs(60), 8, Weighting::Conservative);
-    let a = HybridLimiter::new(server.limiter(policy, RedisClock::Server).await, options()).unwrap();
-    let b = HybridLimiter::new(server.limiter(policy, RedisClock::Server).await, options()).unwrap();
+    let a = HybridLimiter::new(server.store(RedisClock::Server).await, policy, options()).unwrap();
+    let b = HybridLimiter::new(server.store(RedisClock::Server).await, policy, options()).unwrap();
     for _ in 0..5 {
-        assert!(a.decide("k", 1).allowed());
+        assert!(a.decide("k", 1).unwrap().allowed());
     }
     a.sync().await.unwrap();
-    assert!(b.decide("k", 1).allowed());
+    assert!(b.decide("k", 1).unwrap().allowed());
     b.sync().await.unwrap();
-    assert_eq!(b.decide("k", 0).decision.remaining(), 94);
+    assert_eq!(b.decide("k", 0).unwrap().remaining(), 94);
     // A learns of B's count with its next sync, which a refusal asks for
     // too (a view that only refuses would otherwise never learn).
     let full = sliding_window(5, Duration::from_secs(60), 8, Weighting::Conservative);
-    let c = HybridLimiter::new(server.limiter(full, RedisClock::Server).await, options()).unwrap();
-    let d = HybridLimiter::new(server.limiter(full, RedisClock::Server).await, options()).unwrap();
+    let c = HybridLimiter::new(server.store(RedisClock::Server).await, full, options()).unwrap();
+    let d = HybridLimiter::new(server.store(RedisClock::Server).await, full, options()).unwrap();
     for _ in 0..5 {
-        assert!(c.decide("f", 1).allowed());
+        assert!(c.decide("f", 1).unwrap().allowed());
     }
-    assert!(!c.decide("f", 1).allowed());
+    assert!(!c.decide("f", 1).unwrap().allowed());
     c.sync().await.unwrap();
-    assert!(!c.decide("f", 1).allowed());
-    assert!(d.decide("f", 1).allowed(), "d has not synced yet");
+    assert!(!c.decide("f", 1).unwrap().allowed());
+    assert!(d.decide("f", 1).unwrap().allowed(), "d has not synced yet");
     d.sync().await.unwrap();
-    assert!(!d.decide("f", 1).allowed());
+    assert!(!d.decide("f", 1).unwrap().allowed());
     c.sync().await.unwrap();
-    assert_eq!(c.decide("f", 0).decision.estimate(), 6.0, "c learned of d's count");
+    assert_eq!(c.decide("f", 0).unwrap().estimate(), 6.0, "c learned of d's count");
 }
 
 /// With `instances` set, a new key is decided on each instance's share of
@@ -392,7 +392,7 @@ async fn a_new_key_is_decided_on_the_instance_share_until_its_second_sync() {
     let mut admitted = 0;
     for h in &instances {
         for _ in 0..100 {
-            admitted += u64::from(h.decide("new", 1).allowed());
+            admitted += u64::from(h.decide("new", 1).unwrap().allowed());
         }
     }
     assert_eq!(admitted, 100, "25 each");
@@ -402,9 +402,9 @@ async fn a_new_key_is_decided_on_the_instance_share_until_its_second_sync() {
         h.sync().await.unwrap();
     }
     for h in &instances {
-        let d = h.decide("new", 1);
+        let d = h.decide("new", 1).unwrap();
         assert!(!d.allowed());
-        assert_eq!(d.decision.limit(), 25, "the share until the second sync");
+        assert_eq!(d.limit(), 25, "the share until the second sync");
     }
     // The refusals ask for a refresh: after the second sync every view
     // holds the whole count, on the whole limit.
@@ -412,13 +412,15 @@ async fn a_new_key_is_decided_on_the_instance_share_until_its_second_sync() {
         h.sync().await.unwrap();
     }
     for h in &instances {
-        let d = h.decide("new", 1);
+        let d = h.decide("new", 1).unwrap();
         assert!(!d.allowed());
-        assert_eq!(d.decision.limit(), 100);
-        assert_eq!(d.decision.estimate(), 100.0);
+        assert_eq!(d.limit(), 100);
+        assert_eq!(d.estimate(), 100.0);
     }
     // Alone (instances 1), a new key gets the whole limit at once.
     let alone = hybrid(&server, policy, &clock, options()).await;
-    let first: u64 = (0..100).map(|_| u64::from(alone.decide("other", 1).allowed())).sum();
+    let first: u64 = (0..100)
+        .map(|_| u64::from(alone.decide("other", 1).unwrap().allowed()))
+        .sum();
     assert_eq!(first, 100);
 }

@@ -4,6 +4,9 @@
 //! fact is kept; two instances over-admit a fixed window within the bound;
 //! a stale store answers an outage, which `FailOver` turns into its policy.
 
+mod common;
+
+use common::One;
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 use redis::aio::MultiplexedConnection;
@@ -11,7 +14,7 @@ use slidegate_conformance::Figures;
 use slidegate_conformance::redis::RedisServer;
 use slidegate_conformance::strategy::{config, requests, times};
 use slidegate_core::{Algorithm, LimitState, ManualClock, Policy, State, Weighting};
-use slidegate_redis::{HybridOptions, HybridStore, RedisClock, RedisLimiter, microsecond_policy};
+use slidegate_redis::{HybridOptions, HybridStore, RedisClock, RedisStore, microsecond_policy};
 use slidegate_store::{Decisions, FailOver, FailurePolicy, Quota, Store, StoreError};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -41,16 +44,13 @@ fn options() -> HybridOptions {
     HybridOptions::every(Duration::from_millis(50))
 }
 
-/// A direct limiter reading the counts `store` keeps for `quota`.
-async fn direct(server: &RedisServer, store: &HybridStore, quota: &Quota, clock: &ManualClock) -> RedisLimiter {
-    RedisLimiter::new(
-        conn(server).await,
-        *quota.policy(),
-        store.prefix_of(quota),
-        Duration::from_secs(2),
-    )
-    .unwrap()
-    .with_clock(RedisClock::client(clock.clone()))
+/// A direct store (with the hybrid stores' prefix) reading the counts
+/// they keep for `quota`.
+async fn direct(server: &RedisServer, quota: &Quota, clock: &ManualClock) -> One {
+    let store = RedisStore::new(conn(server).await, PREFIX, Duration::from_secs(2))
+        .unwrap()
+        .with_clock(RedisClock::client(clock.clone()));
+    One::new(store, *quota.policy())
 }
 
 fn decide_now(store: &HybridStore, key: &str, quotas: &[Quota], cost: u64) -> Decisions {
@@ -179,14 +179,14 @@ async fn two_limits_on_one_key_are_all_or_nothing_under_concurrency() {
     let peek = decide_now(store, "k", &quotas, 0);
     assert_eq!((peek[0].remaining(), peek[1].remaining()), (0, 2), "5 charged on both");
     for (quota, left) in quotas.iter().zip([5, 7]) {
-        let d = direct(&server, store, quota, &clock).await;
+        let d = direct(&server, quota, &clock).await;
         assert_eq!(d.check("k", 0).await.unwrap().remaining(), left, "nothing synced yet");
     }
     assert_eq!(store.stats().pending_keys, 2, "the key waits under both limits");
     store.flush().await.unwrap();
     assert_eq!(store.stats().pending_keys, 0);
     for (quota, left) in quotas.iter().zip([0, 2]) {
-        let d = direct(&server, store, quota, &clock).await;
+        let d = direct(&server, quota, &clock).await;
         let peek = d.check("k", 0).await.unwrap();
         assert_eq!((peek.remaining(), peek.estimate()), (left, 5.0), "{}", quota.tag());
     }
@@ -216,11 +216,7 @@ async fn a_charge_after_the_fact_is_kept_and_reaches_redis() {
         assert!(!next[0].allowed(), "{}", quotas[0].tag());
         assert_eq!((next[0].remaining(), next[0].estimate()), (0, 13.0));
         store.flush().await.unwrap();
-        let peek = direct(&server, &store, &quotas[0], &clock)
-            .await
-            .check("k", 0)
-            .await
-            .unwrap();
+        let peek = direct(&server, &quotas[0], &clock).await.check("k", 0).await.unwrap();
         assert_eq!((peek.remaining(), peek.estimate()), (0, 13.0), "{}", quotas[0].tag());
         // A charge of nothing counts nothing and marks nothing.
         store.charge("other", &quotas, 0).await.unwrap();
@@ -399,11 +395,7 @@ async fn the_background_sync_covers_limits_made_later() {
     assert_eq!(stats.pending_keys, 0, "{stats:?}");
     assert!(stats.sync_commands >= 2, "{stats:?}");
     for quota in &quotas {
-        let peek = direct(&server, &store, quota, &clock)
-            .await
-            .check("late", 0)
-            .await
-            .unwrap();
+        let peek = direct(&server, quota, &clock).await.check("late", 0).await.unwrap();
         assert_eq!(peek.remaining(), 7, "{}", quota.tag());
     }
 }

@@ -1,11 +1,12 @@
-//! The store around the scripts: atomicity, expiry, NOSCRIPT, the server's
+//! The Redis store around the scripts, one limit at a time: atomicity, expiry, NOSCRIPT, the server's
 //! clock, timeouts, and the policies it refuses.
 
 mod common;
 
-use common::{PREFIX, RedisServer, Store};
+use common::{Backend, One, PREFIX, RedisServer};
 use slidegate_core::{Algorithm, ManualClock, Policy, Weighting};
-use slidegate_redis::{RedisClock, RedisLimiter, RedisStoreError, microsecond_policy};
+use slidegate_redis::{RedisClock, RedisStore, RedisStoreError, microsecond_policy};
+use slidegate_store::{Quota, Store, StoreError};
 use std::time::{Duration, Instant};
 
 fn policy(limit: u64, window: Duration, algorithm: Algorithm) -> Policy {
@@ -81,7 +82,7 @@ async fn sliding_window_peeks_and_refusals_write_nothing() {
         )
         .await;
     let key = limiter.redis_key("r");
-    assert_eq!(key, "slidegate:test:{r}");
+    assert_eq!(key, format!("slidegate:test:{}:{{r}}", limiter.quota.tag()));
     clock.set(1_000_000_000);
     assert!(limiter.check("r", 0).await.unwrap().allowed());
     assert!(!limiter.check("r", 6).await.unwrap().allowed());
@@ -172,7 +173,7 @@ async fn noscript_is_answered_by_loading_and_retrying() {
     assert!(limiter.check("k", 2).await.unwrap().allowed());
     let mut conn = server.sync_conn().unwrap();
     let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut conn).unwrap();
-    let sha = redis::Script::new(slidegate_redis::scripts::FIXED_WINDOW)
+    let sha = redis::Script::new(slidegate_redis::scripts::MULTI)
         .get_hash()
         .to_string();
     let cached: Vec<bool> = redis::cmd("SCRIPT").arg("EXISTS").arg(&sha).query(&mut conn).unwrap();
@@ -225,14 +226,18 @@ async fn a_paused_server_times_out() {
     let server = RedisServer::start();
     let policy = policy(5, Duration::from_secs(60), Algorithm::Gcra { burst: 5 });
     let timeout = Duration::from_millis(200);
-    let limiter = RedisLimiter::new(server.conn().await, policy, PREFIX, timeout).unwrap();
+    // No backoff: the call after the pause goes to Redis again.
+    let store = RedisStore::new(server.conn().await, PREFIX, timeout)
+        .unwrap()
+        .with_backoff(Duration::ZERO);
+    let limiter = One::new(store, policy);
     assert!(limiter.check("p", 1).await.unwrap().allowed());
     let mut conn = server.sync_conn().unwrap();
     let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(2000).query(&mut conn).unwrap();
     let start = Instant::now();
     let err = limiter.check("p", 1).await.unwrap_err();
     let took = start.elapsed();
-    assert!(matches!(err, RedisStoreError::Timeout(t) if t == timeout), "{err}");
+    assert!(matches!(err, StoreError::Timeout(t) if t == timeout), "{err}");
     assert!(took >= timeout && took < Duration::from_millis(1500), "took {took:?}");
     let _: () = redis::cmd("CLIENT").arg("UNPAUSE").query(&mut conn).unwrap();
     // The connection still serves afterwards.
@@ -311,17 +316,18 @@ async fn policies_outside_the_ranges_are_refused() {
         secs(1),
         Algorithm::Gcra { burst: (1 << 50) - 1 }
     )));
-    let err = RedisLimiter::new(server.conn().await, policy(1, secs(1), ring(2048)), PREFIX, secs(1)).unwrap_err();
+    let store = server.store(RedisClock::Server).await;
+    let err = store.supports(&Quota::new(policy(1, secs(1), ring(2048)))).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "no Redis form for `1 per 1s by sliding_window(buckets=2048, weighting=conservative)`: sliding_window takes at most 256 buckets in Redis"
+        "the limit `1 per 1s by sliding_window(buckets=2048, weighting=conservative)` cannot be kept in this store: sliding_window takes at most 256 buckets in Redis"
     );
-    let err = RedisLimiter::new(
-        server.conn().await,
-        policy(1, secs(1), Algorithm::SlidingLog),
-        "a{b}:",
-        secs(1),
-    );
+    let limiter = One::new(store, policy(1, secs(1), ring(2048)));
+    assert!(matches!(
+        limiter.check("k", 1).await,
+        Err(StoreError::Unsupported { .. })
+    ));
+    let err = RedisStore::new(server.conn().await, "a{b}:", secs(1));
     assert!(matches!(err, Err(RedisStoreError::Prefix(_))));
     // A client clock beyond 2⁵² µs.
     let limiter = server
@@ -330,9 +336,12 @@ async fn policies_outside_the_ranges_are_refused() {
             RedisClock::client(ManualClock::new(u64::MAX)),
         )
         .await;
+    let Err(StoreError::Unavailable(source)) = limiter.check("late", 1).await else {
+        panic!("a clock beyond 2^52 µs is an outage of the store");
+    };
     assert!(matches!(
-        limiter.check("late", 1).await,
-        Err(RedisStoreError::TimeOutOfRange { .. })
+        source.downcast_ref::<RedisStoreError>(),
+        Some(RedisStoreError::TimeOutOfRange { .. })
     ));
 }
 
@@ -345,14 +354,22 @@ async fn keys_carry_the_limited_key_as_their_hash_tag() {
             RedisClock::Server,
         )
         .await;
-    assert_eq!(limiter.redis_key("user:42"), "slidegate:test:{user:42}:log");
+    let tag = limiter.quota.tag().to_owned();
+    assert_eq!(
+        limiter.redis_key("user:42"),
+        format!("slidegate:test:{tag}:{{user:42}}:log")
+    );
     let limiter = server
         .limiter(
             policy(1, Duration::from_secs(1), Algorithm::Gcra { burst: 1 }),
             RedisClock::Server,
         )
         .await;
-    assert_eq!(limiter.redis_key("user:42"), "slidegate:test:{user:42}");
+    let tag = limiter.quota.tag().to_owned();
+    assert_eq!(
+        limiter.redis_key("user:42"),
+        format!("slidegate:test:{tag}:{{user:42}}")
+    );
 }
 
 /// `reset` deletes the key's state (the `:log` and `:sum` keys of a
