@@ -47,7 +47,7 @@ pub use headers::{
     X_RATELIMIT_RESET, write_headers,
 };
 pub use key::{
-    ForwardedFor, GlobalKey, HeaderKey, KeyExtractor, MissingKey, Network, NetworkError, PeerIp, RequestKey,
+    ForwardedFor, GlobalKey, HeaderKey, KeyExtractor, KeyText, MissingKey, Network, NetworkError, PeerIp, RequestKey,
 };
-pub use layer::{LayerError, OnStoreError, RateLimitLayer, RateLimitLayerBuilder};
+pub use layer::{LayerError, RateLimitLayer, RateLimitLayerBuilder};
 pub use service::{RateLimitService, ResponseFuture};
