@@ -153,12 +153,11 @@ impl<B> KeyExtractor<B> for GlobalKey {
 ///
 /// ```
 /// # use slidegate_tower::{PeerIp, RateLimitLayer};
-/// # use slidegate_core::MonotonicClock;
 /// let peer = |request: &http::Request<tonic::body::Body>| {
 ///     let info = request.extensions().get::<tonic::transport::server::TcpConnectInfo>()?;
 ///     Some(PeerIp::new().key_of(info.remote_addr()?.ip()))
 /// };
-/// let builder = RateLimitLayer::<_, MonotonicClock>::builder(peer);
+/// let builder = RateLimitLayer::<_>::builder(peer);
 /// # drop(builder);
 /// ```
 #[derive(Clone, Copy, Debug)]

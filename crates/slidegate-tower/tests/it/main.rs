@@ -7,7 +7,7 @@ use axum::body::Body;
 use axum::routing::get;
 use http::{Request, Response, StatusCode};
 use slidegate_core::{Algorithm, ManualClock, Policy, Weighting};
-use slidegate_memory::Budget;
+use slidegate_memory::{Budget, MemoryStore};
 use slidegate_tower::{ForwardedFor, GlobalKey, HeaderKey, MissingKey, PeerIp, RateLimitLayer, RequestKey};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -43,11 +43,11 @@ async fn body(response: Response<Body>) -> String {
     String::from_utf8(bytes.to_vec()).unwrap()
 }
 
-fn router(layer: RateLimitLayer<Body, ManualClock>) -> Router {
+fn router(layer: RateLimitLayer<Body, MemoryStore<ManualClock>>) -> Router {
     Router::new().route("/", get(|| async { "hello" })).layer(layer)
 }
 
-fn per_ip(limit: u64, window: Duration, clock: &ManualClock) -> RateLimitLayer<Body, ManualClock> {
+fn per_ip(limit: u64, window: Duration, clock: &ManualClock) -> RateLimitLayer<Body, MemoryStore<ManualClock>> {
     RateLimitLayer::builder(PeerIp::new())
         .limit("per-ip", log(limit, window), clock.clone(), Budget::keys(1_000))
         .build()
@@ -317,5 +317,5 @@ fn bad_names_are_refused() {
         .limit("a", policy, clock.clone(), Budget::keys(1))
         .build();
     assert!(twice.err().unwrap().to_string().contains("\"a\""));
-    assert!(RateLimitLayer::<Body, ManualClock>::builder(GlobalKey).build().is_err());
+    assert!(RateLimitLayer::<Body, MemoryStore<ManualClock>>::builder(GlobalKey).build().is_err());
 }
