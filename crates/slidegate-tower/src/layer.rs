@@ -48,6 +48,10 @@ pub enum LayerError {
     DuplicateName(String),
     /// No limit was given.
     NoLimit,
+    /// Two limits have the same policy: a store keeps a key's count per
+    /// policy ([`Quota::tag`]), so they would be one count charged twice.
+    /// Give one limit, or tell them apart by their figures.
+    DuplicatePolicy(String),
     /// The store cannot keep this limit (its message says why).
     Unsupported(String),
 }
@@ -60,6 +64,10 @@ impl std::fmt::Display for LayerError {
             LayerError::NoLimit => write!(
                 f,
                 "a rate limit layer needs at least one limit (and a store: `limit` makes the in-memory one)"
+            ),
+            LayerError::DuplicatePolicy(name) => write!(
+                f,
+                "limit {name:?} has the same policy as another limit: a store would count them as one"
             ),
             LayerError::Unsupported(why) => write!(f, "{why}"),
         }
@@ -226,7 +234,11 @@ impl<B, St: Store> RateLimitLayerBuilder<B, St> {
         };
         let (limits, policies): (Vec<Limit>, Vec<Policy>) = self.limits.into_iter().unzip();
         let quotas: Box<[Quota]> = policies.into_iter().map(Quota::new).collect();
-        for quota in &quotas {
+        for (i, quota) in quotas.iter().enumerate() {
+            if quotas.iter().take(i).any(|q| q.tag() == quota.tag()) {
+                let name = limits.get(i).map(|l| l.name.clone()).unwrap_or_default();
+                return Err(LayerError::DuplicatePolicy(name));
+            }
             store
                 .supports(quota)
                 .map_err(|e| LayerError::Unsupported(e.to_string()))?;

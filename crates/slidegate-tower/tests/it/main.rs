@@ -14,6 +14,7 @@ use std::time::Duration;
 use tower::ServiceExt;
 
 mod servers;
+mod stores;
 
 fn log(limit: u64, window: Duration) -> Policy {
     Policy::new(limit, window, Algorithm::SlidingLog).unwrap()
@@ -43,7 +44,7 @@ async fn body(response: Response<Body>) -> String {
     String::from_utf8(bytes.to_vec()).unwrap()
 }
 
-fn router(layer: RateLimitLayer<Body, MemoryStore<ManualClock>>) -> Router {
+fn router<St: slidegate_store::Store + 'static>(layer: RateLimitLayer<Body, St>) -> Router {
     Router::new().route("/", get(|| async { "hello" })).layer(layer)
 }
 
