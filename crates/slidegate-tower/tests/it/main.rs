@@ -13,6 +13,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 use tower::ServiceExt;
 
+mod replicas;
 mod servers;
 mod stores;
 

@@ -295,3 +295,4 @@ fn a_limit_the_store_cannot_keep_is_refused_at_build() {
         .build();
     assert!(same.err().unwrap().to_string().contains("\"b\" has the same policy"));
 }
+
