@@ -37,6 +37,16 @@ impl RequestKey {
         let mut out = KeyText::empty();
         match self {
             RequestKey::Global => out.push_str("global"),
+            RequestKey::Ip(IpAddr::V4(v4)) => {
+                // The common case, without `core::fmt`.
+                out.push_str("ip:");
+                for (i, octet) in v4.octets().into_iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(".");
+                    }
+                    out.push_str(itoa::Buffer::new().format(octet));
+                }
+            }
             RequestKey::Ip(ip) => {
                 out.push_str("ip:");
                 // An address is at most 45 characters: it always fits.
