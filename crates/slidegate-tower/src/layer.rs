@@ -243,7 +243,10 @@ impl<B, St: Store> RateLimitLayerBuilder<B, St> {
                 .supports(quota)
                 .map_err(|e| LayerError::Unsupported(e.to_string()))?;
         }
-        let names = limits.iter().zip(quotas.iter()).map(|(l, q)| (l.quoted.as_str(), q.policy()));
+        let names = limits
+            .iter()
+            .zip(quotas.iter())
+            .map(|(l, q)| (l.quoted.as_str(), q.policy()));
         let policy_value = crate::headers::policy_value(names).ok_or_else(|| LayerError::BadName(String::new()))?;
         Ok(RateLimitLayer {
             shared: Arc::new(Shared {

@@ -299,7 +299,10 @@ where
             Step::Decide(key, cost) => {
                 let shared = &*self.shared;
                 let mut decisions = Decisions::new();
-                match shared.store.decide_now(key.as_str(), &shared.quotas, cost, &mut decisions) {
+                match shared
+                    .store
+                    .decide_now(key.as_str(), &shared.quotas, cost, &mut decisions)
+                {
                     // A store without IO (the in-memory one): decided now,
                     // with nothing boxed or allocated.
                     Some(result) => shared.verdict_of(result, &decisions, cost),
@@ -344,7 +347,10 @@ where
         let shared = Arc::clone(&self.shared);
         let future = async move {
             let mut decisions = Decisions::new();
-            let result = shared.store.decide(key.as_str(), &shared.quotas, cost, &mut decisions).await;
+            let result = shared
+                .store
+                .decide(key.as_str(), &shared.quotas, cost, &mut decisions)
+                .await;
             match shared.verdict_of(result, &decisions, cost) {
                 Verdict::Pass(fields) => {
                     let mut response = inner.call(request).await?;

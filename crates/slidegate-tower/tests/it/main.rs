@@ -319,5 +319,9 @@ fn bad_names_are_refused() {
         .limit("a", policy, clock.clone(), Budget::keys(1))
         .build();
     assert!(twice.err().unwrap().to_string().contains("\"a\""));
-    assert!(RateLimitLayer::<Body, MemoryStore<ManualClock>>::builder(GlobalKey).build().is_err());
+    assert!(
+        RateLimitLayer::<Body, MemoryStore<ManualClock>>::builder(GlobalKey)
+            .build()
+            .is_err()
+    );
 }

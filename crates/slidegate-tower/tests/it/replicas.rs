@@ -19,7 +19,9 @@ use std::time::Duration;
 
 /// A replica: its own connection to Redis, its own port.
 async fn replica(url: &str) -> SocketAddr {
-    let store = RedisStore::connect(url, KEY_PREFIX, Duration::from_secs(2)).await.unwrap();
+    let store = RedisStore::connect(url, KEY_PREFIX, Duration::from_secs(2))
+        .await
+        .unwrap();
     let sliding = Algorithm::SlidingWindow {
         buckets: 4,
         weighting: Weighting::Conservative,

@@ -80,7 +80,13 @@ impl Store for Counting {
         self.inner.stats()
     }
 
-    fn decide_now(&self, key: &str, quotas: &[Quota], cost: u64, out: &mut Decisions) -> Option<Result<(), StoreError>> {
+    fn decide_now(
+        &self,
+        key: &str,
+        quotas: &[Quota],
+        cost: u64,
+        out: &mut Decisions,
+    ) -> Option<Result<(), StoreError>> {
         if self.awaited {
             return None;
         }
@@ -124,16 +130,34 @@ async fn several_limits_are_one_store_call() {
         assert_eq!(
             answers,
             [
-                (ok, r#""second";r=1;t=1, "minute";r=2;t=60, "hour";r=99;t=3600"#.to_owned()),
-                (ok, r#""second";r=0;t=1, "minute";r=1;t=60, "hour";r=98;t=3600"#.to_owned()),
-                (refused, r#""second";r=0;t=1, "minute";r=1;t=60, "hour";r=98;t=3600"#.to_owned()),
-                (ok, r#""second";r=0;t=1, "minute";r=0;t=60, "hour";r=97;t=3600"#.to_owned()),
-                (refused, r#""second";r=1;t=1, "minute";r=0;t=59, "hour";r=97;t=3600"#.to_owned()),
+                (
+                    ok,
+                    r#""second";r=1;t=1, "minute";r=2;t=60, "hour";r=99;t=3600"#.to_owned()
+                ),
+                (
+                    ok,
+                    r#""second";r=0;t=1, "minute";r=1;t=60, "hour";r=98;t=3600"#.to_owned()
+                ),
+                (
+                    refused,
+                    r#""second";r=0;t=1, "minute";r=1;t=60, "hour";r=98;t=3600"#.to_owned()
+                ),
+                (
+                    ok,
+                    r#""second";r=0;t=1, "minute";r=0;t=60, "hour";r=97;t=3600"#.to_owned()
+                ),
+                (
+                    refused,
+                    r#""second";r=1;t=1, "minute";r=0;t=59, "hour";r=97;t=3600"#.to_owned()
+                ),
             ],
             "awaited: {awaited}"
         );
         // Exempt and keyless requests never reach the store.
-        let keyless = http::Request::builder().uri("/").body(axum::body::Body::empty()).unwrap();
+        let keyless = http::Request::builder()
+            .uri("/")
+            .body(axum::body::Body::empty())
+            .unwrap();
         assert_eq!(send(&router, keyless).await.status(), refused);
         assert_eq!(store.store().calls(), 5);
     }
@@ -290,9 +314,18 @@ fn a_limit_the_store_cannot_keep_is_refused_at_build() {
         .build();
     assert!(none.err().unwrap().to_string().contains("store"));
     let same = RateLimitLayer::<axum::body::Body, _>::builder(GlobalKey)
-        .limit("a", log(1, Duration::from_secs(1)), ManualClock::new(0), Budget::keys(1))
-        .limit("b", log(1, Duration::from_secs(1)), ManualClock::new(0), Budget::keys(1))
+        .limit(
+            "a",
+            log(1, Duration::from_secs(1)),
+            ManualClock::new(0),
+            Budget::keys(1),
+        )
+        .limit(
+            "b",
+            log(1, Duration::from_secs(1)),
+            ManualClock::new(0),
+            Budget::keys(1),
+        )
         .build();
     assert!(same.err().unwrap().to_string().contains("\"b\" has the same policy"));
 }
-
