@@ -68,11 +68,11 @@ where
     }
 }
 
-fn layer(limit: u64, window: Duration) -> RateLimitLayer<String, MonotonicClock> {
+fn layer(limit: u64, window: Duration) -> RateLimitLayer<String> {
     layer_with(limit, window, true)
 }
 
-fn layer_with(limit: u64, window: Duration, headers: bool) -> RateLimitLayer<String, MonotonicClock> {
+fn layer_with(limit: u64, window: Duration, headers: bool) -> RateLimitLayer<String> {
     let algorithm = Algorithm::SlidingWindow {
         buckets: 2,
         weighting: Weighting::Interpolated,

@@ -6,7 +6,7 @@
 //! `cargo run -p slidegate-tower --example axum`, then
 //! `curl -i http://127.0.0.1:3000/`.
 
-use axum::{Router, body::Body, routing::get};
+use axum::{Router, routing::get};
 use slidegate_core::{Algorithm, MonotonicClock, Policy, Weighting};
 use slidegate_memory::Budget;
 use slidegate_tower::{PeerIp, RateLimitLayer};
@@ -18,7 +18,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         buckets: 8,
         weighting: Weighting::Conservative,
     };
-    let limit = RateLimitLayer::<Body, _>::builder(PeerIp::new())
+    let limit = RateLimitLayer::builder(PeerIp::new())
         .limit(
             "per-client",
             Policy::new(100, Duration::from_secs(60), sliding)?,

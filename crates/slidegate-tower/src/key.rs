@@ -28,6 +28,103 @@ impl slidegate_memory::Key for RequestKey {
     }
 }
 
+impl RequestKey {
+    /// The key as a store holds it: `global`, `ip:<address>` or
+    /// `key:<text>`, so that keys of different kinds never meet (the text
+    /// `global` is `key:global`). Written into a buffer on the stack: no
+    /// allocation unless a text key is longer than 120 bytes.
+    pub fn render(&self) -> KeyText {
+        let mut out = KeyText::empty();
+        match self {
+            RequestKey::Global => out.push_str("global"),
+            RequestKey::Ip(IpAddr::V4(v4)) => {
+                // The common case, without `core::fmt`.
+                out.push_str("ip:");
+                for (i, octet) in v4.octets().into_iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(".");
+                    }
+                    out.push_str(itoa::Buffer::new().format(octet));
+                }
+            }
+            RequestKey::Ip(ip) => {
+                out.push_str("ip:");
+                // An address is at most 45 characters: it always fits.
+                let _ = std::fmt::Write::write_fmt(&mut out, format_args!("{ip}"));
+            }
+            RequestKey::Text(text) => {
+                out.push_str("key:");
+                out.push_str(text);
+            }
+        }
+        out
+    }
+}
+
+/// Bytes of a [`KeyText`] held inline.
+const INLINE: usize = 124;
+
+/// A [`RequestKey`] rendered as the text a store takes
+/// ([`RequestKey::render`]): inline up to 124 bytes, on the heap beyond.
+#[derive(Clone)]
+pub struct KeyText {
+    len: usize,
+    inline: [u8; INLINE],
+    heap: Option<String>,
+}
+
+impl KeyText {
+    fn empty() -> Self {
+        KeyText {
+            len: 0,
+            inline: [0; INLINE],
+            heap: None,
+        }
+    }
+
+    fn push_str(&mut self, s: &str) {
+        if let Some(heap) = &mut self.heap {
+            heap.push_str(s);
+            return;
+        }
+        let end = self.len + s.len();
+        match self.inline.get_mut(self.len..end) {
+            Some(room) => {
+                room.copy_from_slice(s.as_bytes());
+                self.len = end;
+            }
+            None => {
+                let mut heap = String::with_capacity(end);
+                heap.push_str(self.as_str());
+                heap.push_str(s);
+                self.heap = Some(heap);
+            }
+        }
+    }
+
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        match &self.heap {
+            Some(heap) => heap,
+            // Only whole `&str`s are copied in, so the bytes are UTF-8.
+            None => std::str::from_utf8(self.inline.get(..self.len).unwrap_or_default()).unwrap_or_default(),
+        }
+    }
+}
+
+impl std::fmt::Write for KeyText {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.push_str(s);
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for KeyText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.as_str().fmt(f)
+    }
+}
+
 /// Finds the key of a request, or `None` when the request carries none.
 pub trait KeyExtractor<B>: Send + Sync + 'static {
     /// The key of `request`.
@@ -66,12 +163,11 @@ impl<B> KeyExtractor<B> for GlobalKey {
 ///
 /// ```
 /// # use slidegate_tower::{PeerIp, RateLimitLayer};
-/// # use slidegate_core::MonotonicClock;
 /// let peer = |request: &http::Request<tonic::body::Body>| {
 ///     let info = request.extensions().get::<tonic::transport::server::TcpConnectInfo>()?;
 ///     Some(PeerIp::new().key_of(info.remote_addr()?.ip()))
 /// };
-/// let builder = RateLimitLayer::<_, MonotonicClock>::builder(peer);
+/// let builder = RateLimitLayer::<_>::builder(peer);
 /// # drop(builder);
 /// ```
 #[derive(Clone, Copy, Debug)]
@@ -430,6 +526,25 @@ mod tests {
         assert_eq!(xff.extract(&unknown), None);
         // A trusted peer that forwards nothing is the client.
         assert_eq!(xff.extract(&request("10.0.0.2:5", &[])), Some(ip("10.0.0.2")));
+    }
+
+    #[test]
+    fn keys_render_with_a_prefix_per_kind() {
+        let check = |key: RequestKey, expect: &str| assert_eq!(key.render().as_str(), expect);
+        check(RequestKey::Global, "global");
+        check(RequestKey::Text("global".into()), "key:global");
+        check(ip("192.0.2.7"), "ip:192.0.2.7");
+        check(ip("2001:db8:1:2::"), "ip:2001:db8:1:2::");
+        check(
+            ip("ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255"),
+            "ip:ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+        );
+        check(RequestKey::Text("ip:192.0.2.7".into()), "key:ip:192.0.2.7");
+        let long = "é".repeat(100);
+        check(RequestKey::Text(long.as_str().into()), &format!("key:{long}"));
+        let edge = "x".repeat(INLINE - 4);
+        check(RequestKey::Text(edge.as_str().into()), &format!("key:{edge}"));
+        assert!(RequestKey::Text(edge.as_str().into()).render().heap.is_none());
     }
 
     #[test]

@@ -3,9 +3,35 @@
 //!
 //! [`RateLimitLayer`] counts each request under a key ([`PeerIp`],
 //! [`ForwardedFor`] behind trusted proxies, [`HeaderKey`], [`GlobalKey`] or
-//! a closure) against one or more named limits, each a [`Policy`] per key
-//! in a bounded in-memory store. It decides in `call`, so the clones that
-//! axum makes of a service all share one budget.
+//! a closure) against one or more named limits, each a [`Policy`] per key,
+//! in any [`slidegate_store::Store`]: by default a bounded in-memory
+//! [`MemoryStore`] of this process (made by the first
+//! [`limit`](RateLimitLayerBuilder::limit)), or a store shared by every
+//! replica, such as `slidegate_redis::RedisStore`, given to
+//! [`RateLimitLayer::builder_with_store`] (limits added with
+//! [`quota`](RateLimitLayerBuilder::quota)):
+//!
+//! ```ignore
+//! let store = RedisStore::connect("redis://127.0.0.1:6379", "slidegate:", Duration::from_millis(50)).await?;
+//! let limit = RateLimitLayer::builder_with_store(PeerIp::new(), store)
+//!     .quota("per-client", Policy::new(100, Duration::from_secs(60), sliding)?)
+//!     .failure_policy(FailurePolicy::Open)
+//!     .build()?;
+//! ```
+//!
+//! (`examples/axum_redis.rs` in full.) The layer decides in `call`, so the
+//! clones that axum makes of a service all share one budget, with one
+//! [`Store::decide`](slidegate_store::Store::decide) per request for all
+//! of its limits: all or nothing, atomically. A store that does no IO (the
+//! in-memory one) decides at once, with nothing boxed or allocated; the
+//! answer of one that does (Redis) is awaited in a boxed future before the
+//! inner service is called. The request's key is given to the store as
+//! text: `global`, `ip:<address>` or `key:<text>` ([`RequestKey::render`]).
+//!
+//! When the store cannot answer, the failure policy decides
+//! ([`RateLimitLayerBuilder::failure_policy`]: open, closed, or local
+//! counts with [`RateLimitLayerBuilder::local_failover`]); without one, a
+//! store error is a `503`.
 //!
 //! - **Admitted** requests pass on; their responses carry `RateLimit-Policy`
 //!   and `RateLimit` (draft 10 of the IETF rate-limit headers), optionally
@@ -20,6 +46,7 @@
 //!   `grpc-retry-pushback-ms`.
 //!
 //! [`Policy`]: slidegate_core::Policy
+//! [`MemoryStore`]: slidegate_memory::MemoryStore
 #![forbid(unsafe_code)]
 // No panics on the request path: the lints are off in unit tests only.
 #![cfg_attr(
@@ -47,7 +74,7 @@ pub use headers::{
     X_RATELIMIT_RESET, write_headers,
 };
 pub use key::{
-    ForwardedFor, GlobalKey, HeaderKey, KeyExtractor, MissingKey, Network, NetworkError, PeerIp, RequestKey,
+    ForwardedFor, GlobalKey, HeaderKey, KeyExtractor, KeyText, MissingKey, Network, NetworkError, PeerIp, RequestKey,
 };
-pub use layer::{LayerError, OnStoreError, RateLimitLayer, RateLimitLayerBuilder};
+pub use layer::{LayerError, RateLimitLayer, RateLimitLayerBuilder};
 pub use service::{RateLimitService, ResponseFuture};

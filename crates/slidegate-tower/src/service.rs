@@ -2,12 +2,14 @@
 
 use crate::body::Body;
 use crate::headers::{self, Fields, Outcome};
-use crate::key::{MissingKey, RequestKey};
-use crate::layer::{OnStoreError, Shared};
+use crate::key::{KeyText, MissingKey};
+use crate::layer::Shared;
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response, StatusCode};
-use slidegate_core::{Clock, Decision};
+use slidegate_memory::MemoryStore;
+use slidegate_store::{Decisions, Store, StoreError};
+use smallvec::SmallVec;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -26,12 +28,12 @@ const GRPC_UNAVAILABLE: u32 = 14;
 
 /// A service that rate-limits requests per key before passing them on; see
 /// [`RateLimitLayer`](crate::RateLimitLayer).
-pub struct RateLimitService<S, B, C> {
+pub struct RateLimitService<S, B, St = MemoryStore> {
     inner: S,
-    shared: Arc<Shared<B, C>>,
+    shared: Arc<Shared<B, St>>,
 }
 
-impl<S: Clone, B, C> Clone for RateLimitService<S, B, C> {
+impl<S: Clone, B, St> Clone for RateLimitService<S, B, St> {
     fn clone(&self) -> Self {
         RateLimitService {
             inner: self.inner.clone(),
@@ -40,8 +42,8 @@ impl<S: Clone, B, C> Clone for RateLimitService<S, B, C> {
     }
 }
 
-impl<S, B, C> RateLimitService<S, B, C> {
-    pub(crate) fn new(inner: S, shared: Arc<Shared<B, C>>) -> Self {
+impl<S, B, St> RateLimitService<S, B, St> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared<B, St>>) -> Self {
         RateLimitService { inner, shared }
     }
 }
@@ -56,6 +58,14 @@ enum Verdict {
     Refuse(Box<Refusal>),
 }
 
+/// What a request needs before it is passed on or refused.
+enum Step {
+    /// Decided without the store.
+    Done(Verdict),
+    /// To be decided by the store: the key, rendered, and the cost.
+    Decide(KeyText, u64),
+}
+
 /// A refusal, before it becomes a response of the inner service's body type.
 struct Refusal {
     status: StatusCode,
@@ -68,18 +78,19 @@ struct Refusal {
     grpc_status: u32,
 }
 
-impl<B: 'static, C: Clock> Shared<B, C> {
-    fn decide(&self, request: &Request<B>) -> Verdict {
+impl<B: 'static, St> Shared<B, St> {
+    /// Exemptions, the key and the cost.
+    fn step(&self, request: &Request<B>) -> Step {
         if self.exempt.as_ref().is_some_and(|exempt| exempt(request)) {
-            return Verdict::Pass(None);
+            return Step::Done(Verdict::Pass(None));
         }
         let key = match self.extractor.extract(request) {
-            Some(key) => key,
+            Some(key) => key.render(),
             None => match &self.missing {
-                MissingKey::Allow => return Verdict::Pass(None),
-                MissingKey::Fallback(key) => key.clone(),
+                MissingKey::Allow => return Step::Done(Verdict::Pass(None)),
+                MissingKey::Fallback(key) => key.render(),
                 MissingKey::Refuse => {
-                    return Verdict::Refuse(Box::new(Refusal {
+                    return Step::Done(Verdict::Refuse(Box::new(Refusal {
                         status: StatusCode::TOO_MANY_REQUESTS,
                         problem: QUOTA_EXCEEDED,
                         title: "Request cannot be satisfied as assigned quota has been exceeded",
@@ -87,54 +98,47 @@ impl<B: 'static, C: Clock> Shared<B, C> {
                         fields: None,
                         retry_ms: None,
                         grpc_status: GRPC_RESOURCE_EXHAUSTED,
-                    }));
+                    })));
                 }
             },
         };
         let cost = self.cost.as_ref().map_or(1, |cost| cost(request));
-        // One limit, the common case, needs no list.
-        if let [only] = self.limits.as_slice() {
-            return match only.limiter.check(&key, cost) {
-                Ok(decision) => self.verdict(&[Outcome {
-                    name: &only.name,
-                    quoted: &only.quoted,
-                    policy: only.limiter.policy(),
-                    decision,
-                }]),
-                Err(_) => self.store_error(),
-            };
-        }
-        let Some(decisions) = self.decisions(&key, cost) else {
-            return self.store_error();
-        };
-        let outcomes: Vec<Outcome<'_>> = self
-            .limits
-            .iter()
-            .zip(decisions)
-            .map(|(limit, decision)| Outcome {
-                name: &limit.name,
-                quoted: &limit.quoted,
-                policy: limit.limiter.policy(),
-                decision,
-            })
-            .collect();
-        self.verdict(&outcomes)
+        Step::Decide(key, cost)
     }
 
-    /// What the store-error rule says.
-    fn store_error(&self) -> Verdict {
-        match self.on_error {
-            OnStoreError::Allow => Verdict::Pass(None),
-            OnStoreError::Refuse => Verdict::Refuse(Box::new(Refusal {
-                status: StatusCode::SERVICE_UNAVAILABLE,
-                problem: REDUCED_CAPACITY,
-                title: "The rate limiter cannot count this request",
-                detail: "the rate limit store refused the key".to_owned(),
-                fields: None,
-                retry_ms: None,
-                grpc_status: GRPC_UNAVAILABLE,
-            })),
+    /// The verdict on the store's answer: `decisions`, one per limit, if
+    /// it decided.
+    fn verdict_of(&self, result: Result<(), StoreError>, decisions: &Decisions, cost: u64) -> Verdict {
+        if let Err(e) = result {
+            return store_error(&e);
         }
+        // A failure policy's open decisions count nothing and have no
+        // figures to show: admitted, with nothing counted and nothing to
+        // wait for, which a charge (cost 1 or more) never is.
+        if cost > 0
+            && decisions
+                .iter()
+                .all(|d| d.allowed() && d.remaining() >= d.limit() && d.reset_after().is_zero())
+        {
+            return Verdict::Pass(None);
+        }
+        let outcomes: SmallVec<[Outcome<'_>; 4]> = self
+            .limits
+            .iter()
+            .zip(self.quotas.iter())
+            .zip(decisions.iter())
+            .map(|((limit, quota), decision)| Outcome {
+                name: &limit.name,
+                quoted: &limit.quoted,
+                policy: quota.policy(),
+                decision: *decision,
+            })
+            .collect();
+        if outcomes.len() != self.quotas.len() {
+            // A store that broke its contract (one decision per quota).
+            return store_error(&StoreError::NoQuota);
+        }
+        self.verdict(&outcomes)
     }
 
     /// Pass or refuse, with the fields, given every limit's decision.
@@ -175,38 +179,21 @@ impl<B: 'static, C: Clock> Shared<B, C> {
             grpc_status: GRPC_RESOURCE_EXHAUSTED,
         }))
     }
+}
 
-    /// One decision per limit of several (one limit is decided directly),
-    /// charging `cost` to every limit only if all admit it; `None` if a
-    /// store could not answer.
-    ///
-    /// With several limits each is first asked how much it has left (a
-    /// peek), then charged. A request racing another on the same key may
-    /// find a limit spent between the two: it is then refused, and the
-    /// limits charged before that one keep the charge.
-    fn decisions(&self, key: &RequestKey, cost: u64) -> Option<Vec<Decision>> {
-        let peeks: Vec<Decision> = self
-            .limits
-            .iter()
-            .map(|l| l.limiter.check(key, 0).ok())
-            .collect::<Option<_>>()?;
-        let all_fit = peeks.iter().all(|p| cost <= p.remaining());
-        let mut decisions = Vec::with_capacity(self.limits.len());
-        for (limit, peek) in self.limits.iter().zip(peeks) {
-            let refused_before = decisions.iter().any(|d: &Decision| !d.allowed());
-            let decision = if all_fit && !refused_before {
-                limit.limiter.check(key, cost).ok()?
-            } else if cost <= peek.remaining() {
-                // Not charged: it would admit, but another limit refuses.
-                peek
-            } else {
-                // Refused, so not charged: its retry delay for this cost.
-                limit.limiter.check(key, cost).ok()?
-            };
-            decisions.push(decision);
-        }
-        Some(decisions)
-    }
+/// A store that could not decide: `503`, a `temporary-reduced-capacity`
+/// problem (with a failure policy, only errors that are not outages get
+/// here).
+fn store_error(error: &StoreError) -> Verdict {
+    Verdict::Refuse(Box::new(Refusal {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        problem: REDUCED_CAPACITY,
+        title: "The rate limiter cannot count this request",
+        detail: format!("the rate limit store cannot decide: {error}"),
+        fields: None,
+        retry_ms: None,
+        grpc_status: GRPC_UNAVAILABLE,
+    }))
 }
 
 impl Refusal {
@@ -282,22 +269,62 @@ fn is_grpc<B>(request: &Request<B>) -> bool {
         .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
 }
 
-impl<S, B, C, ResB> tower::Service<Request<B>> for RateLimitService<S, B, C>
+/// # Bounds
+///
+/// The inner service must be `Clone + Send + 'static` (as axum's routes,
+/// tonic's services and `service_fn`s are, and as tower's `Buffer` and
+/// axum's `from_fn` ask too): with a store that decides over the network,
+/// the ready inner service is taken out of `self` (a clone left in its
+/// place) and called once the store has answered.
+impl<S, B, St, ResB> tower::Service<Request<B>> for RateLimitService<S, B, St>
 where
-    S: tower::Service<Request<B>, Response = Response<ResB>>,
-    B: 'static,
-    C: Clock,
+    S: tower::Service<Request<B>, Response = Response<ResB>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    B: Send + 'static,
+    ResB: Send + 'static,
+    St: Store + 'static,
 {
     type Response = Response<Body<ResB>>;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Future, ResB>;
+    type Future = ResponseFuture<S::Future, ResB, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        match self.shared.decide(&request) {
+        let verdict = match self.shared.step(&request) {
+            Step::Done(verdict) => verdict,
+            Step::Decide(key, cost) => {
+                let shared = &*self.shared;
+                let mut decisions = Decisions::new();
+                match shared
+                    .store
+                    .decide_now(key.as_str(), &shared.quotas, cost, &mut decisions)
+                {
+                    // A store without IO (the in-memory one): decided now,
+                    // with nothing boxed or allocated.
+                    Some(result) => shared.verdict_of(result, &decisions, cost),
+                    None => return self.awaiting(request, key, cost),
+                }
+            }
+        };
+        self.answer(request, verdict)
+    }
+}
+
+impl<S, B, St, ResB> RateLimitService<S, B, St>
+where
+    S: tower::Service<Request<B>, Response = Response<ResB>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    B: Send + 'static,
+    ResB: Send + 'static,
+    St: Store + 'static,
+{
+    fn answer(&mut self, request: Request<B>, verdict: Verdict) -> ResponseFuture<S::Future, ResB, S::Error> {
+        match verdict {
             Verdict::Pass(fields) => ResponseFuture {
                 kind: Kind::Inner {
                     future: self.inner.call(request),
@@ -311,20 +338,55 @@ where
             },
         }
     }
+
+    /// The answer of a store that must be awaited: the ready inner service
+    /// (a clone takes its place) is called once the store has decided.
+    fn awaiting(&mut self, request: Request<B>, key: KeyText, cost: u64) -> ResponseFuture<S::Future, ResB, S::Error> {
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let shared = Arc::clone(&self.shared);
+        let future = async move {
+            let mut decisions = Decisions::new();
+            let result = shared
+                .store
+                .decide(key.as_str(), &shared.quotas, cost, &mut decisions)
+                .await;
+            match shared.verdict_of(result, &decisions, cost) {
+                Verdict::Pass(fields) => {
+                    let mut response = inner.call(request).await?;
+                    if let Some(fields) = fields {
+                        fields.apply(response.headers_mut());
+                    }
+                    Ok(response.map(Body::inner))
+                }
+                Verdict::Refuse(refusal) => Ok(refusal.into_response(is_grpc(&request))),
+            }
+        };
+        ResponseFuture {
+            kind: Kind::Awaiting {
+                future: Box::pin(future),
+            },
+        }
+    }
 }
+
+/// The boxed answer of a store that must be awaited.
+type Awaited<ResB, E> = Pin<Box<dyn Future<Output = Result<Response<Body<ResB>>, E>> + Send>>;
 
 pin_project_lite::pin_project! {
     /// The response of a [`RateLimitService`]: the inner service's, with
-    /// the rate-limit headers added, or a refusal.
-    pub struct ResponseFuture<F, ResB> {
+    /// the rate-limit headers added, or a refusal. With a store that
+    /// decides over the network, a boxed future that awaits the store and
+    /// then the inner service.
+    pub struct ResponseFuture<F, ResB, E> {
         #[pin]
-        kind: Kind<F, ResB>,
+        kind: Kind<F, ResB, E>,
     }
 }
 
 pin_project_lite::pin_project! {
     #[project = KindProj]
-    enum Kind<F, ResB> {
+    enum Kind<F, ResB, E> {
         Inner {
             #[pin]
             future: F,
@@ -333,10 +395,13 @@ pin_project_lite::pin_project! {
         Refused {
             response: Option<Response<Body<ResB>>>,
         },
+        Awaiting {
+            future: Awaited<ResB, E>,
+        },
     }
 }
 
-impl<F, ResB, E> Future for ResponseFuture<F, ResB>
+impl<F, ResB, E> Future for ResponseFuture<F, ResB, E>
 where
     F: Future<Output = Result<Response<ResB>, E>>,
 {
@@ -357,6 +422,7 @@ where
                 // resolve rather than panic.
                 None => Poll::Pending,
             },
+            KindProj::Awaiting { future } => future.as_mut().poll(cx),
         }
     }
 }

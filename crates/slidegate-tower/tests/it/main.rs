@@ -7,13 +7,15 @@ use axum::body::Body;
 use axum::routing::get;
 use http::{Request, Response, StatusCode};
 use slidegate_core::{Algorithm, ManualClock, Policy, Weighting};
-use slidegate_memory::Budget;
+use slidegate_memory::{Budget, MemoryStore};
 use slidegate_tower::{ForwardedFor, GlobalKey, HeaderKey, MissingKey, PeerIp, RateLimitLayer, RequestKey};
 use std::net::SocketAddr;
 use std::time::Duration;
 use tower::ServiceExt;
 
+mod replicas;
 mod servers;
+mod stores;
 
 fn log(limit: u64, window: Duration) -> Policy {
     Policy::new(limit, window, Algorithm::SlidingLog).unwrap()
@@ -43,11 +45,11 @@ async fn body(response: Response<Body>) -> String {
     String::from_utf8(bytes.to_vec()).unwrap()
 }
 
-fn router(layer: RateLimitLayer<Body, ManualClock>) -> Router {
+fn router<St: slidegate_store::Store + 'static>(layer: RateLimitLayer<Body, St>) -> Router {
     Router::new().route("/", get(|| async { "hello" })).layer(layer)
 }
 
-fn per_ip(limit: u64, window: Duration, clock: &ManualClock) -> RateLimitLayer<Body, ManualClock> {
+fn per_ip(limit: u64, window: Duration, clock: &ManualClock) -> RateLimitLayer<Body, MemoryStore<ManualClock>> {
     RateLimitLayer::builder(PeerIp::new())
         .limit("per-ip", log(limit, window), clock.clone(), Budget::keys(1_000))
         .build()
@@ -317,5 +319,9 @@ fn bad_names_are_refused() {
         .limit("a", policy, clock.clone(), Budget::keys(1))
         .build();
     assert!(twice.err().unwrap().to_string().contains("\"a\""));
-    assert!(RateLimitLayer::<Body, ManualClock>::builder(GlobalKey).build().is_err());
+    assert!(
+        RateLimitLayer::<Body, MemoryStore<ManualClock>>::builder(GlobalKey)
+            .build()
+            .is_err()
+    );
 }

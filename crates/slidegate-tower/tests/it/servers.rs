@@ -8,7 +8,7 @@ use hyper::body::{Bytes, Incoming};
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use slidegate_core::{Algorithm, ManualClock, Policy};
-use slidegate_memory::Budget;
+use slidegate_memory::{Budget, MemoryStore};
 use slidegate_tower::{GlobalKey, PeerIp, RateLimitLayer};
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -26,7 +26,7 @@ fn log(limit: u64, window: Duration) -> Policy {
 /// Serves `layer` in front of a hello handler with hyper alone, one task
 /// per connection; the peer address goes into the request's extensions,
 /// where [`PeerIp`] finds it.
-async fn hyper_server(layer: RateLimitLayer<Incoming, ManualClock>) -> SocketAddr {
+async fn hyper_server(layer: RateLimitLayer<Incoming, MemoryStore<ManualClock>>) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -102,7 +102,7 @@ async fn a_hyper_server_limits_per_peer() {
 /// A tonic server with the layer, on a real socket, keyed by the peer
 /// address tonic records; the health service stands in for any generated
 /// service.
-async fn tonic_server(layer: RateLimitLayer<tonic::body::Body, ManualClock>) -> SocketAddr {
+async fn tonic_server(layer: RateLimitLayer<tonic::body::Body, MemoryStore<ManualClock>>) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (reporter, health) = tonic_health::server::health_reporter();

@@ -1,0 +1,113 @@
+//! Two replicas of an axum app on loopback ports, each with its own
+//! `RedisStore` on one throw-away `redis-server`: one limit for both,
+//! however the requests are spread.
+
+use axum::Router;
+use axum::routing::get;
+use http::StatusCode;
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use slidegate_conformance::redis::{KEY_PREFIX, RedisServer};
+use slidegate_core::{Algorithm, Policy, Weighting};
+use slidegate_redis::RedisStore;
+use slidegate_store::FailurePolicy;
+use slidegate_tower::{PeerIp, RateLimitLayer};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// A replica: its own connection to Redis, its own port.
+async fn replica(url: &str) -> SocketAddr {
+    let store = RedisStore::connect(url, KEY_PREFIX, Duration::from_secs(2))
+        .await
+        .unwrap();
+    let sliding = Algorithm::SlidingWindow {
+        buckets: 4,
+        weighting: Weighting::Conservative,
+    };
+    let layer = RateLimitLayer::builder_with_store(PeerIp::new(), store)
+        .quota("per-client", Policy::new(10, Duration::from_secs(60), sliding).unwrap())
+        .failure_policy(FailurePolicy::Closed)
+        .build()
+        .unwrap();
+    let app = Router::new().route("/", get(|| async { "hello" })).layer(layer);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
+            .await
+            .unwrap();
+    });
+    addr
+}
+
+/// 30 requests from one client, spread over both replicas at once: 10 are
+/// admitted in all, each with its own `remaining` (9 down to 0), and the
+/// 20 others are refused with `Retry-After`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_share_one_limit_in_redis() {
+    let server = RedisServer::start();
+    let replicas = [replica(&server.url()).await, replica(&server.url()).await];
+    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    let requests = (0..30).map(|i| {
+        let client = client.clone();
+        let uri: http::Uri = format!("http://{}/", replicas[i % 2]).parse().unwrap();
+        tokio::spawn(async move {
+            let response = client.get(uri).await.unwrap();
+            let (parts, body) = response.into_parts();
+            let body = body.collect().await.unwrap().to_bytes();
+            (parts.status, parts.headers, body)
+        })
+    });
+    let mut remaining = Vec::new();
+    let mut refused = 0;
+    let mut waits = Vec::new();
+    for answer in requests.collect::<Vec<_>>() {
+        let (status, headers, body) = answer.await.unwrap();
+        let text = |name: &str| headers.get(name).map(|v| v.to_str().unwrap().to_owned());
+        assert_eq!(text("ratelimit-policy").as_deref(), Some(r#""per-client";q=10;w=60"#));
+        let state = text("ratelimit").unwrap();
+        let (r, t) = parse_state(&state);
+        // A conservative window counts a unit whole until its bucket
+        // leaves the ring: up to a window and a bucket from now.
+        assert!((1..=120).contains(&t), "{state}");
+        waits.push(t);
+        match status {
+            StatusCode::OK => {
+                assert_eq!(body, "hello");
+                assert_eq!(text("retry-after"), None);
+                remaining.push(r);
+            }
+            StatusCode::TOO_MANY_REQUESTS => {
+                refused += 1;
+                assert_eq!(r, 0, "{state}");
+                let retry: u64 = text("retry-after").unwrap().parse().unwrap();
+                assert_eq!(retry, t, "{state}");
+                assert!(String::from_utf8_lossy(&body).contains("quota-exceeded"));
+            }
+            other => panic!("unexpected {other}: {headers:?}"),
+        }
+    }
+    remaining.sort_unstable();
+    assert_eq!(remaining, (0..10).collect::<Vec<u64>>(), "one count for both replicas");
+    assert_eq!(refused, 20);
+    // Decided within moments of each other, on one count: the same wait,
+    // give or take the rounding to a second.
+    let (least, most) = (waits.iter().min().unwrap(), waits.iter().max().unwrap());
+    assert!(most - least <= 1, "{waits:?}");
+    server.assert_every_key_expires();
+}
+
+/// `r` and `t` of a one-limit `RateLimit` field.
+fn parse_state(state: &str) -> (u64, u64) {
+    let field = |name: &str| -> u64 {
+        state
+            .split(';')
+            .find_map(|p| p.strip_prefix(name))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    (field("r="), field("t="))
+}
