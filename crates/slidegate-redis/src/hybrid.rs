@@ -474,7 +474,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
                 n,
                 fixed,
                 stripes,
-                share: share_of(&micro, options.instances),
+                share: slidegate_store::share_of(&micro, options.instances),
                 micro,
                 views: Store::new(options.budget),
                 outbox: std::array::from_fn(|_| Mutex::new(HashMap::new())),
@@ -918,14 +918,6 @@ impl Drop for SyncTask {
         self.0.abort();
     }
 }
-
-/// `micro` with its limit divided by `instances`, rounded up, at least 1:
-/// a view's limit until its key's second sync.
-fn share_of(micro: &Policy, instances: u64) -> Policy {
-    let share = micro.limit().div_ceil(instances.max(1)).max(1);
-    Policy::new(share, Duration::from_nanos(micro.window_ns()), micro.algorithm()).unwrap_or(*micro)
-}
-
 /// Adds `count` in `bucket` to `pending`, dropping the buckets that left
 /// the ring of the newest one (they count in no window any more).
 fn add(pending: &mut Pending, bucket: u64, count: u64, n: u64) {

@@ -223,7 +223,7 @@ impl<S: Store, L: Store> FailOver<S, L> {
         if let (FailurePolicy::Local { instances }, Some(local)) = (self.policy, &self.local) {
             let shares: Vec<Quota> = quotas
                 .iter()
-                .map(|q| Quota::new(local_policy(q.policy(), instances)))
+                .map(|q| Quota::new(share_of(q.policy(), instances)))
                 .collect();
             if local.decide(key, &shares, cost, out).await.is_ok() {
                 return Source::Local;
@@ -246,9 +246,11 @@ impl<S: Store, L: Store> FailOver<S, L> {
     }
 }
 
-/// `policy` with its limit (and a `gcra` burst) divided by `instances`,
-/// rounded up, at least 1.
-pub(crate) fn local_policy(policy: &Policy, instances: u64) -> Policy {
+/// One instance's share of `policy`: its limit (and a `gcra` burst)
+/// divided by `instances`, rounded up, at least 1 (`instances` 0 counts as
+/// 1). The local failure policy decides on it, and the hybrid mode on a
+/// key not yet synced.
+pub fn share_of(policy: &Policy, instances: u64) -> Policy {
     let n = instances.max(1);
     let share = |x: u64| x.div_ceil(n).max(1);
     let algorithm = match policy.algorithm() {
@@ -276,7 +278,7 @@ impl<S: Store, L: Store> Store for FailOver<S, L> {
                 if let (FailurePolicy::Local { instances }, Some(local)) = (self.policy, &self.local) {
                     let shares: Vec<Quota> = quotas
                         .iter()
-                        .map(|q| Quota::new(local_policy(q.policy(), instances)))
+                        .map(|q| Quota::new(share_of(q.policy(), instances)))
                         .collect();
                     // Counted locally, as the local decisions are.
                     let _ = local.charge(key, &shares, cost).await;
@@ -295,7 +297,7 @@ impl<S: Store, L: Store> Store for FailOver<S, L> {
                 (FailurePolicy::Local { instances }, Some(local)) => {
                     let shares: Vec<Quota> = quotas
                         .iter()
-                        .map(|q| Quota::new(local_policy(q.policy(), instances)))
+                        .map(|q| Quota::new(share_of(q.policy(), instances)))
                         .collect();
                     local.reset(key, &shares).await
                 }
@@ -443,13 +445,9 @@ mod tests {
         assert_eq!(out[0].limit(), 3);
         assert_eq!(out[1].limit(), 1);
         assert_eq!(store.failover_stats().local_admitted, 1);
-        let shared = local_policy(quotas()[0].policy(), 4);
+        let shared = share_of(quotas()[0].policy(), 4);
         assert_eq!(shared.algorithm(), Algorithm::Gcra { burst: 1 });
-        assert_eq!(
-            local_policy(quotas()[0].policy(), 0).limit(),
-            10,
-            "0 instances count as 1"
-        );
+        assert_eq!(share_of(quotas()[0].policy(), 0).limit(), 10, "0 instances count as 1");
     }
 
     #[test]

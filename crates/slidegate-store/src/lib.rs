@@ -34,7 +34,7 @@ mod dyn_store;
 mod failover;
 
 pub use dyn_store::{BoxFuture, DynStore, StoreFuture};
-pub use failover::{FailOver, FailOverStats, FailurePolicy, Source};
+pub use failover::{FailOver, FailOverStats, FailurePolicy, Source, share_of};
 
 use slidegate_core::{Decision, Policy};
 use std::future::Future;
