@@ -101,7 +101,7 @@ pub(crate) struct Outcome<'a> {
     /// `name` as a Structured Field string ([`sf_string`]).
     pub(crate) quoted: &'a str,
     pub(crate) policy: &'a Policy,
-    pub(crate) decision: Decision,
+    pub(crate) decision: &'a Decision,
 }
 
 /// `RateLimit-Policy` for a list of limits, given their names quoted by
@@ -262,7 +262,7 @@ pub fn write_headers(limits: &[LimitOutcome<'_>], legacy: Option<LegacyReset>, h
             name: l.name,
             quoted,
             policy: l.policy,
-            decision: *l.decision,
+            decision: l.decision,
         })
         .collect();
     let Some(policy) = policy_value(outcomes.iter().map(|o| (o.quoted, o.policy))) else {
@@ -296,7 +296,7 @@ mod tests {
             name,
             quoted: &quoted,
             policy: &policy,
-            decision: first,
+            decision: &first,
         }];
         let value = policy_value([(quoted.as_str(), &policy)].into_iter()).unwrap();
         Fields::new(&value, &outcomes, Some(LegacyReset::DelaySeconds)).apply(&mut headers);
@@ -312,7 +312,7 @@ mod tests {
             name: "burst",
             quoted: "\"burst\"",
             policy: &policy,
-            decision: refused,
+            decision: &refused,
         }];
         assert_eq!(retry_after(&outcomes), Some(2));
         let mut headers = HeaderMap::new();

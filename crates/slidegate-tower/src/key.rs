@@ -32,20 +32,37 @@ impl RequestKey {
     /// The key as a store holds it: `global`, `ip:<address>` or
     /// `key:<text>`, so that keys of different kinds never meet (the text
     /// `global` is `key:global`). Written into a buffer on the stack: no
-    /// allocation unless a text key is longer than 120 bytes.
+    /// allocation unless a text key is longer than 56 bytes.
     pub fn render(&self) -> KeyText {
         let mut out = KeyText::empty();
         match self {
             RequestKey::Global => out.push_str("global"),
             RequestKey::Ip(IpAddr::V4(v4)) => {
-                // The common case, without `core::fmt`.
-                out.push_str("ip:");
+                // The common case, without `core::fmt`: the digits written
+                // into one small buffer, pushed once.
+                let mut text = [0u8; 18];
+                let mut len = 0;
+                let mut put = |b: u8| {
+                    if let Some(slot) = text.get_mut(len) {
+                        *slot = b;
+                        len += 1;
+                    }
+                };
+                b"ip:".iter().for_each(|&b| put(b));
                 for (i, octet) in v4.octets().into_iter().enumerate() {
                     if i > 0 {
-                        out.push_str(".");
+                        put(b'.');
                     }
-                    out.push_str(itoa::Buffer::new().format(octet));
+                    if octet >= 100 {
+                        put(b'0' + octet / 100);
+                    }
+                    if octet >= 10 {
+                        put(b'0' + octet / 10 % 10);
+                    }
+                    put(b'0' + octet % 10);
                 }
+                // ASCII digits and dots only.
+                out.push_str(std::str::from_utf8(text.get(..len).unwrap_or_default()).unwrap_or_default());
             }
             RequestKey::Ip(ip) => {
                 out.push_str("ip:");
@@ -62,10 +79,11 @@ impl RequestKey {
 }
 
 /// Bytes of a [`KeyText`] held inline.
-const INLINE: usize = 124;
+const INLINE: usize = 60;
 
 /// A [`RequestKey`] rendered as the text a store takes
-/// ([`RequestKey::render`]): inline up to 124 bytes, on the heap beyond.
+/// ([`RequestKey::render`]): inline up to 60 bytes (any address, a text key of up to 56), on
+/// the heap beyond.
 #[derive(Clone)]
 pub struct KeyText {
     len: usize,

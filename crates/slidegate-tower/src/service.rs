@@ -2,7 +2,7 @@
 
 use crate::body::Body;
 use crate::headers::{self, Fields, Outcome};
-use crate::key::{KeyText, MissingKey};
+use crate::key::{KeyText, MissingKey, RequestKey};
 use crate::layer::Shared;
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
@@ -62,8 +62,8 @@ enum Verdict {
 enum Step {
     /// Decided without the store.
     Done(Verdict),
-    /// To be decided by the store: the key, rendered, and the cost.
-    Decide(KeyText, u64),
+    /// To be decided by the store: the key and the cost.
+    Decide(RequestKey, u64),
 }
 
 /// A refusal, before it becomes a response of the inner service's body type.
@@ -85,10 +85,10 @@ impl<B: 'static, St> Shared<B, St> {
             return Step::Done(Verdict::Pass(None));
         }
         let key = match self.extractor.extract(request) {
-            Some(key) => key.render(),
+            Some(key) => key,
             None => match &self.missing {
                 MissingKey::Allow => return Step::Done(Verdict::Pass(None)),
-                MissingKey::Fallback(key) => key.render(),
+                MissingKey::Fallback(key) => key.clone(),
                 MissingKey::Refuse => {
                     return Step::Done(Verdict::Refuse(Box::new(Refusal {
                         status: StatusCode::TOO_MANY_REQUESTS,
@@ -131,7 +131,7 @@ impl<B: 'static, St> Shared<B, St> {
                 name: &limit.name,
                 quoted: &limit.quoted,
                 policy: quota.policy(),
-                decision: *decision,
+                decision,
             })
             .collect();
         if outcomes.len() != self.quotas.len() {
@@ -297,6 +297,7 @@ where
         let verdict = match self.shared.step(&request) {
             Step::Done(verdict) => verdict,
             Step::Decide(key, cost) => {
+                let key = key.render();
                 let shared = &*self.shared;
                 let mut decisions = Decisions::new();
                 match shared
