@@ -142,7 +142,7 @@ impl Fields {
         let len: usize = outcomes
             .iter()
             .map(|o| {
-                o.quoted.len() + ";r=;t=".len() + decimal_len(o.decision.remaining()) + decimal_len(t_secs(&o.decision))
+                o.quoted.len() + ";r=;t=".len() + decimal_len(o.decision.remaining()) + decimal_len(t_secs(o.decision))
             })
             .sum::<usize>()
             + ", ".len() * outcomes.len().saturating_sub(1);
@@ -155,7 +155,7 @@ impl Fields {
             state.push_str(";r=");
             push_u64(&mut state, o.decision.remaining());
             state.push_str(";t=");
-            push_u64(&mut state, t_secs(&o.decision));
+            push_u64(&mut state, t_secs(o.decision));
         }
         debug_assert_eq!(state.len(), len);
         let legacy = legacy.and_then(|reset| {
@@ -163,7 +163,7 @@ impl Fields {
             Some([
                 HeaderValue::from(tightest.policy.limit()),
                 HeaderValue::from(tightest.decision.remaining()),
-                HeaderValue::from(reset.value(&tightest.decision)),
+                HeaderValue::from(reset.value(tightest.decision)),
             ])
         });
         Fields {

@@ -59,6 +59,8 @@ enum Verdict {
 }
 
 /// What a request needs before it is passed on or refused.
+// It lives for one call, on the stack, as `Verdict` does.
+#[allow(clippy::large_enum_variant)]
 enum Step {
     /// Decided without the store.
     Done(Verdict),
