@@ -193,6 +193,24 @@ async fn two_limits_on_two_instances_admit_exactly_the_smaller() {
     let mut a = a;
     let peek = a.ask("two", &[("user", "carol")], Some(0)).await;
     assert_eq!(peek.statuses[0].limit_remaining, 0, "the minute limit is spent");
+    // One round trip per decision of both limits: 25 decisions (24 and
+    // the peek), 25 script calls that ran (a first `EVALSHA` of an
+    // instance may fail with NOSCRIPT and be sent again, loaded).
+    let stats = redis.cli(&["INFO", "commandstats"]);
+    let figure = |command: &str, field: &str| -> u64 {
+        stats
+            .lines()
+            .find(|l| l.starts_with(&format!("cmdstat_{command}:")))
+            .and_then(|l| l.split([':', ',']).find_map(|kv| kv.strip_prefix(&format!("{field}="))))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let ran =
+        |command: &str| figure(command, "calls") - figure(command, "failed_calls") - figure(command, "rejected_calls");
+    assert_eq!(ran("evalsha") + ran("eval"), 25, "{stats}");
+    // Inside the scripts (counted too), the time is read once per call,
+    // for both limits.
+    assert_eq!(figure("time", "calls"), 25, "{stats}");
     // The hour limit alone (7) shows exactly 5 charged, through the store.
     let keys = redis.keys_and_ttls();
     assert_eq!(keys.len(), 2, "one key per limit: {keys:?}");

@@ -320,10 +320,13 @@ impl<S: Store, L: Store> Store for FailOver<S, L> {
         cost: u64,
         out: &mut Decisions,
     ) -> Option<Result<(), StoreError>> {
-        // Only a store that does no IO decides now; its outages (none) need
-        // no fallback here.
-        let done = self.inner.decide_now(key, quotas, cost, out)?;
-        Some(done.inspect(|()| self.count(Source::Store, out)))
+        // A store that decides without IO (in memory, the hybrid mode's
+        // local views) decides now; an outage it reports (the hybrid
+        // mode's stale syncs) goes the awaited way, through the policy.
+        match self.inner.decide_now(key, quotas, cost, out)? {
+            Err(e) if e.is_outage() => None,
+            done => Some(done.inspect(|()| self.count(Source::Store, out))),
+        }
     }
 
     fn supports(&self, quota: &Quota) -> Result<(), StoreError> {
@@ -448,6 +451,56 @@ mod tests {
         let shared = share_of(quotas()[0].policy(), 4);
         assert_eq!(shared.algorithm(), Algorithm::Gcra { burst: 1 });
         assert_eq!(share_of(quotas()[0].policy(), 0).limit(), 10, "0 instances count as 1");
+    }
+
+    /// A store that decides without IO and reports an outage (the hybrid
+    /// mode's stale syncs) gets the failure policy too.
+    struct StaleLocal;
+
+    impl Store for StaleLocal {
+        async fn decide(
+            &self,
+            _key: &str,
+            _quotas: &[Quota],
+            _cost: u64,
+            _out: &mut Decisions,
+        ) -> Result<(), StoreError> {
+            Err(StoreError::unavailable("stale syncs"))
+        }
+
+        async fn charge(&self, _key: &str, _quotas: &[Quota], _cost: u64) -> Result<(), StoreError> {
+            Ok(())
+        }
+
+        async fn reset(&self, _key: &str, _quotas: &[Quota]) -> Result<bool, StoreError> {
+            Ok(false)
+        }
+
+        fn stats(&self) -> StoreStats {
+            StoreStats::default()
+        }
+
+        fn decide_now(
+            &self,
+            _key: &str,
+            _quotas: &[Quota],
+            _cost: u64,
+            _out: &mut Decisions,
+        ) -> Option<Result<(), StoreError>> {
+            Some(Err(StoreError::unavailable("stale syncs")))
+        }
+    }
+
+    #[test]
+    fn an_outage_decided_now_goes_to_the_policy() {
+        let store = std::sync::Arc::new(FailOver::new(StaleLocal, FailurePolicy::Open));
+        let mut out = Decisions::new();
+        assert!(store.decide_now("k", &quotas(), 1, &mut out).is_none());
+        // Through `dyn`, as the service holds it.
+        let dynamic: std::sync::Arc<dyn crate::DynStore> = store.clone();
+        block_on(dynamic.decide("k", &quotas(), 1, &mut out)).unwrap();
+        assert!(out.iter().all(Decision::allowed));
+        assert_eq!(store.failover_stats().fail_open, 1);
     }
 
     #[test]
