@@ -171,7 +171,7 @@ fn two_processes_share_one_redis() {
     let keys = redis.keys_and_ttls();
     assert_eq!(keys.len(), 1, "{keys:?}");
     assert!(
-        keys[0].0.starts_with("slidegate:fixed_window:5:3600000000:{"),
+        keys[0].0.starts_with("slidegate:v1:fixed_window:5:3600000000000:{"),
         "{keys:?}"
     );
     let reset = request_with(
