@@ -440,18 +440,27 @@ impl<C: Clock> Engine<C> {
     /// of the store: every limit is charged, or none is. A limit of 0
     /// refuses everything: the others are then only peeked.
     async fn charge(&self, index: usize, counter: &str, limits: &[&Limit], hits: u64) -> Result<Status, EngineError> {
-        let quotas: Vec<Quota> = limits.iter().filter_map(|l| l.quota.clone()).collect();
-        let cost = if quotas.len() < limits.len() { 0 } else { hits };
+        // Two limits of one policy are one count: asked once, both shown.
+        let mut quotas: Vec<Quota> = Vec::with_capacity(limits.len());
+        for quota in limits.iter().filter_map(|l| l.quota.as_ref()) {
+            if !quotas.iter().any(|q| q.tag() == quota.tag()) {
+                quotas.push(quota.clone());
+            }
+        }
+        let zero_limit = limits.iter().any(|l| l.quota.is_none());
+        let cost = if zero_limit { 0 } else { hits };
         let mut out = Decisions::new();
         if !quotas.is_empty() {
             self.decide_in_store(counter, &quotas, cost, &mut out).await?;
         }
-        let mut decisions = out.into_iter();
         let applied = limits
             .iter()
             .enumerate()
             .map(|(j, l)| {
-                let decision = if l.quota.is_some() { decisions.next() } else { None };
+                let decision = l.quota.as_ref().and_then(|quota| {
+                    let k = quotas.iter().position(|q| q.tag() == quota.tag())?;
+                    out.get(k).copied()
+                });
                 applied(index, j, limits.len(), l, decision)
             })
             .collect();

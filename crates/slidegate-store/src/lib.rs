@@ -209,7 +209,9 @@ impl std::ops::Add for StoreStats {
 ///   refusing quota shows its own refusal at this cost (with its retry).
 /// - `cost == 0` peeks: it changes nothing.
 /// - A key's counts under one quota are its counts under that quota in
-///   every call, whichever other quotas the call names.
+///   every call, whichever other quotas the call names; equal quotas (one
+///   tag) are one count, so a call names distinct quotas (the layer refuses two
+///   limits of one policy; the service asks one of them for both).
 pub trait Store: Send + Sync {
     /// Decides `cost` on `key` against every quota in `quotas`, pushing
     /// one decision per quota, in order, onto `out` (cleared first).
