@@ -204,12 +204,6 @@ impl<K: Key, St: KeyState> Store<K, St> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if !St::suits(policy) {
-            return Err(StoreError::Unsuited {
-                algorithm: policy.algorithm().name(),
-                limit: policy.limit(),
-            });
-        }
         let (hash, shard) = self.locate(key);
         let mut table = shard.table.lock();
         self.update_in(&mut table, hash, policy, key, now, f)
