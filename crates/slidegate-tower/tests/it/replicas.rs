@@ -1,6 +1,6 @@
 //! Two replicas of an axum app on loopback ports, each with its own
-//! `RedisStore` on one throw-away `redis-server`: one limit for both,
-//! however the requests are spread.
+//! `RedisStore` (or, in the hybrid mode, `HybridStore`) on one throw-away
+//! `redis-server`: one limit for both, however the requests are spread.
 
 use axum::Router;
 use axum::routing::get;
@@ -11,8 +11,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use slidegate_conformance::redis::{KEY_PREFIX, RedisServer};
 use slidegate_core::{Algorithm, Policy, Weighting};
-use slidegate_redis::RedisStore;
-use slidegate_store::FailurePolicy;
+use slidegate_redis::{HybridOptions, HybridStore, RedisStore};
+use slidegate_store::{FailurePolicy, Store};
 use slidegate_tower::{PeerIp, RateLimitLayer};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -110,4 +110,79 @@ fn parse_state(state: &str) -> (u64, u64) {
             .unwrap()
     };
     (field("r="), field("t="))
+}
+
+/// A replica in the hybrid mode: decisions local to the process, counts
+/// sent to Redis when the test flushes (its background sync is not
+/// started), a new key decided on the limit's share of 2 instances.
+async fn hybrid_replica(url: &str) -> (SocketAddr, RateLimitLayer<axum::body::Body, HybridStore>) {
+    let client = redis::Client::open(url).unwrap();
+    let conn = client.get_multiplexed_async_connection().await.unwrap();
+    let options = HybridOptions {
+        instances: 2,
+        ..HybridOptions::every(Duration::from_millis(50))
+    };
+    let store = HybridStore::new(conn, KEY_PREFIX, Duration::from_secs(2), options).unwrap();
+    let sliding = Algorithm::SlidingWindow {
+        buckets: 4,
+        weighting: Weighting::Conservative,
+    };
+    let layer = RateLimitLayer::builder_with_store(PeerIp::new(), store)
+        .quota("per-client", Policy::new(10, Duration::from_secs(60), sliding).unwrap())
+        .build()
+        .unwrap();
+    let app = Router::new().route("/", get(|| async { "hello" })).layer(layer.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
+            .await
+            .unwrap();
+    });
+    (addr, layer)
+}
+
+/// The same two replicas in the hybrid mode: each decides a key it has
+/// not synced on its share (10 / 2), so together they admit exactly the
+/// limit, every answer with its headers; once both have synced, Redis
+/// holds the 10 admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hybrid_replicas_admit_the_limit_in_all() {
+    let server = RedisServer::start();
+    let (a, layer_a) = hybrid_replica(&server.url()).await;
+    let (b, layer_b) = hybrid_replica(&server.url()).await;
+    let replicas = [a, b];
+    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    let requests = (0..30).map(|i| {
+        let client = client.clone();
+        let uri: http::Uri = format!("http://{}/", replicas[i % 2]).parse().unwrap();
+        tokio::spawn(async move {
+            let response = client.get(uri).await.unwrap();
+            (response.status(), response.headers().clone())
+        })
+    });
+    let mut admitted = 0;
+    for answer in requests.collect::<Vec<_>>() {
+        let (status, headers) = answer.await.unwrap();
+        let state = headers.get("ratelimit").unwrap().to_str().unwrap().to_owned();
+        let (r, t) = parse_state(&state);
+        assert!((1..=120).contains(&t), "{state}");
+        match status {
+            StatusCode::OK => admitted += 1,
+            StatusCode::TOO_MANY_REQUESTS => {
+                assert_eq!(r, 0, "{state}");
+                assert!(headers.contains_key("retry-after"));
+            }
+            other => panic!("unexpected {other}: {headers:?}"),
+        }
+    }
+    assert_eq!(admitted, 10, "each replica its share of a new key");
+    layer_a.store().flush().await.unwrap();
+    layer_b.store().flush().await.unwrap();
+    assert_eq!(
+        server.ring_count("sliding_window"),
+        10,
+        "every admitted count reached Redis"
+    );
+    server.assert_every_key_expires();
 }
