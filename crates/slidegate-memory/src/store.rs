@@ -392,6 +392,16 @@ impl<K: Key, St: KeyState> Store<K, St> {
     {
         let (hash, shard) = self.locate(key);
         let mut table = shard.table.lock();
+        self.remove_in(&mut table, hash, key)
+    }
+
+    /// Removes `key` (whose hash is `hash`) from a table already locked;
+    /// whether it was held.
+    fn remove_in<Q>(&self, table: &mut Table<K, St>, hash: u64, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         match table.find(tag(hash), key) {
             Probe::Found(i) => {
                 table.remove(i);
@@ -472,13 +482,6 @@ impl<K: Key, St: KeyState> Group<'_, K, St> {
         Q: Hash + Eq + ?Sized,
     {
         let hash = self.store.hasher.hash_one(key);
-        match self.table.find(tag(hash), key) {
-            Probe::Found(i) => {
-                self.table.remove(i);
-                self.store.keys.fetch_sub(1, Ordering::Relaxed);
-                true
-            }
-            Probe::Vacant => false,
-        }
+        self.store.remove_in(&mut self.table, hash, key)
     }
 }
