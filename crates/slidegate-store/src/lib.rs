@@ -26,7 +26,9 @@
         clippy::expect_used,
         clippy::indexing_slicing,
         clippy::panic,
-        clippy::unreachable
+        clippy::unreachable,
+        clippy::todo,
+        clippy::unimplemented
     )
 )]
 
