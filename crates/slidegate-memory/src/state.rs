@@ -43,6 +43,25 @@ pub trait KeyState: Send + 'static {
     /// record their own expiry).
     fn expires(&self, policy: &Policy) -> u64;
 
+    /// [`KeyState::check`], and [`KeyState::expires`] after it (the ring
+    /// states compute both on one rebuilt ring).
+    fn check_expiring(&mut self, policy: &Policy, now: u64, cost: u64) -> (Decision, u64) {
+        let d = self.check(policy, now, cost);
+        (d, self.expires(policy))
+    }
+
+    /// [`KeyState::admit`], and [`KeyState::expires`] after it.
+    fn admit_expiring(&mut self, policy: &Policy, now: u64, cost: u64) -> (bool, u64) {
+        let allowed = self.admit(policy, now, cost);
+        (allowed, self.expires(policy))
+    }
+
+    /// [`KeyState::record`], and [`KeyState::expires`] after it.
+    fn record_expiring(&mut self, policy: &Policy, now: u64, cost: u64) -> u64 {
+        self.record(policy, now, cost);
+        self.expires(policy)
+    }
+
     /// Bytes the state holds on the heap.
     fn heap_bytes(&self) -> usize {
         0
@@ -100,23 +119,44 @@ fn ring_expiry<S: Slot>(policy: &Policy, newest: Split, slots: &[S]) -> u64 {
 macro_rules! ring_methods {
     (|$this:ident| $slots:expr) => {
         fn check(&mut self, policy: &Policy, now: u64, cost: u64) -> Decision {
-            let $this = self;
-            with_ring(&mut $this.newest, $slots, |r| r.check(policy, now, cost))
-                .unwrap_or_else(|| SlidingWindow::<S>::new(policy).check(policy, now, cost))
+            self.check_expiring(policy, now, cost).0
         }
 
         fn admit(&mut self, policy: &Policy, now: u64, cost: u64) -> bool {
-            let $this = self;
-            with_ring(&mut $this.newest, $slots, |r| r.admit(policy, now, cost)).unwrap_or(false)
+            self.admit_expiring(policy, now, cost).0
         }
 
         fn record(&mut self, policy: &Policy, now: u64, cost: u64) {
-            let $this = self;
-            let _ = with_ring(&mut $this.newest, $slots, |r| r.record(policy, now, cost));
+            self.record_expiring(policy, now, cost);
         }
 
         fn expires(&self, policy: &Policy) -> u64 {
             ring_expiry(policy, self.newest, &self.slots[..self.len()])
+        }
+
+        fn check_expiring(&mut self, policy: &Policy, now: u64, cost: u64) -> (Decision, u64) {
+            let $this = self;
+            with_ring(&mut $this.newest, $slots, |r| {
+                (r.check(policy, now, cost), r.expires_at(policy))
+            })
+            .unwrap_or_else(|| (SlidingWindow::<S>::new(policy).check(policy, now, cost), 0))
+        }
+
+        fn admit_expiring(&mut self, policy: &Policy, now: u64, cost: u64) -> (bool, u64) {
+            let $this = self;
+            with_ring(&mut $this.newest, $slots, |r| {
+                (r.admit(policy, now, cost), r.expires_at(policy))
+            })
+            .unwrap_or((false, 0))
+        }
+
+        fn record_expiring(&mut self, policy: &Policy, now: u64, cost: u64) -> u64 {
+            let $this = self;
+            with_ring(&mut $this.newest, $slots, |r| {
+                r.record(policy, now, cost);
+                r.expires_at(policy)
+            })
+            .unwrap_or(0)
         }
     };
 }
@@ -288,12 +328,6 @@ pub struct Timed<St> {
     state: St,
 }
 
-impl<St: KeyState> Timed<St> {
-    fn update(&mut self, policy: &Policy) {
-        self.expires = Split::new(self.state.expires(policy));
-    }
-}
-
 impl<St: KeyState> KeyState for Timed<St> {
     const HEAP: bool = St::HEAP;
 
@@ -313,20 +347,19 @@ impl<St: KeyState> KeyState for Timed<St> {
     }
 
     fn check(&mut self, policy: &Policy, now: u64, cost: u64) -> Decision {
-        let d = self.state.check(policy, now, cost);
-        self.update(policy);
+        let (d, expires) = self.state.check_expiring(policy, now, cost);
+        self.expires = Split::new(expires);
         d
     }
 
     fn admit(&mut self, policy: &Policy, now: u64, cost: u64) -> bool {
-        let allowed = self.state.admit(policy, now, cost);
-        self.update(policy);
+        let (allowed, expires) = self.state.admit_expiring(policy, now, cost);
+        self.expires = Split::new(expires);
         allowed
     }
 
     fn record(&mut self, policy: &Policy, now: u64, cost: u64) {
-        self.state.record(policy, now, cost);
-        self.update(policy);
+        self.expires = Split::new(self.state.record_expiring(policy, now, cost));
     }
 
     fn expires(&self, _policy: &Policy) -> u64 {

@@ -309,10 +309,14 @@ pub fn decide_all(quotas: usize, cost: u64, out: &mut Decisions, mut check: impl
     out.clear();
     if quotas == 1 || cost == 0 {
         // One quota: a refused check charges nothing, so no peek is needed.
-        out.extend((0..quotas).map(|j| check(j, cost)));
+        for j in 0..quotas {
+            out.push(check(j, cost));
+        }
         return;
     }
-    out.extend((0..quotas).map(|j| check(j, 0)));
+    for j in 0..quotas {
+        out.push(check(j, 0));
+    }
     let all_fit = out.iter().all(|d| cost <= d.remaining());
     for (j, d) in out.iter_mut().enumerate() {
         if all_fit || cost > d.remaining() {

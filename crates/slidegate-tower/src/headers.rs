@@ -127,8 +127,9 @@ pub(crate) fn policy_value<'a>(limits: impl Iterator<Item = (&'a str, &'a Policy
 pub(crate) struct Fields {
     policy: HeaderValue,
     state: Option<HeaderValue>,
-    /// `X-RateLimit-Limit`, `-Remaining` and `-Reset`.
-    legacy: Option<[HeaderValue; 3]>,
+    /// `X-RateLimit-Limit`, `-Remaining` and `-Reset`; boxed, as they are
+    /// off by default, to keep the fields small to move.
+    legacy: Option<Box<[HeaderValue; 3]>>,
     retry_after: Option<HeaderValue>,
 }
 
@@ -160,11 +161,11 @@ impl Fields {
         debug_assert_eq!(state.len(), len);
         let legacy = legacy.and_then(|reset| {
             let tightest = outcomes.iter().min_by_key(|o| o.decision.remaining())?;
-            Some([
+            Some(Box::new([
                 HeaderValue::from(tightest.policy.limit()),
                 HeaderValue::from(tightest.decision.remaining()),
                 HeaderValue::from(reset.value(tightest.decision)),
-            ])
+            ]))
         });
         Fields {
             policy: policy.clone(),
@@ -188,7 +189,8 @@ impl Fields {
         if let Some(state) = self.state {
             headers.insert(RATELIMIT, state);
         }
-        if let Some([limit, remaining, reset]) = self.legacy {
+        if let Some(legacy) = self.legacy {
+            let [limit, remaining, reset] = *legacy;
             headers.insert(X_RATELIMIT_LIMIT, limit);
             headers.insert(X_RATELIMIT_REMAINING, remaining);
             headers.insert(X_RATELIMIT_RESET, reset);

@@ -1,5 +1,6 @@
 //! Which client a request comes from: the key its limits are counted under.
 
+use arrayvec::ArrayString;
 use http::Request;
 use http::header::{FORWARDED, HeaderName};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
@@ -38,31 +39,21 @@ impl RequestKey {
         match self {
             RequestKey::Global => out.push_str("global"),
             RequestKey::Ip(IpAddr::V4(v4)) => {
-                // The common case, without `core::fmt`: the digits written
-                // into one small buffer, pushed once.
-                let mut text = [0u8; 18];
-                let mut len = 0;
-                let mut put = |b: u8| {
-                    if let Some(slot) = text.get_mut(len) {
-                        *slot = b;
-                        len += 1;
-                    }
-                };
-                b"ip:".iter().for_each(|&b| put(b));
+                // The common case, without `core::fmt`: at most 18 ASCII
+                // bytes, which always fit inline.
+                out.push_str("ip:");
                 for (i, octet) in v4.octets().into_iter().enumerate() {
                     if i > 0 {
-                        put(b'.');
+                        out.push_byte(b'.');
                     }
                     if octet >= 100 {
-                        put(b'0' + octet / 100);
+                        out.push_byte(b'0' + octet / 100);
                     }
                     if octet >= 10 {
-                        put(b'0' + octet / 10 % 10);
+                        out.push_byte(b'0' + octet / 10 % 10);
                     }
-                    put(b'0' + octet % 10);
+                    out.push_byte(b'0' + octet % 10);
                 }
-                // ASCII digits and dots only.
-                out.push_str(std::str::from_utf8(text.get(..len).unwrap_or_default()).unwrap_or_default());
             }
             RequestKey::Ip(ip) => {
                 out.push_str("ip:");
@@ -86,16 +77,14 @@ const INLINE: usize = 60;
 /// the heap beyond.
 #[derive(Clone)]
 pub struct KeyText {
-    len: usize,
-    inline: [u8; INLINE],
+    inline: ArrayString<INLINE>,
     heap: Option<String>,
 }
 
 impl KeyText {
     fn empty() -> Self {
         KeyText {
-            len: 0,
-            inline: [0; INLINE],
+            inline: ArrayString::new(),
             heap: None,
         }
     }
@@ -103,30 +92,25 @@ impl KeyText {
     fn push_str(&mut self, s: &str) {
         if let Some(heap) = &mut self.heap {
             heap.push_str(s);
-            return;
+        } else if self.inline.try_push_str(s).is_err() {
+            let mut heap = String::with_capacity(self.inline.len() + s.len());
+            heap.push_str(&self.inline);
+            heap.push_str(s);
+            self.heap = Some(heap);
         }
-        let end = self.len + s.len();
-        match self.inline.get_mut(self.len..end) {
-            Some(room) => {
-                room.copy_from_slice(s.as_bytes());
-                self.len = end;
-            }
-            None => {
-                let mut heap = String::with_capacity(end);
-                heap.push_str(self.as_str());
-                heap.push_str(s);
-                self.heap = Some(heap);
-            }
+    }
+
+    /// Pushes one ASCII byte (a digit or a dot).
+    fn push_byte(&mut self, b: u8) {
+        let c = char::from(b);
+        if self.heap.is_some() || self.inline.try_push(c).is_err() {
+            self.push_str(c.encode_utf8(&mut [0; 4]));
         }
     }
 
     /// The text.
     pub fn as_str(&self) -> &str {
-        match &self.heap {
-            Some(heap) => heap,
-            // Only whole `&str`s are copied in, so the bytes are UTF-8.
-            None => std::str::from_utf8(self.inline.get(..self.len).unwrap_or_default()).unwrap_or_default(),
-        }
+        self.heap.as_deref().unwrap_or(&self.inline)
     }
 }
 
@@ -552,6 +536,7 @@ mod tests {
         check(RequestKey::Global, "global");
         check(RequestKey::Text("global".into()), "key:global");
         check(ip("192.0.2.7"), "ip:192.0.2.7");
+        check(ip("0.10.100.255"), "ip:0.10.100.255");
         check(ip("2001:db8:1:2::"), "ip:2001:db8:1:2::");
         check(
             ip("ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255"),

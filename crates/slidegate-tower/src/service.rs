@@ -3,12 +3,13 @@
 use crate::body::Body;
 use crate::headers::{self, Fields, Outcome};
 use crate::key::{KeyText, MissingKey, RequestKey};
-use crate::layer::Shared;
+use crate::layer::{Limit, Shared};
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response, StatusCode};
+use slidegate_core::Decision;
 use slidegate_memory::MemoryStore;
-use slidegate_store::{Decisions, Store, StoreError};
+use slidegate_store::{Decisions, Quota, Store, StoreError};
 use smallvec::SmallVec;
 use std::future::Future;
 use std::pin::Pin;
@@ -110,7 +111,7 @@ impl<B: 'static, St> Shared<B, St> {
 
     /// The verdict on the store's answer: `decisions`, one per limit, if
     /// it decided.
-    fn verdict_of(&self, result: Result<(), StoreError>, decisions: &Decisions, cost: u64) -> Verdict {
+    fn verdict_of<'a>(&'a self, result: Result<(), StoreError>, decisions: &'a Decisions, cost: u64) -> Verdict {
         if let Err(e) = result {
             return store_error(&e);
         }
@@ -124,17 +125,22 @@ impl<B: 'static, St> Shared<B, St> {
         {
             return Verdict::Pass(None);
         }
+        let outcome = |((limit, quota), decision): ((&'a Limit, &'a Quota), &'a Decision)| Outcome {
+            name: &limit.name,
+            quoted: &limit.quoted,
+            policy: quota.policy(),
+            decision,
+        };
+        // One limit, the common case, needs no list.
+        if let ([limit], [quota], [decision]) = (&self.limits[..], &self.quotas[..], &decisions[..]) {
+            return self.verdict(&[outcome(((limit, quota), decision))]);
+        }
         let outcomes: SmallVec<[Outcome<'_>; 4]> = self
             .limits
             .iter()
             .zip(self.quotas.iter())
             .zip(decisions.iter())
-            .map(|((limit, quota), decision)| Outcome {
-                name: &limit.name,
-                quoted: &limit.quoted,
-                policy: quota.policy(),
-                decision,
-            })
+            .map(outcome)
             .collect();
         if outcomes.len() != self.quotas.len() {
             // A store that broke its contract (one decision per quota).
