@@ -498,24 +498,36 @@ impl Policy {
     /// instances: stores key their counts by it (memory keys, Redis keys)
     /// and metrics name limits by it.
     pub fn tag(&self) -> String {
+        let mut out = String::with_capacity(48);
+        // Writing into a `String` cannot fail.
+        let _ = self.write_tag(&mut out);
+        out
+    }
+
+    /// Writes [`Policy::tag`] into `out`, without allocating.
+    ///
+    /// # Errors
+    ///
+    /// Only those of `out`.
+    pub fn write_tag<W: fmt::Write>(&self, out: &mut W) -> fmt::Result {
         let algorithm = self.algorithm;
-        let mut out = format!(
+        write!(
+            out,
             "v{}:{}:{}:{}",
             Self::TAG_VERSION,
             algorithm.name(),
             self.limit,
             self.window_ns
-        );
+        )?;
         match algorithm {
             Algorithm::SlidingWindow { buckets, weighting } => {
                 let w = if weighting == Weighting::Conservative { 'c' } else { 'i' };
-                out.push_str(&format!(":{buckets}{w}"));
+                write!(out, ":{buckets}{w}")
             }
-            Algorithm::Gcra { burst } => out.push_str(&format!(":{burst}")),
-            Algorithm::ExponentialHistogram { epsilon } => out.push_str(&format!(":{epsilon}")),
-            Algorithm::FixedWindow | Algorithm::SlidingLog => {}
+            Algorithm::Gcra { burst } => write!(out, ":{burst}"),
+            Algorithm::ExponentialHistogram { epsilon } => write!(out, ":{epsilon}"),
+            Algorithm::FixedWindow | Algorithm::SlidingLog => Ok(()),
         }
-        out
     }
 }
 

@@ -14,6 +14,7 @@ use parking_lot::RwLock;
 use slidegate_core::{Clock, Decision, Policy};
 use slidegate_memory::{Budget, MemoryStore};
 use slidegate_store::{Decisions, DynStore, Quota, Store, StoreError, StoreStats};
+use smallvec::SmallVec;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
@@ -441,24 +442,31 @@ impl<C: Clock> Engine<C> {
     /// refuses everything: the others are then only peeked.
     async fn charge(&self, index: usize, counter: &str, limits: &[&Limit], hits: u64) -> Result<Status, EngineError> {
         // Two limits of one policy are one count: asked once, both shown.
-        let mut quotas: Vec<Quota> = Vec::with_capacity(limits.len());
-        for quota in limits.iter().filter_map(|l| l.quota.as_ref()) {
-            if !quotas.iter().any(|q| q.tag() == quota.tag()) {
-                quotas.push(quota.clone());
+        // One limit, the common case, is asked without a copy.
+        let mut several: SmallVec<[Quota; 4]> = SmallVec::new();
+        let quotas: &[Quota] = match limits {
+            [one] => one.quota.as_slice(),
+            _ => {
+                for quota in limits.iter().filter_map(|l| l.quota.as_ref()) {
+                    if !several.contains(quota) {
+                        several.push(quota.clone());
+                    }
+                }
+                &several
             }
-        }
+        };
         let zero_limit = limits.iter().any(|l| l.quota.is_none());
         let cost = if zero_limit { 0 } else { hits };
         let mut out = Decisions::new();
         if !quotas.is_empty() {
-            self.decide_in_store(counter, &quotas, cost, &mut out).await?;
+            self.decide_in_store(counter, quotas, cost, &mut out).await?;
         }
         let applied = limits
             .iter()
             .enumerate()
             .map(|(j, l)| {
                 let decision = l.quota.as_ref().and_then(|quota| {
-                    let k = quotas.iter().position(|q| q.tag() == quota.tag())?;
+                    let k = quotas.iter().position(|q| q == quota)?;
                     out.get(k).copied()
                 });
                 applied(index, j, limits.len(), l, decision)
@@ -480,8 +488,8 @@ impl<C: Clock> Engine<C> {
         let mut out = Decisions::new();
         self.decide_in_store(&ad_hoc_name(&ad_hoc.key), &quotas, ad_hoc.cost, &mut out)
             .await?;
-        out.into_iter()
-            .next()
+        out.first()
+            .copied()
             .ok_or_else(|| EngineError::Unavailable("the store gave no decision".to_owned()))
     }
 
@@ -707,5 +715,8 @@ fn check_rules(
 /// An ad-hoc key's counter key: a config counter key starts with
 /// a digit (the domain's length), so the two never meet.
 fn ad_hoc_name(key: &str) -> String {
-    format!("adhoc:{key}")
+    let mut name = String::with_capacity("adhoc:".len() + key.len());
+    name.push_str("adhoc:");
+    name.push_str(key);
+    name
 }

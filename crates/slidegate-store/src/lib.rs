@@ -38,9 +38,9 @@ mod failover;
 pub use dyn_store::{BoxFuture, DynStore, StoreFuture};
 pub use failover::{FailOver, FailOverStats, FailurePolicy, Source, share_of};
 
-use slidegate_core::{Decision, Policy};
+use slidegate_core::{Algorithm, Decision, Policy, Weighting};
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// One decision per limit, in the order of the limits; inline for up to
@@ -50,25 +50,59 @@ pub type Decisions = smallvec::SmallVec<[Decision; 4]>;
 /// A limit as stores keep it: a [`Policy`] and its identity, the tag
 /// ([`Policy::tag`]) that memory keys, Redis keys and metric labels share.
 /// Made once (when a layer is built or a config is loaded), so that a
-/// decision neither formats nor hashes the policy.
-#[derive(Clone, Debug, PartialEq)]
+/// decision neither formats nor hashes the policy. Making one allocates
+/// nothing: its [`Quota::id`] is hashed as the tag is written, and the tag
+/// is kept the first time a store asks for it.
+#[derive(Clone, Debug)]
 pub struct Quota {
     policy: Policy,
-    tag: Arc<str>,
+    tag: OnceLock<Arc<str>>,
     id: u64,
+}
+
+/// FNV-1a, fed field by field.
+struct Fnv(u64);
+
+impl Fnv {
+    fn bytes(mut self, bytes: &[u8]) -> Self {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
+        self
+    }
+
+    fn u64(self, v: u64) -> Self {
+        self.bytes(&v.to_le_bytes())
+    }
 }
 
 impl Quota {
     /// The quota of `policy`.
     pub fn new(policy: Policy) -> Self {
-        let tag = policy.tag();
-        // FNV-1a of the tag: stable across processes and instances.
-        let id = tag.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-        });
+        // FNV-1a of what the tag is made of (its version, the algorithm's
+        // name, limit, window and parameters): stable across processes and
+        // instances, equal exactly when the tags are, and cheap enough for
+        // a policy made per request (the ad-hoc API's).
+        let algorithm = policy.algorithm();
+        let (a, b) = match algorithm {
+            Algorithm::SlidingWindow { buckets, weighting } => {
+                (u64::from(buckets), u64::from(weighting == Weighting::Conservative))
+            }
+            Algorithm::Gcra { burst } => (burst, 0),
+            Algorithm::ExponentialHistogram { epsilon } => (epsilon.to_bits(), 0),
+            Algorithm::FixedWindow | Algorithm::SlidingLog => (0, 0),
+        };
+        let id = Fnv(0xcbf2_9ce4_8422_2325)
+            .u64(u64::from(Policy::TAG_VERSION))
+            .bytes(algorithm.name().as_bytes())
+            .u64(policy.limit())
+            .u64(policy.window_ns())
+            .u64(a)
+            .u64(b)
+            .0;
         Quota {
             policy,
-            tag: tag.into(),
+            tag: OnceLock::new(),
             id,
         }
     }
@@ -80,13 +114,20 @@ impl Quota {
 
     /// The policy's tag, [`Policy::tag`].
     pub fn tag(&self) -> &str {
-        &self.tag
+        self.tag.get_or_init(|| self.policy.tag().into())
     }
 
-    /// A 64-bit digest of the tag, the same in every process (FNV-1a):
-    /// for stores that hash a key together with its limit.
+    /// A 64-bit digest of the tag's fields, the same in every process
+    /// (FNV-1a): for stores that hash a key together with its limit.
     pub fn id(&self) -> u64 {
         self.id
+    }
+}
+
+/// Quotas are equal when their policies are (their tags then are too).
+impl PartialEq for Quota {
+    fn eq(&self, other: &Self) -> bool {
+        self.policy == other.policy
     }
 }
 
@@ -321,6 +362,81 @@ pub fn decide_all(quotas: usize, cost: u64, out: &mut Decisions, mut check: impl
     for (j, d) in out.iter_mut().enumerate() {
         if all_fit || cost > d.remaining() {
             *d = check(j, cost);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_quota_is_its_policys_tag_and_the_tags_fnv_digest() {
+        let algorithm = Algorithm::SlidingWindow {
+            buckets: 8,
+            weighting: Weighting::Conservative,
+        };
+        let policy = Policy::new(100, Duration::from_secs(60), algorithm).expect("a valid policy");
+        let quota = Quota::new(policy);
+        assert_eq!(quota.tag(), "v1:sliding_window:100:60000000000:8c");
+        // FNV-1a of the fields, computed here from its definition: the
+        // version, the name, the limit, the window, buckets, conservative.
+        let mut bytes = 1u64.to_le_bytes().to_vec();
+        bytes.extend_from_slice(b"sliding_window");
+        for v in [100u64, 60_000_000_000, 8, 1] {
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+        let mut fnv: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in bytes {
+            fnv ^= u64::from(b);
+            fnv = fnv.wrapping_mul(0x100_0000_01b3);
+        }
+        assert_eq!(quota.id(), fnv);
+        // A clone made before the tag was asked for, and one after, are equal.
+        let early = Quota::new(policy);
+        assert_eq!(early, quota);
+        assert_eq!(early.tag(), quota.tag());
+        let other = Quota::new(Policy::new(101, Duration::from_secs(60), algorithm).expect("a valid policy"));
+        assert_ne!(other, quota);
+        assert_ne!(other.id(), quota.id());
+    }
+
+    #[test]
+    fn quotas_of_different_tags_have_different_ids() {
+        let w = Duration::from_secs(60);
+        let algorithms = [
+            Algorithm::SlidingWindow {
+                buckets: 8,
+                weighting: Weighting::Conservative,
+            },
+            Algorithm::SlidingWindow {
+                buckets: 8,
+                weighting: Weighting::Interpolated,
+            },
+            Algorithm::SlidingWindow {
+                buckets: 2,
+                weighting: Weighting::Conservative,
+            },
+            Algorithm::FixedWindow,
+            Algorithm::SlidingLog,
+            Algorithm::Gcra { burst: 1 },
+            Algorithm::Gcra { burst: 10 },
+            Algorithm::ExponentialHistogram { epsilon: 0.01 },
+            Algorithm::ExponentialHistogram { epsilon: 0.1 },
+        ];
+        let mut quotas = Vec::new();
+        for algorithm in algorithms {
+            for (limit, window) in [(10, w), (11, w), (10, w * 2)] {
+                quotas.push(Quota::new(
+                    Policy::new(limit, window, algorithm).expect("a valid policy"),
+                ));
+            }
+        }
+        for (i, a) in quotas.iter().enumerate() {
+            for b in &quotas[i + 1..] {
+                assert_ne!(a.tag(), b.tag());
+                assert_ne!(a.id(), b.id(), "{} and {}", a.tag(), b.tag());
+            }
         }
     }
 }
