@@ -5,7 +5,8 @@ use clap::{Args as ClapArgs, ValueEnum};
 use slidegate_core::MonotonicClock;
 use slidegate_core::duration::parse_positive_duration;
 use slidegate_memory::Budget;
-use slidegate_server::engine::InputLimits;
+use slidegate_server::engine::{InputLimits, Settings};
+use slidegate_server::grpc::ResponseHeaderNames;
 use slidegate_server::redis_store::RedisOptions;
 use slidegate_server::server::{self, Options, Timeouts};
 use slidegate_store::FailurePolicy;
@@ -79,6 +80,39 @@ pub(crate) struct Args {
     /// Put the RateLimit headers in gRPC answers' `response_headers_to_add`.
     #[arg(long, env = "SLIDEGATE_GRPC_HEADERS")]
     grpc_headers: bool,
+    /// A request over a limit counts nothing (`true`, slidegate's default:
+    /// a refused request is not counted); `false` counts every hit, as
+    /// envoyproxy/ratelimit does by default. A descriptor's own
+    /// `hits_addend` (Envoy's debit when a stream ends) is counted either
+    /// way.
+    #[arg(long, env = "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", default_value_t = true, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
+    stop_cache_key_increment_when_overlimit: bool,
+    /// Answer every request OK overall; the descriptors' statuses still say
+    /// what each limit decided (counted in `slidegate_global_shadow_mode_total`).
+    #[arg(long, env = "SHADOW_MODE", action = clap::ArgAction::Set, default_value_t = false, value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
+    shadow_mode: bool,
+    /// Every rule in quota mode: the answer is over the limit only when
+    /// every limited descriptor is.
+    #[arg(long, env = "QUOTA_MODE", action = clap::ArgAction::Set, default_value_t = false, value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
+    quota_mode: bool,
+    /// Return the request's descriptors and the matched rules' `metadata`
+    /// to Envoy as the answer's dynamic metadata.
+    #[arg(long, env = "RESPONSE_DYNAMIC_METADATA", action = clap::ArgAction::Set, default_value_t = false, value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
+    response_dynamic_metadata: bool,
+    /// Add envoyproxy/ratelimit's three headers (limit, remaining, seconds
+    /// to reset of the descriptor closest to its limit) to gRPC and
+    /// `/json` answers' `response_headers_to_add`.
+    #[arg(long, env = "LIMIT_RESPONSE_HEADERS_ENABLED", action = clap::ArgAction::Set, default_value_t = false, value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
+    limit_response_headers_enabled: bool,
+    /// The name of the limit header of `--limit-response-headers-enabled`.
+    #[arg(long, env = "LIMIT_LIMIT_HEADER", default_value = "RateLimit-Limit", value_parser = parse_header_name, value_name = "NAME")]
+    limit_limit_header: http::HeaderName,
+    /// The name of its remaining header.
+    #[arg(long, env = "LIMIT_REMAINING_HEADER", default_value = "RateLimit-Remaining", value_parser = parse_header_name, value_name = "NAME")]
+    limit_remaining_header: http::HeaderName,
+    /// The name of its reset header.
+    #[arg(long, env = "LIMIT_RESET_HEADER", default_value = "RateLimit-Reset", value_parser = parse_header_name, value_name = "NAME")]
+    limit_reset_header: http::HeaderName,
     /// Add `X-RateLimit-Limit`, `-Remaining` and `-Reset`: `delay` (seconds
     /// from now) or `epoch` (a Unix time).
     #[arg(long, env = "SLIDEGATE_LEGACY_HEADERS", value_parser = ["delay", "epoch"])]
@@ -215,6 +249,17 @@ impl Args {
             },
             reload_every: (!self.reload_every.is_zero()).then_some(self.reload_every),
             grpc_headers: self.grpc_headers,
+            settings: Settings {
+                stop_increment_when_over_limit: self.stop_cache_key_increment_when_overlimit,
+                shadow_mode: self.shadow_mode,
+                quota_mode: self.quota_mode,
+                dynamic_metadata: self.response_dynamic_metadata,
+            },
+            response_headers: self.limit_response_headers_enabled.then(|| ResponseHeaderNames {
+                limit: self.limit_limit_header.clone(),
+                remaining: self.limit_remaining_header.clone(),
+                reset: self.limit_reset_header.clone(),
+            }),
             legacy_headers: match self.legacy_headers.as_deref() {
                 Some("epoch") => Some(LegacyReset::EpochSeconds),
                 Some(_) => Some(LegacyReset::DelaySeconds),
@@ -243,4 +288,9 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
         running.run_until(signal).await;
         anyhow::Ok(())
     })
+}
+
+/// A header name for `--limit-*-header`.
+fn parse_header_name(text: &str) -> Result<http::HeaderName, String> {
+    http::HeaderName::try_from(text).map_err(|_| format!("`{text}` is not a valid HTTP header name"))
 }

@@ -84,12 +84,47 @@ pub enum Code {
     OverLimit,
 }
 
+/// The service's settings that change how requests are decided, as
+/// envoyproxy/ratelimit's environment sets them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// A request over a limit counts nothing (envoyproxy/ratelimit's
+    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`). On by default, as the
+    /// seeds ask: a refused request is not counted. Off, every hit is
+    /// counted even when refused, as envoyproxy/ratelimit does by default.
+    /// A descriptor's own `hits_addend` is counted either way (see
+    /// [`Engine::decide`]).
+    pub stop_increment_when_over_limit: bool,
+    /// Every answer's overall code is OK (`SHADOW_MODE`); the descriptors'
+    /// statuses still say what each limit decided.
+    pub shadow_mode: bool,
+    /// Every rule is in quota mode (`QUOTA_MODE`).
+    pub quota_mode: bool,
+    /// The matched rules' `metadata` is kept in the statuses for the
+    /// answer's dynamic metadata (`RESPONSE_DYNAMIC_METADATA`).
+    pub dynamic_metadata: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            stop_increment_when_over_limit: true,
+            shadow_mode: false,
+            quota_mode: false,
+            dynamic_metadata: false,
+        }
+    }
+}
+
 /// A limit that applied to a descriptor, with its decision.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Applied {
     /// Its name in the headers: the configured name, or `d<i>` (and `.j`
     /// for the j-th of several limits).
     pub name: String,
+    /// Its name in the config; empty when it has none (Envoy's
+    /// `current_limit.name`).
+    pub config_name: String,
     /// The limit as configured (or overridden).
     pub requests_per_unit: u64,
     /// Its unit, when it has one.
@@ -118,7 +153,8 @@ pub struct Status {
     /// The limits that applied; empty when none did.
     pub applied: Vec<Applied>,
     /// The remaining count of the tightest limit; `u32::MAX` for an
-    /// unlimited rule and when no limit applied.
+    /// unlimited rule, 0 when no rule applied (as envoyproxy/ratelimit
+    /// answers both).
     pub remaining: u64,
     /// How long until the tightest limit frees quota: the retry delay when
     /// refused, the time until all counted usage expires when admitted.
@@ -131,19 +167,42 @@ pub struct Status {
     /// ([`Match::metric_key`](crate::config::Match::metric_key)), when a
     /// rule with a limit (or `unlimited`) matched.
     pub metric: Option<String>,
+    /// The descriptor counts in quota mode (its rule's `quota_mode`, or
+    /// the service's).
+    pub quota_mode: bool,
+    /// The matched rule's `metadata`, with [`Settings::dynamic_metadata`].
+    pub metadata: Option<serde_json::Value>,
 }
 
 impl Status {
-    fn unlimited() -> Self {
+    /// A descriptor that no rule limits: OK, no current limit, 0
+    /// remaining (envoyproxy/ratelimit's answer).
+    fn no_rule() -> Self {
         Status {
             code: Code::Ok,
             applied: Vec::new(),
-            remaining: u64::from(u32::MAX),
+            remaining: 0,
             until_reset: None,
             tightest: None,
             shadow_refused: false,
             metric: None,
+            quota_mode: false,
+            metadata: None,
         }
+    }
+
+    /// A descriptor whose rule is `unlimited`: OK, `u32::MAX` remaining.
+    fn unlimited() -> Self {
+        Status {
+            remaining: u64::from(u32::MAX),
+            ..Status::no_rule()
+        }
+    }
+
+    /// The descriptor is in the answer's counts: a rule with limits
+    /// matched it.
+    pub fn limited(&self) -> bool {
+        !self.applied.is_empty()
     }
 }
 
@@ -155,6 +214,8 @@ pub struct Answer {
     pub overall: Code,
     /// One per request descriptor, in order.
     pub statuses: Vec<Status>,
+    /// The service's shadow mode answered OK where a limit refused.
+    pub shadowed: bool,
 }
 
 /// Why a request could not be decided.
@@ -192,6 +253,7 @@ pub struct Engine<C> {
     /// Whether the store is shared with other instances (Redis).
     shared: bool,
     limits: InputLimits,
+    settings: Settings,
     clock: PhantomData<fn() -> C>,
 }
 
@@ -208,6 +270,7 @@ impl<C: Clock> Engine<C> {
             store: Arc::new(MemoryStore::with_clock(budget, other_budget, clock)),
             shared: false,
             limits,
+            settings: Settings::default(),
             clock: PhantomData,
         }
     }
@@ -231,8 +294,21 @@ impl<C: Clock> Engine<C> {
             store,
             shared,
             limits,
+            settings: Settings::default(),
             clock: PhantomData,
         })
+    }
+
+    /// The engine with `settings` in force.
+    #[must_use]
+    pub fn with_settings(mut self, settings: Settings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// The settings in force.
+    pub fn settings(&self) -> Settings {
+        self.settings
     }
 
     /// The config in force.
@@ -345,7 +421,22 @@ impl<C: Clock> Engine<C> {
         Ok(())
     }
 
-    /// Decides `request`.
+    /// Decides `request`, as envoyproxy/ratelimit does:
+    ///
+    /// - a descriptor that no rule limits (an unknown domain, no match, a
+    ///   rule without limits, or limits all replaced) is OK with no
+    ///   current limit and 0 remaining; an `unlimited` rule is OK with
+    ///   `u32::MAX` remaining;
+    /// - a descriptor's own `limit` applies to any descriptor of a known
+    ///   domain, whether or not a rule matches, never in shadow mode;
+    /// - a request counts on every limit of a descriptor or on none. A
+    ///   refused request counts nothing unless
+    ///   [`Settings::stop_increment_when_over_limit`] is off; a cost that
+    ///   the descriptor gives itself (its own `hits_addend`, Envoy's
+    ///   "peek, then debit" with `apply_on_stream_done`) is always
+    ///   counted, taking the count over the limit when it must, so that
+    ///   the next peek (a `hits_addend` of 0, OK while the count is at
+    ///   most the limit) is refused.
     ///
     /// # Errors
     ///
@@ -358,9 +449,11 @@ impl<C: Clock> Engine<C> {
             // As envoyproxy/ratelimit: a domain with no config limits nothing.
             return Ok(Answer {
                 overall: Code::Ok,
-                statuses: request.descriptors.iter().map(|_| Status::unlimited()).collect(),
+                statuses: request.descriptors.iter().map(|_| Status::no_rule()).collect(),
+                shadowed: false,
             });
         };
+        let settings = self.settings;
         let hits = if request.hits_addend == 0 {
             1
         } else {
@@ -371,13 +464,16 @@ impl<C: Clock> Engine<C> {
             .iter()
             .map(|d| d.entries.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect())
             .collect();
-        let matches: Vec<_> = entries.iter().map(|e| domain.find(e)).collect();
+        // A descriptor's own limit wins over any rule.
+        let matches: Vec<_> = entries
+            .iter()
+            .zip(&request.descriptors)
+            .map(|(e, d)| if d.limit.is_some() { None } else { domain.find(e) })
+            .collect();
         // Limits named in `replaces` by any matched limit are dropped.
         let replaced: Vec<&str> = matches
             .iter()
-            .zip(&request.descriptors)
-            .filter(|(_, d)| d.limit.is_none())
-            .filter_map(|(m, _)| m.as_ref())
+            .filter_map(|m| m.as_ref())
             .flat_map(|m| m.rule.limits.iter())
             .flat_map(|l| l.replaces.iter().map(String::as_str))
             .collect();
@@ -385,62 +481,91 @@ impl<C: Clock> Engine<C> {
         let mut statuses = Vec::with_capacity(request.descriptors.len());
         let (mut over, mut quota_total, mut quota_over) = (false, 0usize, 0usize);
         for (i, ((descriptor, m), entries)) in request.descriptors.iter().zip(&matches).zip(&entries).enumerate() {
-            let Some(m) = m else {
-                statuses.push(Status::unlimited());
-                continue;
-            };
-            let rule = m.rule;
-            if rule.unlimited {
-                statuses.push(Status {
-                    metric: Some(m.metric_key(entries)),
-                    ..Status::unlimited()
-                });
-                continue;
-            }
-            let overridden;
-            let limits: Vec<&Limit> = match descriptor.limit {
-                Some(o) => {
-                    overridden = override_limit(o)?;
-                    vec![&overridden]
+            let hits = descriptor.hits_addend.unwrap_or(hits);
+            // A cost the descriptor gives itself is a debit: counted even
+            // when it takes the count over the limit.
+            let record_refused = descriptor.hits_addend.is_some() || !settings.stop_increment_when_over_limit;
+            let mut status = if let Some(o) = descriptor.limit {
+                let overridden = override_limit(o)?;
+                let counter = override_counter_key(&request.domain, entries);
+                let mut status = self.charge(i, &counter, &[&overridden], hits, record_refused).await?;
+                status.metric = Some(override_metric_key(entries));
+                status.quota_mode = settings.quota_mode;
+                status
+            } else {
+                let Some(m) = m else {
+                    statuses.push(Status::no_rule());
+                    continue;
+                };
+                let rule = m.rule;
+                if rule.unlimited {
+                    statuses.push(Status {
+                        metric: Some(m.metric_key(entries)),
+                        ..Status::unlimited()
+                    });
+                    continue;
                 }
-                None => rule
+                let limits: Vec<&Limit> = rule
                     .limits
                     .iter()
                     .filter(|l| l.name.as_deref().is_none_or(|n| !replaced.contains(&n)))
-                    .collect(),
+                    .collect();
+                if limits.is_empty() {
+                    statuses.push(Status::no_rule());
+                    continue;
+                }
+                let counter = m.counter_key(&request.domain, entries);
+                let mut status = self.charge(i, &counter, &limits, hits, record_refused).await?;
+                status.metric = Some(m.metric_key(entries));
+                if status.code == Code::OverLimit && rule.shadow_mode {
+                    status.code = Code::Ok;
+                    status.shadow_refused = true;
+                }
+                status.quota_mode = rule.quota_mode || settings.quota_mode;
+                if settings.dynamic_metadata {
+                    status.metadata.clone_from(&rule.metadata);
+                }
+                status
             };
-            if limits.is_empty() {
-                statuses.push(Status::unlimited());
-                continue;
-            }
-            let counter = m.counter_key(&request.domain, entries);
-            let hits = descriptor.hits_addend.unwrap_or(hits);
-            let mut status = self.charge(i, &counter, &limits, hits).await?;
-            status.metric = Some(m.metric_key(entries));
-            if status.code == Code::OverLimit && rule.shadow_mode {
-                status.code = Code::Ok;
-                status.shadow_refused = true;
-            }
-            if rule.quota_mode {
+            if status.quota_mode {
                 quota_total += 1;
                 quota_over += usize::from(status.code == Code::OverLimit);
             } else if status.code == Code::OverLimit {
                 over = true;
             }
+            if status.code == Code::OverLimit && settings.shadow_mode {
+                // The service's shadow mode: the overall code is OK; the
+                // statuses still say what each limit decided.
+                status.shadow_refused = true;
+            }
             statuses.push(status);
         }
-        let overall = if over || (quota_total > 0 && quota_over == quota_total) {
+        let refused = over || (quota_total > 0 && quota_over == quota_total);
+        let overall = if refused && !settings.shadow_mode {
             Code::OverLimit
         } else {
             Code::Ok
         };
-        Ok(Answer { overall, statuses })
+        Ok(Answer {
+            overall,
+            statuses,
+            shadowed: refused && settings.shadow_mode,
+        })
     }
 
     /// Decides `hits` against every limit of one descriptor in one call
     /// of the store: every limit is charged, or none is. A limit of 0
-    /// refuses everything: the others are then only peeked.
-    async fn charge(&self, index: usize, counter: &str, limits: &[&Limit], hits: u64) -> Result<Status, EngineError> {
+    /// refuses everything: the others are then only peeked. With
+    /// `record_refused`, a refused cost is charged after all (it takes the
+    /// counts over their limits).
+    async fn charge(
+        &self,
+        index: usize,
+        counter: &str,
+        limits: &[&Limit],
+        hits: u64,
+        record_refused: bool,
+    ) -> Result<Status, EngineError> {
         // Two limits of one policy are one count: asked once, both shown.
         // One limit, the common case, is asked without a copy.
         let mut several: SmallVec<[Quota; 4]> = SmallVec::new();
@@ -460,6 +585,9 @@ impl<C: Clock> Engine<C> {
         let mut out = Decisions::new();
         if !quotas.is_empty() {
             self.decide_in_store(counter, quotas, cost, &mut out).await?;
+            if record_refused && cost > 0 && out.iter().any(|d| !d.allowed()) {
+                self.store.charge(counter, quotas, cost).await.map_err(store_error)?;
+            }
         }
         let applied = limits
             .iter()
@@ -524,19 +652,20 @@ impl<C: Clock> Engine<C> {
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        let Some(m) = domain_config.find(&entries) else {
-            return Ok(0);
-        };
-        let counter = m.counter_key(domain, &entries);
-        let mut held = 0;
         let overridden;
-        let limits: Vec<&Limit> = match descriptor.limit {
+        let (counter, limits): (String, Vec<&Limit>) = match descriptor.limit {
             Some(o) => {
                 overridden = override_limit(o)?;
-                vec![&overridden]
+                (override_counter_key(domain, &entries), vec![&overridden])
             }
-            None => m.rule.limits.iter().collect(),
+            None => {
+                let Some(m) = domain_config.find(&entries) else {
+                    return Ok(0);
+                };
+                (m.counter_key(domain, &entries), m.rule.limits.iter().collect())
+            }
         };
+        let mut held = 0;
         for quota in limits.iter().filter_map(|l| l.quota.as_ref()) {
             let one = std::slice::from_ref(quota);
             held += usize::from(self.store.reset(&counter, one).await.map_err(store_error)?);
@@ -555,6 +684,7 @@ fn applied(index: usize, j: usize, of: usize, l: &Limit, decision: Option<Decisi
     };
     Applied {
         name,
+        config_name: l.name.clone().unwrap_or_default(),
         requests_per_unit: l.requests_per_unit,
         unit: l.unit,
         policy: l.policy,
@@ -606,7 +736,41 @@ fn status_of(applied: Vec<Applied>) -> Status {
         tightest,
         shadow_refused: false,
         metric: None,
+        quota_mode: false,
+        metadata: None,
     }
+}
+
+/// The counter key of a descriptor's own limit: the domain and every entry,
+/// in the config's key format (so it never meets a rule's counter, whose
+/// key does not end in `!`).
+fn override_counter_key(domain: &str, entries: &[(&str, &str)]) -> String {
+    let mut out = String::new();
+    for part in std::iter::once(domain).chain(entries.iter().flat_map(|(k, v)| [*k, *v])) {
+        out.push_str(itoa::Buffer::new().format(part.len()));
+        out.push(':');
+        out.push_str(part);
+    }
+    out.push('!');
+    out
+}
+
+/// The metric name of a descriptor's own limit, as envoyproxy/ratelimit
+/// names it: `key_value` per entry (`key` for an empty value), joined by
+/// `.`.
+fn override_metric_key(entries: &[(&str, &str)]) -> String {
+    let mut out = String::new();
+    for (i, (key, value)) in entries.iter().enumerate() {
+        if i > 0 {
+            out.push('.');
+        }
+        out.push_str(key);
+        if !value.is_empty() {
+            out.push('_');
+            out.push_str(value);
+        }
+    }
+    out
 }
 
 /// The limit an override stands for: the default algorithm over one unit.

@@ -17,12 +17,38 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// Which rate-limit headers an answer carries.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HeaderOptions {
     /// `RateLimit-Policy` and `RateLimit` (draft 10).
     pub draft: bool,
     /// `X-RateLimit-*`, with this flavour of `-Reset`.
     pub legacy: Option<LegacyReset>,
+    /// envoyproxy/ratelimit's three headers
+    /// (`LIMIT_RESPONSE_HEADERS_ENABLED`), under these names.
+    pub envoy: Option<ResponseHeaderNames>,
+}
+
+/// The names of envoyproxy/ratelimit's response headers: the limit, the
+/// remaining count and the seconds until reset of the descriptor closest
+/// to its limit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResponseHeaderNames {
+    /// `LIMIT_LIMIT_HEADER`, by default `RateLimit-Limit`.
+    pub limit: http::HeaderName,
+    /// `LIMIT_REMAINING_HEADER`, by default `RateLimit-Remaining`.
+    pub remaining: http::HeaderName,
+    /// `LIMIT_RESET_HEADER`, by default `RateLimit-Reset`.
+    pub reset: http::HeaderName,
+}
+
+impl Default for ResponseHeaderNames {
+    fn default() -> Self {
+        ResponseHeaderNames {
+            limit: http::HeaderName::from_static("ratelimit-limit"),
+            remaining: http::HeaderName::from_static("ratelimit-remaining"),
+            reset: http::HeaderName::from_static("ratelimit-reset"),
+        }
+    }
 }
 
 /// The engine's request from the wire's.
@@ -88,7 +114,7 @@ fn status_to_wire(status: &Status) -> DescriptorStatus {
     DescriptorStatus {
         code: code_to_wire(status.code).into(),
         current_limit: tightest.map(|a| RateLimit {
-            name: a.name.clone(),
+            name: a.config_name.clone(),
             requests_per_unit: clamp_u32(a.requests_per_unit),
             unit: unit_to_wire(a.unit).into(),
         }),
@@ -104,8 +130,11 @@ fn status_to_wire(status: &Status) -> DescriptorStatus {
 
 /// The rate-limit headers of an answer: every limit that applied to any
 /// descriptor.
-pub(crate) fn answer_headers(answer: &Answer, options: HeaderOptions) -> HeaderMap {
+pub(crate) fn answer_headers(answer: &Answer, options: &HeaderOptions) -> HeaderMap {
     let mut headers = HeaderMap::new();
+    if let Some(names) = &options.envoy {
+        envoy_headers(answer, names, &mut headers);
+    }
     if !options.draft && options.legacy.is_none() {
         return headers;
     }
@@ -121,16 +150,112 @@ pub(crate) fn answer_headers(answer: &Answer, options: HeaderOptions) -> HeaderM
             })
         })
         .collect();
-    slidegate_tower::write_headers(&limits, options.legacy, &mut headers);
+    let mut fields = HeaderMap::new();
+    slidegate_tower::write_headers(&limits, options.legacy, &mut fields);
     if !options.draft {
-        headers.remove(slidegate_tower::RATELIMIT_POLICY);
-        headers.remove(slidegate_tower::RATELIMIT);
+        fields.remove(slidegate_tower::RATELIMIT_POLICY);
+        fields.remove(slidegate_tower::RATELIMIT);
     }
+    if answer.overall == Code::Ok {
+        // Passed (a limit in shadow mode or quota mode refused): nothing
+        // to wait for.
+        fields.remove(http::header::RETRY_AFTER);
+    }
+    headers.extend(fields);
     headers
 }
 
-/// The wire's response from the engine's answer.
-pub fn answer_to_wire(answer: &Answer, options: HeaderOptions) -> RateLimitResponse {
+/// envoyproxy/ratelimit's three headers, for the descriptor closest to its
+/// limit: the one with the least remaining among those with a current
+/// limit, or the last over its limit that is not in quota mode.
+fn envoy_headers(answer: &Answer, names: &ResponseHeaderNames, headers: &mut HeaderMap) {
+    let mut closest: Option<&Status> = None;
+    let mut least = u64::from(u32::MAX);
+    for status in &answer.statuses {
+        if !status.limited() {
+            continue;
+        }
+        let remaining = status.remaining.min(u64::from(u32::MAX));
+        if status.code == Code::OverLimit && !status.quota_mode {
+            closest = Some(status);
+            least = 0;
+        } else if remaining < least || closest.is_none() && remaining == least {
+            closest = Some(status);
+            least = remaining;
+        }
+    }
+    let Some(status) = closest else { return };
+    let Some(limit) = status.tightest.and_then(|j| status.applied.get(j)) else {
+        return;
+    };
+    let reset = status.until_reset.map_or(0, |d| d.as_secs() + u64::from(d.subsec_nanos() > 0));
+    headers.insert(names.limit.clone(), http::HeaderValue::from(clamp_u32(limit.requests_per_unit)));
+    headers.insert(names.remaining.clone(), http::HeaderValue::from(clamp_u32(status.remaining)));
+    headers.insert(names.reset.clone(), http::HeaderValue::from(reset));
+}
+
+/// The answer's dynamic metadata (`RESPONSE_DYNAMIC_METADATA`), as
+/// envoyproxy/ratelimit writes it: the domain, each descriptor (its
+/// entries as `key=value`, its own limit and hits), the request's hits,
+/// and the `metadata` of the rules of the descriptors that passed, merged
+/// (the first descriptor's value wins; maps are merged key by key).
+pub fn dynamic_metadata(request: &Request, answer: &Answer) -> Option<pbjson_types::Struct> {
+    use serde_json::{Map, Value, json};
+    let descriptors: Vec<Value> = request
+        .descriptors
+        .iter()
+        .map(|d| {
+            let mut out = Map::new();
+            let entries: Vec<Value> = d.entries.iter().map(|(k, v)| Value::String(format!("{k}={v}"))).collect();
+            out.insert("entries".into(), Value::Array(entries));
+            if let Some(o) = d.limit {
+                let unit = unit_to_wire(o.unit).as_str_name();
+                out.insert(
+                    "limit".into(),
+                    Value::String(format!("requests_per_unit:{} unit:{unit}", o.requests_per_unit)),
+                );
+            }
+            if let Some(h) = d.hits_addend {
+                out.insert("hitsAddend".into(), json!(h));
+            }
+            Value::Object(out)
+        })
+        .collect();
+    let mut fields = Map::new();
+    fields.insert("domain".into(), Value::String(request.domain.clone()));
+    fields.insert("descriptors".into(), Value::Array(descriptors));
+    if request.hits_addend != 0 {
+        fields.insert("hitsAddend".into(), json!(request.hits_addend));
+    }
+    let mut merged = Map::new();
+    for status in answer.statuses.iter().filter(|s| s.code == Code::Ok) {
+        if let Some(Value::Object(metadata)) = &status.metadata {
+            merge_metadata(&mut merged, metadata);
+        }
+    }
+    if !merged.is_empty() {
+        fields.insert("metadata".into(), Value::Object(merged));
+    }
+    serde_json::from_value(Value::Object(fields)).ok()
+}
+
+/// Adds `src`'s keys that `dest` lacks; where both hold a map, merges them.
+fn merge_metadata(dest: &mut serde_json::Map<String, serde_json::Value>, src: &serde_json::Map<String, serde_json::Value>) {
+    use serde_json::Value;
+    for (key, value) in src {
+        match (dest.get_mut(key), value) {
+            (Some(Value::Object(d)), Value::Object(s)) => merge_metadata(d, s),
+            (Some(_), _) => {}
+            (None, v) => {
+                dest.insert(key.clone(), v.clone());
+            }
+        }
+    }
+}
+
+/// The wire's response from the engine's answer to `request`; with
+/// `metadata`, the answer's [`dynamic_metadata`].
+pub fn answer_to_wire(request: &Request, answer: &Answer, options: &HeaderOptions, metadata: bool) -> RateLimitResponse {
     let response_headers_to_add = answer_headers(answer, options)
         .iter()
         .map(|(name, value)| WireHeader {
@@ -143,6 +268,7 @@ pub fn answer_to_wire(answer: &Answer, options: HeaderOptions) -> RateLimitRespo
         overall_code: code_to_wire(answer.overall).into(),
         statuses: answer.statuses.iter().map(status_to_wire).collect(),
         response_headers_to_add,
+        dynamic_metadata: if metadata { dynamic_metadata(request, answer) } else { None },
         ..Default::default()
     }
 }
@@ -194,7 +320,12 @@ impl<C: Clock + Send + Sync + 'static> RateLimitService for Grpc<C> {
     ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
         let request = request_from_wire(request.into_inner());
         match decide(&self.shared, Api::Grpc, &request).await {
-            Ok(answer) => Ok(tonic::Response::new(answer_to_wire(&answer, self.shared.grpc_headers))),
+            Ok(answer) => Ok(tonic::Response::new(answer_to_wire(
+                &request,
+                &answer,
+                &self.shared.grpc_headers,
+                self.shared.engine.settings().dynamic_metadata,
+            ))),
             Err(e) => Err(grpc_status(e)),
         }
     }

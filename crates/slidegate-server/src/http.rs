@@ -198,12 +198,18 @@ async fn json<C: Clock + Send + Sync + 'static>(
         shared.metrics.request(Api::Json, Outcome::Invalid, Duration::ZERO);
         Problem::bad_request(format!("the body is not a RateLimitRequest in proto3 JSON: {e}"))
     })?;
-    let answer = decide(&shared, Api::Json, &request_from_wire(wire)).await?;
-    let wire = answer_to_wire(&answer, shared.grpc_headers);
+    let request = request_from_wire(wire);
+    let answer = decide(&shared, Api::Json, &request).await?;
+    let wire = answer_to_wire(
+        &request,
+        &answer,
+        &shared.grpc_headers,
+        shared.engine.settings().dynamic_metadata,
+    );
     Ok(json_response(
         status_of(&answer),
         &wire,
-        answer_headers(&answer, shared.http_headers),
+        answer_headers(&answer, &shared.http_headers),
     ))
 }
 
@@ -460,7 +466,7 @@ async fn check<C: Clock + Send + Sync + 'static>(
             Ok(json_response(
                 status_of(&answer),
                 &answer_json(&answer),
-                answer_headers(&answer, shared.http_headers),
+                answer_headers(&answer, &shared.http_headers),
             ))
         }
         CheckBody::AdHoc(body) => {

@@ -120,6 +120,7 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     descriptors: Family<DescriptorLabels, Counter>,
     shadow: Family<DomainLabel, Counter>,
+    global_shadow: Counter,
     latency: Histogram,
     keys: Gauge,
     capacity: Gauge,
@@ -188,6 +189,12 @@ impl Metrics {
             "shadow_mode_refusals",
             "Descriptors that a shadow-mode rule would have refused",
             shadow.clone(),
+        );
+        let global_shadow = Counter::default();
+        registry.register(
+            "global_shadow_mode",
+            "Answers that the service's shadow mode (SHADOW_MODE) turned from over the limit to OK",
+            global_shadow.clone(),
         );
         // 1 µs to about 0.5 s.
         let latency = Histogram::new(exponential_buckets(1e-6, 2.0, 20));
@@ -261,6 +268,7 @@ impl Metrics {
             requests,
             descriptors,
             shadow,
+            global_shadow,
             latency,
             keys,
             capacity,
@@ -291,6 +299,9 @@ impl Metrics {
     /// "unknown" for a domain that is not configured, so that clients
     /// cannot grow the label set).
     pub fn answer(&self, domain: &str, answer: &Answer) {
+        if answer.shadowed {
+            self.global_shadow.inc();
+        }
         for status in &answer.statuses {
             if let Some(rule) = &status.metric {
                 self.rule(domain, rule, status.code == Code::OverLimit);

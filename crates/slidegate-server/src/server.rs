@@ -4,7 +4,8 @@ use crate::config::{Config, ConfigError};
 pub use crate::conn::Timeouts;
 use crate::conn::{Guarded, HTTP2_PREFACE_LEN};
 use crate::engine::{Engine, InputLimits};
-use crate::grpc::{Grpc, HeaderOptions};
+use crate::engine::Settings;
+use crate::grpc::{Grpc, HeaderOptions, ResponseHeaderNames};
 use crate::metrics::Metrics;
 use crate::redis_store::{RedisConnectError, RedisOptions};
 use slidegate_core::Clock;
@@ -54,6 +55,14 @@ pub struct Options {
     pub admin_token: Option<String>,
     /// How long connections may take and stay silent.
     pub timeouts: Timeouts,
+    /// How requests are decided (envoyproxy/ratelimit's
+    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`, `SHADOW_MODE`,
+    /// `QUOTA_MODE`, `RESPONSE_DYNAMIC_METADATA`).
+    pub settings: Settings,
+    /// envoyproxy/ratelimit's `RateLimit-Limit`, `-Remaining` and `-Reset`
+    /// in gRPC (and `/json`) answers (`LIMIT_RESPONSE_HEADERS_ENABLED`),
+    /// under these names.
+    pub response_headers: Option<ResponseHeaderNames>,
 }
 
 impl Default for Options {
@@ -72,6 +81,8 @@ impl Default for Options {
             redis: None,
             admin_token: None,
             timeouts: Timeouts::default(),
+            settings: Settings::default(),
+            response_headers: None,
         }
     }
 }
@@ -118,15 +129,17 @@ impl<C: Clock> Shared<C> {
     /// addresses, budgets, Redis and reload interval are not read here).
     fn new(engine: Engine<C>, options: &Options) -> Self {
         Shared {
-            engine,
+            engine: engine.with_settings(options.settings),
             metrics: Metrics::new(),
             grpc_headers: HeaderOptions {
                 draft: options.grpc_headers,
                 legacy: options.legacy_headers.filter(|_| options.grpc_headers),
+                envoy: options.response_headers.clone(),
             },
             http_headers: HeaderOptions {
                 draft: true,
                 legacy: options.legacy_headers,
+                envoy: None,
             },
             body_limit: options.body_limit,
             body_timeout: options.timeouts.request,

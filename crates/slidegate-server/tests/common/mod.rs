@@ -1,5 +1,7 @@
 //! Helpers shared by the integration tests.
 
+pub(crate) mod harness;
+
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -1,0 +1,342 @@
+//! The answers envoyproxy/ratelimit gives, from the real server over gRPC,
+//! call by call: its test suite's and integration scripts' behaviours,
+//! and the service settings of its environment. Time is a manual clock.
+
+use slidegate_server::engine::Settings;
+use slidegate_server::grpc::ResponseHeaderNames;
+use slidegate_server::proto::descriptor::RateLimitDescriptor;
+use slidegate_server::proto::descriptor::rate_limit_descriptor::RateLimitOverride;
+use slidegate_server::proto::rls::rate_limit_response::{Code, rate_limit};
+use slidegate_server::proto::rls::RateLimitResponse;
+use std::time::Duration;
+
+mod common;
+use common::harness::*;
+
+/// A descriptor with its own `hits_addend`.
+fn with_hits(entries: &[(&str, &str)], hits: u64) -> RateLimitDescriptor {
+    let mut d = descriptor(entries);
+    d.hits_addend = Some(pbjson_types::UInt64Value { value: hits });
+    d
+}
+
+/// The headers an answer asks Envoy to add, as (name, value).
+fn added(response: &RateLimitResponse) -> Vec<(String, String)> {
+    response
+        .response_headers_to_add
+        .iter()
+        .map(|h| (h.key.to_ascii_lowercase(), h.value.clone()))
+        .collect()
+}
+
+const RULES: &str = "
+domain: d
+descriptors:
+  - key: plain
+    rate_limit: { unit: hour, requests_per_unit: 10 }
+  - key: named
+    rate_limit: { name: the_limit, unit: minute, requests_per_unit: 5 }
+  - key: free
+    rate_limit: { unlimited: true }
+  - key: bare
+  - key: shadow
+    shadow_mode: true
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+  - key: service
+    value: service_1
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+  - key: service
+    value: service_2
+    rate_limit: { unit: minute, requests_per_unit: 2 }
+  - key: quota
+    quota_mode: true
+    rate_limit: { unit: minute, requests_per_unit: 2 }
+  - key: tagged
+    metadata: { team: payments, tier: { level: 1 } }
+    rate_limit: { unit: minute, requests_per_unit: 5 }
+  - key: tagged2
+    metadata: { team: search, tier: { zone: eu } }
+    rate_limit: { unit: minute, requests_per_unit: 5 }
+";
+
+/// No rule: OK, no current limit, 0 remaining; `unlimited`: OK, no current
+/// limit, `u32::MAX` remaining; so a client tells the two apart. An unknown
+/// domain and a rule without a limit are "no rule" too.
+#[tokio::test]
+async fn no_rule_and_unlimited_are_told_apart() {
+    let mut h = Harness::start(RULES).await;
+    let r = h
+        .rls(request(
+            "d",
+            vec![descriptor(&[("nothing", "x")]), descriptor(&[("free", "x")]), descriptor(&[("bare", "x")])],
+        ))
+        .await
+        .unwrap();
+    assert_eq!(r.overall_code(), Code::Ok);
+    let [none, free, bare] = &r.statuses[..] else { panic!("three statuses: {r:?}") };
+    assert_eq!((none.code(), none.current_limit.as_ref(), none.limit_remaining), (Code::Ok, None, 0));
+    assert_eq!((free.code(), free.current_limit.as_ref(), free.limit_remaining), (Code::Ok, None, u32::MAX));
+    assert_eq!((bare.code(), bare.current_limit.as_ref(), bare.limit_remaining), (Code::Ok, None, 0));
+    let r = h.rls(one("elsewhere", &[("plain", "x")])).await.unwrap();
+    assert_eq!((r.statuses[0].current_limit.as_ref(), r.statuses[0].limit_remaining), (None, 0));
+}
+
+/// `current_limit.name` is the config's name, empty when it has none.
+#[tokio::test]
+async fn current_limit_names_are_the_configs() {
+    let mut h = Harness::start(RULES).await;
+    let r = h.rls(one("d", &[("plain", "x")])).await.unwrap();
+    let limit = r.statuses[0].current_limit.clone().unwrap();
+    assert_eq!((limit.name.as_str(), limit.requests_per_unit, limit.unit()), ("", 10, rate_limit::Unit::Hour));
+    let r = h.rls(one("d", &[("named", "x")])).await.unwrap();
+    assert_eq!(r.statuses[0].current_limit.clone().unwrap().name, "the_limit");
+}
+
+/// One Envoy request in the peek-then-debit pattern: the peek (`hits_addend`
+/// 0 on the request path) and, if it passed, the debit of `cost` when the
+/// stream ends. Whether the request passed.
+async fn peek_then_debit(h: &mut Harness, peek: &[&[(&str, &str)]], debit: &[(&str, &str)], cost: u64) -> bool {
+    let descriptors = peek.iter().map(|e| with_hits(e, 0)).collect();
+    let r = h.rls(request("d", descriptors)).await.unwrap();
+    if r.overall_code() != Code::Ok {
+        return false;
+    }
+    // Envoy ignores the debit's answer: the response has already gone.
+    h.rls(request("d", vec![with_hits(debit, cost)])).await.unwrap();
+    true
+}
+
+/// envoyproxy/ratelimit's token-quota script: `service_2` allows 2 a
+/// minute, debited when the stream ends: requests 1 to 3 pass (the third's
+/// peek sees 2, not over 2), the third's debit takes the count to 3, so the
+/// fourth is refused; once the counts have left the window (a sliding
+/// window of 8 buckets: within a minute and a bucket) the quota is back.
+#[tokio::test]
+async fn token_quota_admits_three_then_refuses() {
+    let mut h = Harness::start(RULES).await;
+    let s1: &[(&str, &str)] = &[("service", "service_1")];
+    let s2: &[(&str, &str)] = &[("service", "service_2")];
+    let passed: Vec<bool> = {
+        let mut out = Vec::new();
+        for _ in 0..5 {
+            out.push(peek_then_debit(&mut h, &[s1, s2], s2, 1).await);
+        }
+        out
+    };
+    assert_eq!(passed, [true, true, true, false, false]);
+    h.clock.advance(Duration::from_secs(68));
+    assert!(peek_then_debit(&mut h, &[s1, s2], s2, 1).await);
+}
+
+/// The same pattern on a plain 10 an hour rule admits 11 (the eleventh's
+/// peek sees 10), on a quota-mode rule of 2 admits 3; a debit of 5 tokens
+/// at once on 10 an hour admits 3 (0, 5, 10 seen by the peeks).
+#[tokio::test]
+async fn peek_then_debit_on_plain_and_quota_rules() {
+    let mut h = Harness::start(RULES).await;
+    let plain: &[(&str, &str)] = &[("plain", "a")];
+    let mut admitted = 0;
+    for _ in 0..15 {
+        admitted += usize::from(peek_then_debit(&mut h, &[plain], plain, 1).await);
+    }
+    assert_eq!(admitted, 11);
+
+    let quota: &[(&str, &str)] = &[("quota", "a")];
+    let mut admitted = 0;
+    for _ in 0..10 {
+        admitted += usize::from(peek_then_debit(&mut h, &[quota], quota, 1).await);
+    }
+    assert_eq!(admitted, 3);
+
+    let tokens: &[(&str, &str)] = &[("plain", "tokens")];
+    let mut admitted = 0;
+    for _ in 0..6 {
+        admitted += usize::from(peek_then_debit(&mut h, &[tokens], tokens, 5).await);
+    }
+    assert_eq!(admitted, 3);
+}
+
+/// A debit is counted even past the limit, and answered OVER_LIMIT with 0
+/// remaining; an ordinary request over the limit counts nothing by default
+/// (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` on), so a client that waits
+/// out its refusals is not held back by them.
+#[tokio::test]
+async fn debits_count_past_the_limit_ordinary_refusals_do_not() {
+    let mut h = Harness::start(RULES).await;
+    for _ in 0..5 {
+        h.rls(one("d", &[("named", "a")])).await.unwrap();
+    }
+    let r = h.rls(request("d", vec![with_hits(&[("named", "a")], 3)])).await.unwrap();
+    assert_eq!((r.overall_code(), r.statuses[0].limit_remaining), (Code::OverLimit, 0));
+    // 8 counted: a peek now sees more than 5.
+    let r = h.rls(request("d", vec![with_hits(&[("named", "a")], 0)])).await.unwrap();
+    assert_eq!(r.overall_code(), Code::OverLimit);
+
+    for _ in 0..5 {
+        h.rls(one("d", &[("named", "b")])).await.unwrap();
+    }
+    for _ in 0..3 {
+        let r = h.rls(one("d", &[("named", "b")])).await.unwrap();
+        assert_eq!(r.overall_code(), Code::OverLimit);
+    }
+    // The three refusals counted nothing: the peek sees exactly 5.
+    let r = h.rls(request("d", vec![with_hits(&[("named", "b")], 0)])).await.unwrap();
+    assert_eq!((r.overall_code(), r.statuses[0].limit_remaining), (Code::Ok, 0));
+}
+
+/// With `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` off, every hit counts, as
+/// envoyproxy/ratelimit does by default: three refusals take the count to 8.
+#[tokio::test]
+async fn every_hit_counts_with_the_stop_setting_off() {
+    let mut h = Harness::start_with(RULES, |o| {
+        o.settings = Settings {
+            stop_increment_when_over_limit: false,
+            ..Settings::default()
+        };
+    })
+    .await;
+    for _ in 0..8 {
+        h.rls(one("d", &[("named", "b")])).await.unwrap();
+    }
+    let r = h.rls(request("d", vec![with_hits(&[("named", "b")], 0)])).await.unwrap();
+    assert_eq!(r.overall_code(), Code::OverLimit);
+    // The fixed-window unit of a minute: after it, counts are gone.
+    h.clock.advance(Duration::from_secs(120));
+    let r = h.rls(one("d", &[("named", "b")])).await.unwrap();
+    assert_eq!(r.overall_code(), Code::Ok);
+}
+
+/// A descriptor's own `limit` applies to any descriptor of a known domain,
+/// matched by a rule or not; in an unknown domain it applies to nothing.
+#[tokio::test]
+async fn a_descriptors_own_limit_applies_without_a_rule() {
+    let mut h = Harness::start(RULES).await;
+    let mut overridden = descriptor(&[("nothing", "x")]);
+    overridden.limit = Some(RateLimitOverride {
+        requests_per_unit: 2,
+        unit: rate_limit::Unit::Second as i32,
+    });
+    let mut codes_seen = Vec::new();
+    for _ in 0..3 {
+        let r = h.rls(request("d", vec![overridden.clone()])).await.unwrap();
+        codes_seen.push(r.overall_code());
+    }
+    assert_eq!(codes_seen, [Code::Ok, Code::Ok, Code::OverLimit]);
+    let r = h.rls(request("d", vec![overridden.clone()])).await.unwrap();
+    let limit = r.statuses[0].current_limit.clone().unwrap();
+    assert_eq!((limit.name.as_str(), limit.requests_per_unit), ("", 2));
+    let r = h.rls(request("elsewhere", vec![overridden])).await.unwrap();
+    assert_eq!((r.overall_code(), r.statuses[0].current_limit.as_ref()), (Code::Ok, None));
+}
+
+/// A rule in shadow mode that would refuse answers OK, and the headers say
+/// what was done: no `Retry-After`.
+#[tokio::test]
+async fn shadow_mode_answers_carry_no_retry_after() {
+    let mut h = Harness::start_with(RULES, |o| o.grpc_headers = true).await;
+    h.rls(one("d", &[("shadow", "a")])).await.unwrap();
+    let r = h.rls(one("d", &[("shadow", "a")])).await.unwrap();
+    assert_eq!((r.overall_code(), r.statuses[0].code()), (Code::Ok, Code::Ok));
+    let headers = added(&r);
+    assert!(headers.iter().any(|(k, _)| k == "ratelimit"), "{headers:?}");
+    assert!(!headers.iter().any(|(k, _)| k == "retry-after"), "{headers:?}");
+    let (status, headers, _) = h
+        .post(
+            "/json",
+            r#"{"domain":"d","descriptors":[{"entries":[{"key":"shadow","value":"a"}]}]}"#,
+        )
+        .await;
+    assert_eq!(status, http::StatusCode::OK);
+    assert!(headers.get("retry-after").is_none());
+    // An ordinary refusal keeps its Retry-After.
+    h.rls(one("d", &[("service", "service_1")])).await.unwrap();
+    let r = h.rls(one("d", &[("service", "service_1")])).await.unwrap();
+    assert_eq!(r.overall_code(), Code::OverLimit);
+    assert!(added(&r).iter().any(|(k, _)| k == "retry-after"));
+}
+
+/// `SHADOW_MODE`: the overall code is OK, each status still says what its
+/// limit decided, and the answers so turned are counted.
+#[tokio::test]
+async fn the_global_shadow_mode() {
+    let mut h = Harness::start_with(RULES, |o| o.settings.shadow_mode = true).await;
+    h.rls(one("d", &[("service", "service_1")])).await.unwrap();
+    let r = h.rls(one("d", &[("service", "service_1")])).await.unwrap();
+    assert_eq!((r.overall_code(), r.statuses[0].code()), (Code::Ok, Code::OverLimit));
+    assert_eq!(h.metric("slidegate_global_shadow_mode_total").await, Some(1.0));
+}
+
+/// `QUOTA_MODE`: every rule a quota; the answer is over the limit only
+/// when every limited descriptor is.
+#[tokio::test]
+async fn the_global_quota_mode() {
+    let mut h = Harness::start_with(RULES, |o| o.settings.quota_mode = true).await;
+    h.rls(one("d", &[("service", "service_1")])).await.unwrap();
+    let both = || request("d", vec![descriptor(&[("service", "service_1")]), descriptor(&[("service", "service_2")])]);
+    let r = h.rls(both()).await.unwrap();
+    assert_eq!(r.overall_code(), Code::Ok);
+    assert_eq!(codes(&r), [Code::OverLimit, Code::Ok]);
+    h.rls(both()).await.unwrap();
+    let r = h.rls(both()).await.unwrap();
+    assert_eq!(codes(&r), [Code::OverLimit, Code::OverLimit]);
+    assert_eq!(r.overall_code(), Code::OverLimit);
+}
+
+/// `LIMIT_RESPONSE_HEADERS_ENABLED`: the limit, remaining and seconds to
+/// reset of the descriptor closest to its limit, under configurable names.
+#[tokio::test]
+async fn envoyproxys_response_headers() {
+    let mut h = Harness::start_with(RULES, |o| {
+        o.response_headers = Some(ResponseHeaderNames {
+            limit: http::HeaderName::from_static("x-limit"),
+            ..ResponseHeaderNames::default()
+        });
+    })
+    .await;
+    let r = h
+        .rls(request("d", vec![descriptor(&[("plain", "a")]), descriptor(&[("named", "a")])]))
+        .await
+        .unwrap();
+    let headers = added(&r);
+    let get = |name: &str| headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+    // `named` (5 a minute, 4 left) is closer to its limit than `plain`.
+    assert_eq!(get("x-limit").as_deref(), Some("5"));
+    assert_eq!(get("ratelimit-remaining").as_deref(), Some("4"));
+    // The seconds until the limit's counted usage has expired, rounded up:
+    // the status's `duration_until_reset` (for a sliding window, up to a
+    // bucket beyond the window; see the README's table of differences).
+    let until = r.statuses[1].duration_until_reset.clone().unwrap();
+    let secs = until.seconds + i64::from(until.nanos > 0);
+    assert!((60..=68).contains(&secs), "{until:?}");
+    assert_eq!(get("ratelimit-reset"), Some(secs.to_string()));
+    // Off by default.
+    let mut plain = Harness::start(RULES).await;
+    assert!(added(&plain.rls(one("d", &[("named", "a")])).await.unwrap()).is_empty());
+}
+
+/// `RESPONSE_DYNAMIC_METADATA`: the domain, the descriptors, the hits and
+/// the `metadata` of the rules that passed, merged (the first wins; maps
+/// are merged key by key).
+#[tokio::test]
+async fn dynamic_metadata_carries_the_rules_metadata() {
+    let mut h = Harness::start_with(RULES, |o| o.settings.dynamic_metadata = true).await;
+    let mut r = request("d", vec![descriptor(&[("tagged", "a")]), with_hits(&[("tagged2", "b")], 2)]);
+    r.hits_addend = 1;
+    let answer = h.rls(r).await.unwrap();
+    let metadata = serde_json::to_value(answer.dynamic_metadata.unwrap()).unwrap();
+    assert_eq!(
+        metadata,
+        serde_json::json!({
+            "domain": "d",
+            "descriptors": [
+                { "entries": ["tagged=a"] },
+                { "entries": ["tagged2=b"], "hitsAddend": 2.0 },
+            ],
+            "hitsAddend": 1.0,
+            "metadata": { "team": "payments", "tier": { "level": 1.0, "zone": "eu" } },
+        })
+    );
+    // Off by default.
+    let mut plain = Harness::start(RULES).await;
+    assert!(plain.rls(one("d", &[("tagged", "a")])).await.unwrap().dynamic_metadata.is_none());
+}
