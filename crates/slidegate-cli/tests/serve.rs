@@ -120,6 +120,9 @@ fn a_bad_config_or_flag_stops_it_with_the_reason() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("bad.yaml:4:"), "{stderr}");
     assert!(stderr.contains("requests_per_unit"), "{stderr}");
+    // Printed once: one line, the file named once.
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert_eq!(stderr.matches("bad.yaml").count(), 1, "{stderr}");
 
     let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
         .args(["serve", "--max-body", "0"])
@@ -214,6 +217,7 @@ fn an_unreachable_or_bad_redis_stops_it_with_the_reason() {
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("bad Redis URL `nope://x`"), "{stderr}");
+    assert_eq!(stderr.matches("nope://x").count(), 1, "{stderr}");
 
     // A port nothing listens on (a server started and killed).
     let port = slidegate_conformance::redis::RedisServer::start().kill();
@@ -233,6 +237,22 @@ fn an_unreachable_or_bad_redis_stops_it_with_the_reason() {
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains(&format!("cannot reach Redis at {url}")), "{stderr}");
+    assert_eq!(stderr.matches(&url).count(), 1, "{stderr}");
+}
+
+#[test]
+fn a_taken_address_stops_it_with_the_reason_once() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        .args(["serve", "--http", &addr, "--grpc", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&format!("cannot listen on {addr}")), "{stderr}");
+    assert_eq!(stderr.matches(&addr).count(), 1, "{stderr}");
+    assert_eq!(stderr.matches("in use").count(), 1, "{stderr}");
 }
 
 /// At the default log level (info), nothing a request carries is logged:

@@ -92,16 +92,16 @@ impl Default for Options {
 #[non_exhaustive]
 pub enum StartError {
     /// The config did not load.
-    #[error("{0}")]
+    #[error(transparent)]
     Config(#[from] ConfigError),
     /// Redis could not be reached (or its URL or prefix is bad).
-    #[error("{0}")]
+    #[error(transparent)]
     Redis(#[from] RedisConnectError),
     /// The admin token is empty.
     #[error("the admin token is empty: give a token, or none to turn `POST /v1/reset` off")]
     EmptyAdminToken,
     /// An address could not be bound.
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}")]
     Bind {
         /// The address.
         addr: SocketAddr,
