@@ -564,14 +564,11 @@ impl Match<'_> {
                         None if rule.value_to_metric => value,
                         None => rule.value.as_ref().map_or(value, ValuePattern::as_str),
                     },
-                    Some(MetricLevel { rule, wildcard: false }) => {
-                        if rule.value.is_some() || rule.value_to_metric {
-                            value
-                        } else {
-                            ""
-                        }
+                    // An exact value (the same text), or the key alone.
+                    Some(MetricLevel { rule, wildcard: false }) if rule.value.is_some() || rule.value_to_metric => {
+                        value
                     }
-                    None => "",
+                    Some(_) | None => "",
                 };
                 (shown, false)
             };
@@ -633,7 +630,9 @@ fn metric_levels<'a>(root: &'a [Rule], entries: &'a [(&str, &str)]) -> impl Iter
 /// matched it.
 fn shared_pattern(level: Option<MetricLevel<'_>>) -> Option<&str> {
     match level {
-        Some(MetricLevel { rule, wildcard: true }) if rule.share_threshold => rule.value.as_ref().map(ValuePattern::as_str),
+        Some(MetricLevel { rule, wildcard: true }) if rule.share_threshold => {
+            rule.value.as_ref().map(ValuePattern::as_str)
+        }
         _ => None,
     }
 }

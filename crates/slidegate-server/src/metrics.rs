@@ -817,3 +817,113 @@ label_values! {
     DecisionSource { Store => "store", FailOpen => "fail_open", FailClosed => "fail_closed", Local => "local" }
     DecisionOutcome { Admitted => "admitted", Refused => "refused" }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `count_hits` on limit 10 with threshold 8: (before, hits, refused)
+    /// and the stats they add (total, within, near, over).
+    #[test]
+    fn hits_as_envoyproxy_ratelimit_counts_them() {
+        let cases = [
+            // One hit at a time.
+            ((0, 1, false), (1, 1, 0, 0)),
+            ((7, 1, false), (1, 1, 0, 0)),
+            ((8, 1, false), (1, 1, 1, 0)),
+            ((9, 1, false), (1, 1, 1, 0)),
+            ((10, 1, true), (1, 0, 0, 1)),
+            // Several hits: only those past the threshold are near it…
+            ((6, 3, false), (3, 3, 1, 0)),
+            ((8, 2, false), (2, 2, 2, 0)),
+            ((0, 10, false), (10, 10, 2, 0)),
+            // …and a refusal from below the limit splits its hits into
+            // near and over, none within.
+            ((9, 3, true), (3, 0, 1, 2)),
+            ((5, 10, true), (10, 0, 2, 5)),
+            ((10, 3, true), (3, 0, 0, 3)),
+            // A check without hits adds nothing.
+            ((9, 0, false), (0, 0, 0, 0)),
+        ];
+        for ((before, hits, refused), (total, within, near, over)) in cases {
+            let got = count_hits(10, 8, before, hits, refused, false);
+            assert_eq!(
+                got,
+                Hits {
+                    total,
+                    within,
+                    near,
+                    over,
+                    shadow: 0
+                },
+                "before {before}, {hits} hits, refused {refused}"
+            );
+        }
+        // Shadow mode counts the over-limit hits again.
+        assert_eq!(count_hits(10, 8, 9, 3, true, true).shadow, 2);
+        assert_eq!(count_hits(10, 8, 10, 3, true, true).shadow, 3);
+        assert_eq!(count_hits(10, 8, 9, 1, false, true).shadow, 0);
+        // A limit of 0 refuses every hit, all over it.
+        assert_eq!(count_hits(0, 0, 0, 4, true, false).over, 4);
+        // A threshold above the limit (a limit above 2^24 rounded up as a
+        // 32-bit float) saturates where envoyproxy/ratelimit wraps.
+        assert_eq!(count_hits(16_777_219, 16_777_220, 0, 16_777_220, true, false).near, 0);
+    }
+
+    #[test]
+    fn near_limit_thresholds_in_32_bit_floats() {
+        for (limit, ratio, threshold) in [
+            (10, 0.8, 8),
+            (1, 0.8, 0),
+            (3, 0.8, 2),
+            (100, 0.8, 80),
+            (10, 0.0, 0),
+            (10, 1.0, 10),
+            (0, 0.8, 0),
+            // 2^24 + 1 is not a 32-bit float: it rounds to 2^24.
+            (16_777_217, 1.0, 16_777_216),
+            (16_777_219, 1.0, 16_777_220),
+        ] {
+            assert_eq!(near_limit_threshold(limit, ratio), threshold, "{limit} × {ratio}");
+        }
+    }
+
+    #[test]
+    fn stat_names_as_envoyproxy_ratelimit_sanitizes_them() {
+        for (key, name) in [
+            ("remote_address", "remote_address"),
+            ("remote_address_10.0.0.1", "remote_address_10_0_0_1"),
+            ("a:b|c", "a_b_c"),
+            ("path_/files/*", "path_/files/*"),
+            ("v_1.2.3", "v_1.2.3"),
+            ("v_1.2.3.4.5", "v_1_2_3_4.5"),
+            ("v_1234.5.6.7", "v_1234_5_6_7"),
+            ("v_1.2.3.4567", "v_1_2_3_4567"),
+            ("v_1.2.3.4567.8.9.1", "v_1_2_3_4567_8_9_1"),
+            ("v_1.2.3.4.5.6.7.8", "v_1_2_3_4.5_6_7_8"),
+            ("a_1.2.3.4.b_5.6.7.8", "a_1_2_3_4.b_5_6_7_8"),
+            ("v_1..2.3.4", "v_1..2.3.4"),
+            ("é_1.2.3.4:x", "é_1_2_3_4_x"),
+        ] {
+            assert_eq!(stat_name(key), name, "{key}");
+        }
+        assert!(matches!(stat_name("a.b_c"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn near_limit_ratios_from_0_to_1() {
+        assert_eq!(Metrics::new().near_limit_ratio(), f64::from(0.8f32));
+        for ok in [0.0, 0.5, 1.0] {
+            assert_eq!(Metrics::with_near_limit_ratio(ok).map(|m| m.near_limit_ratio()), Ok(ok));
+        }
+        for bad in [-0.1, 1.01, f64::NAN, f64::INFINITY] {
+            let e = Metrics::with_near_limit_ratio(bad).err().unwrap();
+            assert!(e.ratio.is_nan() || e.ratio == bad);
+            assert!(
+                e.to_string()
+                    .starts_with("the near-limit ratio must be a number from 0 to 1"),
+                "{e}"
+            );
+        }
+    }
+}
