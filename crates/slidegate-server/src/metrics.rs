@@ -67,7 +67,7 @@ struct RuleLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RuleLabel {
+struct RuleHitLabels {
     domain: String,
     rule: String,
 }
@@ -189,11 +189,11 @@ struct RuleCounters {
 /// The families of envoyproxy/ratelimit's per-rule stats, in hits.
 #[derive(Default)]
 struct RuleHitFamilies {
-    total: Family<RuleLabel, Counter>,
-    within: Family<RuleLabel, Counter>,
-    near: Family<RuleLabel, Counter>,
-    over: Family<RuleLabel, Counter>,
-    shadow: Family<RuleLabel, Counter>,
+    total: Family<RuleHitLabels, Counter>,
+    within: Family<RuleHitLabels, Counter>,
+    near: Family<RuleHitLabels, Counter>,
+    over: Family<RuleHitLabels, Counter>,
+    shadow: Family<RuleHitLabels, Counter>,
 }
 
 /// One rule's counters (handles on the same atomics as the families').
@@ -514,7 +514,7 @@ impl Metrics {
             rule: name.clone(),
             outcome,
         };
-        let one = RuleLabel {
+        let one = RuleHitLabels {
             domain: domain.to_owned(),
             rule: name.clone(),
         };
