@@ -104,6 +104,10 @@ pub(crate) struct Args {
     /// `/json` answers' `response_headers_to_add`.
     #[arg(long, env = "LIMIT_RESPONSE_HEADERS_ENABLED", action = clap::ArgAction::Set, default_value_t = false, value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
     limit_response_headers_enabled: bool,
+    /// Admitted hits above this share of a limit count as near the limit
+    /// (`slidegate_rule_near_limit_hits_total`), from 0 to 1.
+    #[arg(long, env = "NEAR_LIMIT_RATIO", default_value_t = 0.8, value_name = "RATIO")]
+    near_limit_ratio: f64,
     /// The name of the limit header of `--limit-response-headers-enabled`.
     #[arg(long, env = "LIMIT_LIMIT_HEADER", default_value = "RateLimit-Limit", value_parser = parse_header_name, value_name = "NAME")]
     limit_limit_header: http::HeaderName,
@@ -255,6 +259,7 @@ impl Args {
                 quota_mode: self.quota_mode,
                 dynamic_metadata: self.response_dynamic_metadata,
             },
+            near_limit_ratio: self.near_limit_ratio,
             response_headers: self.limit_response_headers_enabled.then(|| ResponseHeaderNames {
                 limit: self.limit_limit_header.clone(),
                 remaining: self.limit_remaining_header.clone(),

@@ -511,39 +511,129 @@ impl Match<'_> {
 }
 
 impl Match<'_> {
-    /// The rule's name in the metrics, as envoyproxy/ratelimit names its
-    /// per-rule stats: one `key` or `key_value` per level, joined by `.`.
-    /// A level shows the rule's value (exact, or the wildcard pattern); a
-    /// rule without a value shows the request's value only with
-    /// `value_to_metric`; with `detailed_metric` on the matched rule every
-    /// level shows the request's value. Without those two keys the name
-    /// comes from the config alone, so clients cannot grow the label set.
+    /// The rule's name in the metrics: envoyproxy/ratelimit's stat key
+    /// (`RateLimitStats.Key`, built in `GetLimit`) without its leading
+    /// `domain.`. One part per entry, joined by `.`, each the entry's key,
+    /// then `_` and a value when there is one:
+    ///
+    /// - Without `detailed_metric` on the matched rule, a level shows what
+    ///   the config says: an exact rule its value; a wildcard rule its
+    ///   pattern (`path_/files/*`), or the request's value if the rule has
+    ///   `value_to_metric` and not `share_threshold`; a rule with the key
+    ///   alone nothing, or the request's value with `value_to_metric`. An
+    ///   empty value shown adds no `_` (`route`, not `route_`).
+    /// - With `detailed_metric` on the matched rule (the last level's),
+    ///   every level shows the request's value, `_` included even when the
+    ///   value is empty (`route_`), and `value_to_metric` is ignored…
+    /// - …unless some level was matched by a wildcard with
+    ///   `share_threshold`: then those levels show the pattern
+    ///   (`service_svc/*`) and the others the request's value, with no `_`
+    ///   for an empty value.
+    ///
+    /// A request value equal to a wildcard rule's pattern is, for
+    /// envoyproxy/ratelimit, an exact match (its exact lookup comes
+    /// first), so such a level is not a shared one here either.
+    ///
+    /// Without `detailed_metric` and `value_to_metric` the name comes from
+    /// the config alone, so clients cannot grow the label set. The name is
+    /// the key before envoyproxy/ratelimit sanitizes it into a stat name
+    /// ([`crate::metrics::stat_name`]).
     pub fn metric_key(&self, entries: &[(&str, &str)]) -> String {
+        let capacity = entries.iter().map(|(k, v)| k.len() + v.len() + 2).sum::<usize>();
+        let mut out = String::with_capacity(capacity);
         let detailed = self.rule.detailed_metric;
-        let mut out = String::new();
-        let mut rules = self.root;
-        for (level, &(key, value)) in entries.iter().enumerate() {
-            if level > 0 {
+        let any_shared = detailed && metric_levels(self.root, entries).any(|l| shared_pattern(l).is_some());
+        for (i, (&(key, value), level)) in entries.iter().zip(metric_levels(self.root, entries)).enumerate() {
+            if i > 0 {
                 out.push('.');
             }
             out.push_str(key);
-            let step = step(rules, key, value);
-            let shown = match step {
-                _ if detailed => Some(value),
-                Some((rule, _)) => match &rule.value {
-                    Some(pattern) => Some(pattern.as_str()),
-                    None if rule.value_to_metric => Some(value),
-                    None => None,
-                },
-                None => None,
+            // What follows the key, and whether the `_` is written even
+            // before an empty value.
+            let (shown, always) = if detailed && !any_shared {
+                // `detailedMetricFullKey`: `key_value`, always with the `_`.
+                (value, true)
+            } else if detailed {
+                // The share_threshold form of the detailed key.
+                (shared_pattern(level).unwrap_or(value), false)
+            } else {
+                // `valueToMetricFullKey`.
+                let shown = match level {
+                    Some(MetricLevel { rule, wildcard: true }) => match shared_pattern(level) {
+                        Some(pattern) => pattern,
+                        None if rule.value_to_metric => value,
+                        None => rule.value.as_ref().map_or(value, ValuePattern::as_str),
+                    },
+                    // An exact value (the same text), or the key alone.
+                    Some(MetricLevel { rule, wildcard: false }) if rule.value.is_some() || rule.value_to_metric => {
+                        value
+                    }
+                    Some(_) | None => "",
+                };
+                (shown, false)
             };
-            if let Some(shown) = shown {
+            if always || !shown.is_empty() {
                 out.push('_');
                 out.push_str(shown);
             }
-            rules = step.map_or(&[], |(rule, _)| rule.children.as_slice());
         }
         out
+    }
+
+    /// The metric name of a descriptor whose `limit` override replaces the
+    /// configured limits: envoyproxy/ratelimit names its stats after the
+    /// request alone (`descriptorKey`), `key_value` per entry (`key` for an
+    /// empty value) joined by `.`, whatever rule matched, and even when
+    /// none did.
+    pub fn override_metric_key(entries: &[(&str, &str)]) -> String {
+        let capacity = entries.iter().map(|(k, v)| k.len() + v.len() + 2).sum::<usize>();
+        let mut out = String::with_capacity(capacity);
+        for (i, &(key, value)) in entries.iter().enumerate() {
+            if i > 0 {
+                out.push('.');
+            }
+            out.push_str(key);
+            if !value.is_empty() {
+                out.push('_');
+                out.push_str(value);
+            }
+        }
+        out
+    }
+}
+
+/// How one entry of a descriptor was matched, as the metric name needs it.
+#[derive(Clone, Copy)]
+struct MetricLevel<'a> {
+    /// The rule of the level.
+    rule: &'a Rule,
+    /// Matched as a wildcard. A value that is the pattern as written is
+    /// not: envoyproxy/ratelimit's exact lookup of `key_value` finds the
+    /// rule first.
+    wildcard: bool,
+}
+
+/// The rule of each entry along the walk of [`Domain::find`] (`None` from
+/// a level the walk cannot step, which a [`Match`] never has).
+fn metric_levels<'a>(root: &'a [Rule], entries: &'a [(&str, &str)]) -> impl Iterator<Item = Option<MetricLevel<'a>>> {
+    entries.iter().scan(root, |rules, &(key, value)| {
+        let level = step(rules, key, value).map(|(rule, wildcard)| MetricLevel {
+            rule,
+            wildcard: wildcard && rule.value.as_ref().is_none_or(|p| p.as_str() != value),
+        });
+        *rules = level.map_or(&[], |l| l.rule.children.as_slice());
+        Some(level)
+    })
+}
+
+/// The pattern a level shows when a wildcard with `share_threshold`
+/// matched it.
+fn shared_pattern(level: Option<MetricLevel<'_>>) -> Option<&str> {
+    match level {
+        Some(MetricLevel { rule, wildcard: true }) if rule.share_threshold => {
+            rule.value.as_ref().map(ValuePattern::as_str)
+        }
+        _ => None,
     }
 }
 

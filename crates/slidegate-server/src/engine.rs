@@ -489,7 +489,7 @@ impl<C: Clock> Engine<C> {
                 let overridden = override_limit(o)?;
                 let counter = override_counter_key(&request.domain, entries);
                 let mut status = self.charge(i, &counter, &[&overridden], hits, record_refused).await?;
-                status.metric = Some(override_metric_key(entries));
+                status.metric = Some(crate::config::Match::override_metric_key(entries));
                 status.quota_mode = settings.quota_mode;
                 status
             } else {
@@ -499,10 +499,8 @@ impl<C: Clock> Engine<C> {
                 };
                 let rule = m.rule;
                 if rule.unlimited {
-                    statuses.push(Status {
-                        metric: Some(m.metric_key(entries)),
-                        ..Status::unlimited()
-                    });
+                    // As envoyproxy/ratelimit: no stats for an unlimited rule.
+                    statuses.push(Status::unlimited());
                     continue;
                 }
                 let limits: Vec<&Limit> = rule
@@ -755,23 +753,6 @@ fn override_counter_key(domain: &str, entries: &[(&str, &str)]) -> String {
     out
 }
 
-/// The metric name of a descriptor's own limit, as envoyproxy/ratelimit
-/// names it: `key_value` per entry (`key` for an empty value), joined by
-/// `.`.
-fn override_metric_key(entries: &[(&str, &str)]) -> String {
-    let mut out = String::new();
-    for (i, (key, value)) in entries.iter().enumerate() {
-        if i > 0 {
-            out.push('.');
-        }
-        out.push_str(key);
-        if !value.is_empty() {
-            out.push('_');
-            out.push_str(value);
-        }
-    }
-    out
-}
 
 /// The limit an override stands for: the default algorithm over one unit.
 fn override_limit(o: Override) -> Result<Limit, EngineError> {

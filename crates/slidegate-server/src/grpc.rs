@@ -295,7 +295,7 @@ pub(crate) async fn decide<C: Clock>(shared: &Shared<C>, api: Api, request: &Req
         } else {
             "unknown"
         };
-        shared.metrics.answer(domain, answer);
+        shared.metrics.answer_request(domain, request, answer);
     }
     result
 }

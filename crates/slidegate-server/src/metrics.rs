@@ -1,7 +1,14 @@
 //! Prometheus metrics, in one registry per server (no globals, so that
 //! several servers in one process, as in the tests, count apart).
+//!
+//! Besides the service's own figures, every matched rule has the stats
+//! envoyproxy/ratelimit keeps per rule (`total_hits`, `within_limit`,
+//! `near_limit`, `over_limit`, `shadow_mode`), counted in hits by its rule,
+//! under the label `rule` that names the rule as its stat names it
+//! ([`Match::metric_key`](crate::config::Match::metric_key), sanitized by
+//! [`stat_name`]).
 
-use crate::engine::{Answer, Code};
+use crate::engine::{Answer, Code, Request, Status};
 use parking_lot::Mutex;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
@@ -10,6 +17,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use slidegate_store::StoreStats;
+use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -56,6 +64,29 @@ struct RuleLabels {
     domain: String,
     rule: String,
     outcome: Outcome,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RuleHitLabels {
+    domain: String,
+    rule: String,
+}
+
+/// envoyproxy/ratelimit's default `NEAR_LIMIT_RATIO`: hits past 80 % of a
+/// limit count as near it.
+pub const DEFAULT_NEAR_LIMIT_RATIO: f64 = 0.8;
+
+/// A near-limit ratio that is not a number from 0 to 1.
+///
+/// envoyproxy/ratelimit reads `NEAR_LIMIT_RATIO` unchecked, on its
+/// documented 0-1 scale; above 1 its `near_limit` count wraps around, below
+/// 0 its threshold is undefined, so slidegate refuses both (and NaN).
+#[derive(Clone, Copy, Debug, PartialEq, thiserror::Error)]
+#[error("the near-limit ratio must be a number from 0 to 1, not {ratio}")]
+#[non_exhaustive]
+pub struct NearLimitRatioError {
+    /// The ratio refused.
+    pub ratio: f64,
 }
 
 /// Most rule series kept; beyond, decisions count under `rule="overflow"`
@@ -139,18 +170,61 @@ pub struct Metrics {
     redis_seen: Mutex<Seen>,
     in_flight: Gauge,
     rules: Family<RuleLabels, Counter>,
-    /// The rule counters seen (ok, over limit), by domain and rule name.
+    rule_hits: RuleHitFamilies,
+    /// The near-limit ratio, as envoyproxy/ratelimit keeps it (`float32`).
+    near_limit_ratio: f32,
+    /// The rule counters seen, by domain and rule name.
     rule_counters: parking_lot::RwLock<RuleCounters>,
     /// The descriptor counters of each domain seen, by name.
     domains: parking_lot::RwLock<std::collections::HashMap<String, DomainCounters>>,
 }
 
-/// The rule counters seen (ok, over limit): by domain, then by rule name,
-/// with the number of rules in all.
+/// The rule counters seen: by domain, then by rule name (the metric key
+/// before [`stat_name`]), with the number of rules in all.
 #[derive(Default)]
 struct RuleCounters {
-    by_domain: std::collections::HashMap<String, std::collections::HashMap<String, (Counter, Counter)>>,
+    by_domain: std::collections::HashMap<String, std::collections::HashMap<String, RuleSeries>>,
     len: usize,
+}
+
+/// The families of envoyproxy/ratelimit's per-rule stats, in hits.
+#[derive(Default)]
+struct RuleHitFamilies {
+    total: Family<RuleHitLabels, Counter>,
+    within: Family<RuleHitLabels, Counter>,
+    near: Family<RuleHitLabels, Counter>,
+    over: Family<RuleHitLabels, Counter>,
+    shadow: Family<RuleHitLabels, Counter>,
+}
+
+/// One rule's counters (handles on the same atomics as the families').
+struct RuleSeries {
+    /// Descriptors admitted.
+    ok: Counter,
+    /// Descriptors over the limit.
+    over_limit: Counter,
+    total_hits: Counter,
+    within_limit_hits: Counter,
+    near_limit_hits: Counter,
+    over_limit_hits: Counter,
+    shadow_mode_hits: Counter,
+}
+
+impl RuleSeries {
+    fn add(&self, over: bool, hits: Option<Hits>) {
+        if over {
+            self.over_limit.inc();
+        } else {
+            self.ok.inc();
+        }
+        if let Some(h) = hits {
+            self.total_hits.inc_by(h.total);
+            self.within_limit_hits.inc_by(h.within);
+            self.near_limit_hits.inc_by(h.near);
+            self.over_limit_hits.inc_by(h.over);
+            self.shadow_mode_hits.inc_by(h.shadow);
+        }
+    }
 }
 
 /// One domain's counters (handles on the same atomics as the families').
@@ -167,8 +241,36 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// Every metric, registered under `slidegate_`.
+    /// Every metric, registered under `slidegate_`, with envoyproxy/ratelimit's
+    /// default near-limit ratio ([`DEFAULT_NEAR_LIMIT_RATIO`]).
     pub fn new() -> Self {
+        Self::with_ratio(DEFAULT_NEAR_LIMIT_RATIO as f32)
+    }
+
+    /// Every metric, with hits past `ratio` of a limit (and within it)
+    /// counted as near the limit, as envoyproxy/ratelimit's
+    /// `NEAR_LIMIT_RATIO` does. 0 counts every hit within a limit as near
+    /// it; 1 none.
+    ///
+    /// The ratio is kept as a 32-bit float, as envoyproxy/ratelimit keeps
+    /// it, so that a limit's near-limit threshold is the same number.
+    ///
+    /// # Errors
+    ///
+    /// [`NearLimitRatioError`] for a ratio below 0, above 1 or NaN.
+    pub fn with_near_limit_ratio(ratio: f64) -> Result<Self, NearLimitRatioError> {
+        if !(0.0..=1.0).contains(&ratio) {
+            return Err(NearLimitRatioError { ratio });
+        }
+        Ok(Self::with_ratio(ratio as f32))
+    }
+
+    /// The near-limit ratio in force.
+    pub fn near_limit_ratio(&self) -> f64 {
+        f64::from(self.near_limit_ratio)
+    }
+
+    fn with_ratio(near_limit_ratio: f32) -> Self {
         let mut registry = Registry::with_prefix("slidegate");
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register("requests", "Rate limit requests by API and outcome", requests.clone());
@@ -184,6 +286,36 @@ impl Metrics {
             "Descriptor decisions by domain, matched rule (named as envoyproxy/ratelimit names its stats) and outcome",
             rules.clone(),
         );
+        let rule_hits = RuleHitFamilies::default();
+        for (name, help, family) in [
+            (
+                "rule_hits",
+                "Hits on a rule with a limit, by domain and rule (envoyproxy/ratelimit's total_hits)",
+                &rule_hits.total,
+            ),
+            (
+                "rule_within_limit_hits",
+                "Hits of admitted descriptors (envoyproxy/ratelimit's within_limit)",
+                &rule_hits.within,
+            ),
+            (
+                "rule_near_limit_hits",
+                "Hits past the near-limit ratio of a limit and within it (envoyproxy/ratelimit's near_limit)",
+                &rule_hits.near,
+            ),
+            (
+                "rule_over_limit_hits",
+                "Hits past a limit (envoyproxy/ratelimit's over_limit)",
+                &rule_hits.over,
+            ),
+            (
+                "rule_shadow_mode_hits",
+                "Hits past a limit of a rule in shadow mode, admitted (envoyproxy/ratelimit's shadow_mode)",
+                &rule_hits.shadow,
+            ),
+        ] {
+            registry.register(name, help, family.clone());
+        }
         let shadow = Family::<DomainLabel, Counter>::default();
         registry.register(
             "shadow_mode_refusals",
@@ -261,6 +393,8 @@ impl Metrics {
         );
         Metrics {
             rules,
+            rule_hits,
+            near_limit_ratio,
             rule_counters: Default::default(),
             domains: Default::default(),
             in_flight,
@@ -297,14 +431,35 @@ impl Metrics {
 
     /// Counts an answer's descriptors under `domain` (the caller passes
     /// "unknown" for a domain that is not configured, so that clients
-    /// cannot grow the label set).
+    /// cannot grow the label set), each as one hit: a request with
+    /// `hits_addend` is counted right by [`Metrics::answer_request`].
     pub fn answer(&self, domain: &str, answer: &Answer) {
+        self.count(domain, answer, |_| 1);
+    }
+
+    /// Counts the answer to `request` under `domain` (as
+    /// [`Metrics::answer`]), each descriptor with its hits as the engine
+    /// charged them: its own `hits_addend` when set (0 included), else the
+    /// request's, 0 meaning 1.
+    pub fn answer_request(&self, domain: &str, request: &Request, answer: &Answer) {
+        let default = u64::from(request.hits_addend.max(1));
+        self.count(domain, answer, |i| {
+            request
+                .descriptors
+                .get(i)
+                .and_then(|d| d.hits_addend)
+                .unwrap_or(default)
+        });
+    }
+
+    fn count(&self, domain: &str, answer: &Answer, hits: impl Fn(usize) -> u64) {
         if answer.shadowed {
             self.global_shadow.inc();
         }
-        for status in &answer.statuses {
+        for (i, status) in answer.statuses.iter().enumerate() {
             if let Some(rule) = &status.metric {
-                self.rule(domain, rule, status.code == Code::OverLimit);
+                let counted = rule_hits(status, hits(i), self.near_limit_ratio);
+                self.rule(domain, rule, status.code == Code::OverLimit, counted);
             }
         }
         let over = answer.statuses.iter().filter(|s| s.code == Code::OverLimit).count() as u64;
@@ -344,45 +499,60 @@ impl Metrics {
         self.domains.write().insert(domain.to_owned(), counters);
     }
 
-    /// Counts one decision of `rule` in `domain`.
-    fn rule(&self, domain: &str, rule: &str, over: bool) {
-        let inc = |(ok, over_limit): &(Counter, Counter)| {
-            if over {
-                over_limit.inc();
-            } else {
-                ok.inc();
-            }
-        };
-        if let Some(counters) = self
+    /// Counts one decision of `rule` in `domain`, with its hits.
+    fn rule(&self, domain: &str, rule: &str, over: bool, hits: Option<Hits>) {
+        if let Some(series) = self
             .rule_counters
             .read()
             .by_domain
             .get(domain)
             .and_then(|m| m.get(rule))
         {
-            inc(counters);
+            series.add(over, hits);
             return;
         }
         let mut known = self.rule_counters.write();
         let rule = if known.len >= MAX_RULE_SERIES { "overflow" } else { rule };
-        if let Some(counters) = known.by_domain.get(domain).and_then(|m| m.get(rule)) {
-            inc(counters);
+        if let Some(series) = known.by_domain.get(domain).and_then(|m| m.get(rule)) {
+            series.add(over, hits);
             return;
         }
+        // Two metric keys that sanitize to one stat name share its series,
+        // as they share one stat in envoyproxy/ratelimit.
+        let name = stat_name(rule).into_owned();
         let label = |outcome| RuleLabels {
             domain: domain.to_owned(),
-            rule: rule.to_owned(),
+            rule: name.clone(),
             outcome,
         };
+        let one = RuleHitLabels {
+            domain: domain.to_owned(),
+            rule: name.clone(),
+        };
+        // One statement each: `get_or_create` holds the family's lock until
+        // its guard drops.
         let ok = self.rules.get_or_create(&label(Outcome::Ok)).clone();
         let over_limit = self.rules.get_or_create(&label(Outcome::OverLimit)).clone();
-        let counters = (ok, over_limit);
-        inc(&counters);
+        let total_hits = self.rule_hits.total.get_or_create(&one).clone();
+        let within_limit_hits = self.rule_hits.within.get_or_create(&one).clone();
+        let near_limit_hits = self.rule_hits.near.get_or_create(&one).clone();
+        let over_limit_hits = self.rule_hits.over.get_or_create(&one).clone();
+        let shadow_mode_hits = self.rule_hits.shadow.get_or_create(&one).clone();
+        let series = RuleSeries {
+            ok,
+            over_limit,
+            total_hits,
+            within_limit_hits,
+            near_limit_hits,
+            over_limit_hits,
+            shadow_mode_hits,
+        };
+        series.add(over, hits);
         known
             .by_domain
             .entry(domain.to_owned())
             .or_default()
-            .insert(rule.to_owned(), counters);
+            .insert(rule.to_owned(), series);
         known.len += 1;
     }
 
@@ -465,6 +635,156 @@ impl Metrics {
     }
 }
 
+/// What one descriptor's hits add to its rule's stats.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Hits {
+    total: u64,
+    within: u64,
+    near: u64,
+    over: u64,
+    shadow: u64,
+}
+
+/// A limit's near-limit threshold, as envoyproxy/ratelimit computes it:
+/// `floor(float32(limit) * ratio)`, the product in 32-bit floats.
+fn near_limit_threshold(limit: u64, ratio: f32) -> u64 {
+    // A float to integer cast saturates (and the ratio is from 0 to 1).
+    f64::from(limit as f32 * ratio).floor() as u64
+}
+
+/// A descriptor's hits as envoyproxy/ratelimit counts them
+/// (`GetResponseDescriptorStatus`, `checkOverLimitThreshold` and
+/// `checkNearLimitThreshold` in its src/limiter/base_limiter.go), on the
+/// limit that decided (the status's tightest); `None` when no limit applied
+/// (an unlimited rule, or every limit replaced), which has no stats there.
+///
+/// envoyproxy/ratelimit counts in a fixed window that also counts refused
+/// hits; here the count before the request is the limit minus what the
+/// decision left (`remaining`): after an admission it includes the hits,
+/// after a refusal nothing was counted. With `hits` of 1 and a fixed window
+/// both count alike.
+fn rule_hits(status: &Status, hits: u64, ratio: f32) -> Option<Hits> {
+    let applied = status.applied.get(status.tightest?)?;
+    let limit = applied.requests_per_unit;
+    // A limit of 0 has no decision: it refuses everything.
+    let (refused, remaining) = applied
+        .decision
+        .as_ref()
+        .map_or((true, 0), |d| (!d.allowed(), d.remaining()));
+    let used = limit.saturating_sub(remaining);
+    let before = if refused { used } else { used.saturating_sub(hits) };
+    Some(count_hits(
+        limit,
+        near_limit_threshold(limit, ratio),
+        before,
+        hits,
+        refused,
+        status.shadow_refused,
+    ))
+}
+
+/// envoyproxy/ratelimit's rule, for `hits` on a count of `before` against
+/// `limit` and its near-limit threshold `near`:
+///
+/// - every hit counts in `total_hits`;
+/// - refused: if the count was already at the limit, every hit is over
+///   it; otherwise the hits past the limit are over it and those between
+///   the threshold (or the count, if higher) and the limit are near it
+///   (`within_limit` gets none of them);
+/// - admitted: every hit is within the limit, and those past the
+///   threshold are near it (all of them if the count was already past it);
+/// - in shadow mode, a refusal's over-limit hits also count in
+///   `shadow_mode`.
+///
+/// Subtractions saturate where envoyproxy/ratelimit's would wrap (a limit
+/// above 2²⁴ whose threshold rounds up past it).
+fn count_hits(limit: u64, near: u64, before: u64, hits: u64, refused: bool, shadow: bool) -> Hits {
+    let after = before.saturating_add(hits);
+    let mut out = Hits {
+        total: hits,
+        ..Hits::default()
+    };
+    if refused {
+        if before >= limit {
+            out.over = hits;
+        } else {
+            out.over = after.saturating_sub(limit);
+            out.near = limit.saturating_sub(near.max(before));
+        }
+        if shadow {
+            out.shadow = out.over;
+        }
+    } else {
+        out.within = hits;
+        if after > near {
+            out.near = if before >= near { hits } else { after - near };
+        }
+    }
+    out
+}
+
+/// envoyproxy/ratelimit's stat name for a metric key
+/// (`utils.SanitizeStatName`): `:` and `|` become `_`, and so do the dots of
+/// anything that looks like an IPv4 address (four runs of 1 to 3 digits
+/// joined by dots, found leftmost first): `remote_address_10.0.0.1` becomes
+/// `remote_address_10_0_0_1`. envoyproxy/ratelimit sanitizes the domain and
+/// the key together; here the key alone, which differs only when digits of
+/// the domain's end would join an address at the key's start.
+pub fn stat_name(key: &str) -> Cow<'_, str> {
+    let bytes = key.as_bytes();
+    let mut dots = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        match ipv4_at(bytes, at) {
+            Some((end, found)) => {
+                dots.extend_from_slice(&found);
+                at = end;
+            }
+            None => at += 1,
+        }
+    }
+    if dots.is_empty() && !key.contains([':', '|']) {
+        return Cow::Borrowed(key);
+    }
+    let out = key
+        .char_indices()
+        .map(|(i, c)| match c {
+            ':' | '|' => '_',
+            '.' if dots.contains(&i) => '_',
+            c => c,
+        })
+        .collect();
+    Cow::Owned(out)
+}
+
+/// An IPv4-like run starting at `at`, as Go's `\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}`
+/// finds it: where it ends and where its three dots are.
+fn ipv4_at(bytes: &[u8], at: usize) -> Option<(usize, [usize; 3])> {
+    let digits = |from: usize| {
+        bytes
+            .get(from..)
+            .unwrap_or(&[])
+            .iter()
+            .take(3)
+            .take_while(|b| b.is_ascii_digit())
+            .count()
+    };
+    let mut dots = [0; 3];
+    let mut pos = at;
+    for dot in &mut dots {
+        // Digits then a dot: a fourth digit where the dot should be fails,
+        // whichever shorter run the greedy `\d{1,3}` backs off to.
+        let n = digits(pos);
+        if n == 0 || bytes.get(pos + n) != Some(&b'.') {
+            return None;
+        }
+        *dot = pos + n;
+        pos += n + 1;
+    }
+    let n = digits(pos);
+    (n > 0).then_some((pos + n, dots))
+}
+
 /// The store's counters as last rendered, so that each rendering adds
 /// what is new.
 #[derive(Default)]
@@ -507,4 +827,114 @@ label_values! {
     FallbackSource { FailOpen => "fail_open", FailClosed => "fail_closed", Local => "local" }
     DecisionSource { Store => "store", FailOpen => "fail_open", FailClosed => "fail_closed", Local => "local" }
     DecisionOutcome { Admitted => "admitted", Refused => "refused" }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `count_hits` on limit 10 with threshold 8: (before, hits, refused)
+    /// and the stats they add (total, within, near, over).
+    #[test]
+    fn hits_as_envoyproxy_ratelimit_counts_them() {
+        let cases = [
+            // One hit at a time.
+            ((0, 1, false), (1, 1, 0, 0)),
+            ((7, 1, false), (1, 1, 0, 0)),
+            ((8, 1, false), (1, 1, 1, 0)),
+            ((9, 1, false), (1, 1, 1, 0)),
+            ((10, 1, true), (1, 0, 0, 1)),
+            // Several hits: only those past the threshold are near it…
+            ((6, 3, false), (3, 3, 1, 0)),
+            ((8, 2, false), (2, 2, 2, 0)),
+            ((0, 10, false), (10, 10, 2, 0)),
+            // …and a refusal from below the limit splits its hits into
+            // near and over, none within.
+            ((9, 3, true), (3, 0, 1, 2)),
+            ((5, 10, true), (10, 0, 2, 5)),
+            ((10, 3, true), (3, 0, 0, 3)),
+            // A check without hits adds nothing.
+            ((9, 0, false), (0, 0, 0, 0)),
+        ];
+        for ((before, hits, refused), (total, within, near, over)) in cases {
+            let got = count_hits(10, 8, before, hits, refused, false);
+            assert_eq!(
+                got,
+                Hits {
+                    total,
+                    within,
+                    near,
+                    over,
+                    shadow: 0
+                },
+                "before {before}, {hits} hits, refused {refused}"
+            );
+        }
+        // Shadow mode counts the over-limit hits again.
+        assert_eq!(count_hits(10, 8, 9, 3, true, true).shadow, 2);
+        assert_eq!(count_hits(10, 8, 10, 3, true, true).shadow, 3);
+        assert_eq!(count_hits(10, 8, 9, 1, false, true).shadow, 0);
+        // A limit of 0 refuses every hit, all over it.
+        assert_eq!(count_hits(0, 0, 0, 4, true, false).over, 4);
+        // A threshold above the limit (a limit above 2^24 rounded up as a
+        // 32-bit float) saturates where envoyproxy/ratelimit wraps.
+        assert_eq!(count_hits(16_777_219, 16_777_220, 0, 16_777_220, true, false).near, 0);
+    }
+
+    #[test]
+    fn near_limit_thresholds_in_32_bit_floats() {
+        for (limit, ratio, threshold) in [
+            (10, 0.8, 8),
+            (1, 0.8, 0),
+            (3, 0.8, 2),
+            (100, 0.8, 80),
+            (10, 0.0, 0),
+            (10, 1.0, 10),
+            (0, 0.8, 0),
+            // 2^24 + 1 is not a 32-bit float: it rounds to 2^24.
+            (16_777_217, 1.0, 16_777_216),
+            (16_777_219, 1.0, 16_777_220),
+        ] {
+            assert_eq!(near_limit_threshold(limit, ratio), threshold, "{limit} × {ratio}");
+        }
+    }
+
+    #[test]
+    fn stat_names_as_envoyproxy_ratelimit_sanitizes_them() {
+        for (key, name) in [
+            ("remote_address", "remote_address"),
+            ("remote_address_10.0.0.1", "remote_address_10_0_0_1"),
+            ("a:b|c", "a_b_c"),
+            ("path_/files/*", "path_/files/*"),
+            ("v_1.2.3", "v_1.2.3"),
+            ("v_1.2.3.4.5", "v_1_2_3_4.5"),
+            ("v_1234.5.6.7", "v_1234_5_6_7"),
+            ("v_1.2.3.4567", "v_1_2_3_4567"),
+            ("v_1.2.3.4567.8.9.1", "v_1_2_3_4567_8_9_1"),
+            ("v_1.2.3.4.5.6.7.8", "v_1_2_3_4.5_6_7_8"),
+            ("a_1.2.3.4.b_5.6.7.8", "a_1_2_3_4.b_5_6_7_8"),
+            ("v_1..2.3.4", "v_1..2.3.4"),
+            ("é_1.2.3.4:x", "é_1_2_3_4_x"),
+        ] {
+            assert_eq!(stat_name(key), name, "{key}");
+        }
+        assert!(matches!(stat_name("a.b_c"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn near_limit_ratios_from_0_to_1() {
+        assert_eq!(Metrics::new().near_limit_ratio(), f64::from(0.8f32));
+        for ok in [0.0, 0.5, 1.0] {
+            assert_eq!(Metrics::with_near_limit_ratio(ok).map(|m| m.near_limit_ratio()), Ok(ok));
+        }
+        for bad in [-0.1, 1.01, f64::NAN, f64::INFINITY] {
+            let e = Metrics::with_near_limit_ratio(bad).err().unwrap();
+            assert!(e.ratio.is_nan() || e.ratio == bad);
+            assert!(
+                e.to_string()
+                    .starts_with("the near-limit ratio must be a number from 0 to 1"),
+                "{e}"
+            );
+        }
+    }
 }

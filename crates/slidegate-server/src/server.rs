@@ -63,6 +63,9 @@ pub struct Options {
     /// in gRPC (and `/json`) answers (`LIMIT_RESPONSE_HEADERS_ENABLED`),
     /// under these names.
     pub response_headers: Option<ResponseHeaderNames>,
+    /// envoyproxy/ratelimit's `NEAR_LIMIT_RATIO`: the share of a limit
+    /// above which admitted hits count as near the limit, from 0 to 1.
+    pub near_limit_ratio: f64,
 }
 
 impl Default for Options {
@@ -83,6 +86,7 @@ impl Default for Options {
             timeouts: Timeouts::default(),
             settings: Settings::default(),
             response_headers: None,
+            near_limit_ratio: crate::metrics::DEFAULT_NEAR_LIMIT_RATIO,
         }
     }
 }
@@ -97,6 +101,9 @@ pub enum StartError {
     /// Redis could not be reached (or its URL or prefix is bad).
     #[error(transparent)]
     Redis(#[from] RedisConnectError),
+    /// The near-limit ratio is out of range.
+    #[error(transparent)]
+    NearLimitRatio(#[from] crate::metrics::NearLimitRatioError),
     /// The admin token is empty.
     #[error("the admin token is empty: give a token, or none to turn `POST /v1/reset` off")]
     EmptyAdminToken,
@@ -130,7 +137,9 @@ impl<C: Clock> Shared<C> {
     fn new(engine: Engine<C>, options: &Options) -> Self {
         Shared {
             engine: engine.with_settings(options.settings),
-            metrics: Metrics::new(),
+            // `start` checks the ratio; a bad one given to `http_router`
+            // falls back to the default.
+            metrics: Metrics::with_near_limit_ratio(options.near_limit_ratio).unwrap_or_default(),
             grpc_headers: HeaderOptions {
                 draft: options.grpc_headers,
                 legacy: options.legacy_headers.filter(|_| options.grpc_headers),
@@ -261,6 +270,7 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
     if options.admin_token.as_deref().is_some_and(|t| t.trim().is_empty()) {
         return Err(StartError::EmptyAdminToken);
     }
+    Metrics::with_near_limit_ratio(options.near_limit_ratio)?;
     let config = Config::load(&options.config)?;
     let engine = match options.redis.clone() {
         None => Engine::new(config, clock, options.budget, options.other_budget, options.input),
