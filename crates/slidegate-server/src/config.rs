@@ -33,6 +33,14 @@
 //!     rate_limit: { unit: minute, requests_per_unit: 60, algorithm: gcra, burst: 5 }
 //! ```
 //!
+//! Anchors and aliases may share a part of a file (`rate_limit: &common
+//! {...}`, then `rate_limit: *common`), and a merge key takes a shared map
+//! with changes (`rate_limit: { <<: *common, requests_per_unit: 9 }`), as
+//! envoyproxy/ratelimit's YAML library reads them; the aliases of a file
+//! may copy a bounded number of nodes. What envoyproxy/ratelimit loads but
+//! is probably a mistake loads with a [`ConfigWarning`]
+//! ([`Config::warnings`]).
+//!
 //! ```
 //! use slidegate_server::config::Config;
 //!
@@ -46,6 +54,7 @@
 //! ```
 
 mod parse;
+mod yaml;
 
 use slidegate_core::{Algorithm, Policy};
 use std::collections::btree_map::Entry;

@@ -816,8 +816,6 @@ fn yaml_syntax_errors() {
         "invalid YAML: ",
     );
     assert_error("domain: 'd\n", 1, 9, None, "invalid YAML: ");
-    assert_error("domain: d\nx: *alias\n", 2, 4, None, "invalid YAML: ");
-    assert_error("domain: &a d\n", 1, 12, None, "anchors and aliases are not supported");
     assert_error("domain: !!str d\n", 1, 15, None, "tags");
     assert_error(
         "domain: d\n  x: y\n",
@@ -1096,7 +1094,7 @@ fn assert_warning(warning: &ConfigWarning, line: usize, column: usize, key: &str
 }
 
 #[test]
-fn replacing_a_name_no_limit_has_is_a_warning() {
+fn a_replaces_naming_no_limit_is_a_warning() {
     let (domain, warnings) = warned(
         "domain: d
 descriptors:
@@ -1547,4 +1545,134 @@ descriptors:
     );
     assert_eq!((warnings[1].file.as_str(), warnings[1].line), (b.as_str(), 4));
     assert!(warnings[1].message.contains("`gone`"), "{}", warnings[1]);
+}
+
+// ---------------------------------------------------------------- anchors
+
+#[test]
+fn anchors_aliases_and_merge_keys() {
+    let config = Config::load(&[data("anchors.yaml")]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.warnings(), []);
+    let mail = config.domain("mail").unwrap();
+    let sender = limit(mail, &[("sender", "a")]);
+    let recipient = limit(mail, &[("recipient", "b")]);
+    assert_eq!(sender, recipient);
+    assert_eq!((sender.requests_per_unit, sender.unit), (20, Some(Unit::Minute)));
+    // A key written beside `<<` wins over the merged one.
+    let domain = limit(mail, &[("domain", "example.org")]);
+    assert_eq!((domain.requests_per_unit, domain.unit), (200, Some(Unit::Minute)));
+    // Of a list, the earlier map wins; the later ones add their keys.
+    let large = limit(mail, &[("attachment", "large")]);
+    assert_eq!((large.requests_per_unit, large.unit), (20, Some(Unit::Minute)));
+    assert_eq!(large.name.as_deref(), Some("large_attachments"));
+    assert!(mail.rules[4].shadow_mode);
+    // An alias's copy keeps the lines of its anchor.
+    let text = "domain: d
+descriptors:
+  - &one { key: a, value: x }
+  - key: b
+    descriptors: [*one]
+";
+    let d = parse(text);
+    let copy = &d.rules[1].children[0];
+    assert_eq!((copy.key.as_str(), copy.line, copy.column), ("a", 3, 10));
+    // Anchors on scalars, and quoted text stays text through an alias.
+    let d = parse("domain: &name d\ndescriptors: [{ key: *name, value: &v '10' }, { key: k, value: *v }]\n");
+    assert_eq!((d.name.as_str(), d.rules[0].key.as_str()), ("d", "d"));
+    assert_eq!(d.rules[1].value, Some(ValuePattern::Exact("10".to_owned())));
+    assert_error(
+        "domain: d\nlimit: &n '5'\ndescriptors: [{ key: k, rate_limit: { unit: second, requests_per_unit: *n } }]\n",
+        2,
+        1,
+        Some("limit"),
+        "unknown key",
+    );
+    assert_error(
+        &one_limit("{ unit: second, requests_per_unit: &n '5' }"),
+        4,
+        55,
+        Some("rate_limit.requests_per_unit"),
+        "expected a non-negative integer, found the quoted string \"5\"",
+    );
+}
+
+#[test]
+fn alias_errors() {
+    assert_error(
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: *missing\n",
+        4,
+        17,
+        None,
+        "unknown alias `*missing`: no anchor `&missing` before it",
+    );
+    // An alias before its anchor is unknown too.
+    assert_error(
+        "domain: d\ndescriptors: [*later, &later { key: k }]\n",
+        2,
+        15,
+        None,
+        "unknown alias `*later`",
+    );
+    assert_error(
+        "domain: d\ndescriptors: &loop [{ key: k, descriptors: *loop }]\n",
+        2,
+        44,
+        None,
+        "an alias cannot refer to an anchor that contains it",
+    );
+    // Duplicate keys are still refused, also through a merge.
+    assert_error(
+        "domain: d\ndescriptors:\n  - { <<: { key: a }, value: x, value: y }\n",
+        3,
+        33,
+        Some("value"),
+        "duplicate key, first at line 3 column 23",
+    );
+    assert_error(
+        "domain: d\ndescriptors:\n  - { <<: { key: a }, <<: { key: b } }\n",
+        3,
+        23,
+        Some("<<"),
+        "duplicate key",
+    );
+    assert_error(
+        "domain: d\ndescriptors:\n  - { key: a, <<: [{ value: x }, 3] }\n",
+        3,
+        34,
+        Some("<<"),
+        "a merge key needs a map or a list of maps",
+    );
+    // A quoted `<<` is a key like any other.
+    assert_error(
+        "domain: d\ndescriptors:\n  - { key: a, '<<': { value: x } }\n",
+        3,
+        15,
+        Some("<<"),
+        "unknown key",
+    );
+}
+
+#[test]
+fn a_billion_laughs_is_refused() {
+    let mut text = String::from("domain: d\na0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+    for level in 1..10 {
+        let previous = format!("*a{}", level - 1);
+        let list = [previous.as_str(); 10].join(", ");
+        text.push_str(&format!("a{level}: &a{level} [{list}]\n"));
+    }
+    let e = error(&text);
+    assert_eq!((e.line, e.key.as_deref()), (5, None), "{e}");
+    assert_eq!(
+        e.message,
+        "aliases expand to more than 10000 nodes (at most 10000, or one per byte of the file when that is more)"
+    );
+    // A larger file may copy as many nodes as it has bytes.
+    let mut text = String::from(
+        "domain: d\ndescriptors:\n  - &k { key: k0, rate_limit: { unit: second, requests_per_unit: 1 } }\n",
+    );
+    for i in 1..2000 {
+        text.push_str(&format!("  - {{ <<: *k, key: k{i} }}\n"));
+    }
+    assert!(text.len() > 50_000);
+    assert_eq!(parse(&text).rules.len(), 2000);
 }

@@ -1,13 +1,14 @@
 //! From a file's YAML text to a [`Domain`], with the position of every
 //! error.
 //!
-//! marked-yaml keeps the line and column of every node; it is asked to
-//! refuse duplicate keys and not to read quoted scalars as numbers or
-//! bools, so `"10"` is not an integer and `"true"` not a bool.
+//! The YAML is read into marked-yaml's nodes by [`super::yaml`], which
+//! keeps the line and column of every node, resolves anchors, aliases and
+//! merge keys, refuses duplicate keys and does not read quoted scalars as
+//! numbers or bools, so `"10"` is not an integer and `"true"` not a bool.
 
 use super::{ConfigError, ConfigWarning, Domain, Limit, MAX_DEPTH, Rule, Unit, ValuePattern};
 use marked_yaml::types::{MarkedMappingNode, MarkedScalarNode, MarkedSequenceNode};
-use marked_yaml::{LoadError, LoaderOptions, Node, Span};
+use marked_yaml::{Node, Span};
 use slidegate_core::duration::parse_positive_duration;
 use slidegate_core::{AlgorithmSpec, Policy, PolicyError, SpecError, Weighting};
 use std::collections::HashMap;
@@ -125,12 +126,15 @@ pub(super) fn parse(file: &str, text: &str) -> Result<Parsed, ConfigError> {
             format!("indented too deeply: at most {MAX_INDENT} columns of spaces and block indicators"),
         )
     })?;
-    let options = LoaderOptions::default()
-        .error_on_duplicate_keys(true)
-        .prevent_coercion(true);
-    let root = marked_yaml::parse_yaml_with_options(0, text, options).map_err(|e| {
-        let (pos, key, message) = load_error(&e);
-        error(pos, key, message)
+    let root = super::yaml::load(text).map_err(|e| {
+        error(
+            Pos {
+                line: e.line,
+                column: e.column,
+            },
+            e.key,
+            e.message,
+        )
     })?;
     let Node::Mapping(root) = root else {
         return Err(error(
@@ -230,30 +234,6 @@ fn check_indentation(text: &str) -> Result<(), Pos> {
         }
     }
     Ok(())
-}
-
-fn load_error(e: &LoadError) -> (Pos, Option<String>, String) {
-    let at = |m: &marked_yaml::Marker| Pos {
-        line: m.line(),
-        column: m.column(),
-    };
-    match e {
-        LoadError::TopLevelMustBeMapping(m) | LoadError::TopLevelMustBeSequence(m) => {
-            (at(m), None, "expected a mapping with `domain`".to_owned())
-        }
-        LoadError::UnexpectedAnchor(m) => (at(m), None, "anchors and aliases are not supported".to_owned()),
-        LoadError::MappingKeyMustBeScalar(m) => (at(m), None, "a key must be a string, not a list or a map".to_owned()),
-        LoadError::UnexpectedTag(m) => (at(m), None, "tags (`!`, `!!`) are not supported".to_owned()),
-        LoadError::ScanError(m, e) => (at(m), None, format!("invalid YAML: {}", e.info())),
-        LoadError::DuplicateKey(inner) => {
-            let first = start(inner.prev_key.span());
-            (
-                start(inner.key.span()),
-                Some(inner.key.as_str().to_owned()),
-                format!("duplicate key, first at line {} column {}", first.line, first.column),
-            )
-        }
-    }
 }
 
 /// A key of `prefix` (`rate_limit.`, `rate_limits[1].`, or nothing).
