@@ -33,6 +33,14 @@
 //!     rate_limit: { unit: minute, requests_per_unit: 60, algorithm: gcra, burst: 5 }
 //! ```
 //!
+//! Anchors and aliases may share a part of a file (`rate_limit: &common
+//! {...}`, then `rate_limit: *common`), and a merge key takes a shared map
+//! with changes (`rate_limit: { <<: *common, requests_per_unit: 9 }`), as
+//! envoyproxy/ratelimit's YAML library reads them; the aliases of a file
+//! may copy a bounded number of nodes. What envoyproxy/ratelimit loads but
+//! is probably a mistake loads with a [`ConfigWarning`]
+//! ([`Config::warnings`]).
+//!
 //! ```
 //! use slidegate_server::config::Config;
 //!
@@ -46,10 +54,12 @@
 //! ```
 
 mod parse;
+mod yaml;
 
 use slidegate_core::{Algorithm, Policy};
-use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
+use std::collections::hash_map::Entry as HashEntry;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -95,19 +105,91 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
+/// Something in a config that loads, as envoyproxy/ratelimit loads it, but
+/// is probably a mistake: a `replaces` naming no limit, a limit name used
+/// twice, `requests_per_unit` beside `unlimited: true`, a `rate_limit`
+/// without `requests_per_unit`.
+///
+/// Displayed as a [`ConfigError`] is: `{file}:{line}:{column}: {key}:
+/// {message}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigWarning {
+    /// The file, as given to [`Config::load`] or [`Config::parse`].
+    pub file: String,
+    /// The line, from 1.
+    pub line: usize,
+    /// The column, from 1, in characters.
+    pub column: usize,
+    /// The YAML key, qualified as in [`ConfigError::key`].
+    pub key: Option<String>,
+    /// What is probably wrong, and what the config does instead.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{}: ", self.file, self.line, self.column)?;
+        if let Some(key) = &self.key {
+            write!(f, "{key}: ")?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+/// How [`Config::load_with`] reads its files.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LoadOptions {
+    /// Merge the files of one domain into one domain, as
+    /// envoyproxy/ratelimit's `MERGE_DOMAIN_CONFIG`: their top-level
+    /// descriptors are joined in load order, and a top-level descriptor
+    /// (key and value) defined in two of them is an error. Without it, a
+    /// domain in two files is an error.
+    pub merge_domains: bool,
+}
+
+impl LoadOptions {
+    /// These options with [`LoadOptions::merge_domains`] set to `merge`.
+    #[must_use]
+    pub fn merge_domains(mut self, merge: bool) -> LoadOptions {
+        self.merge_domains = merge;
+        self
+    }
+}
+
 /// Every domain, loaded from files.
 #[derive(Debug, Clone, Default)]
 pub struct Config {
     domains: BTreeMap<String, Domain>,
-    /// The file each domain was loaded from.
-    files: BTreeMap<String, String>,
+    /// The files each domain was loaded from.
+    sources: BTreeMap<String, Sources>,
+    warnings: Vec<ConfigWarning>,
+}
+
+/// The files of one domain, in load order, and the file of each top-level
+/// rule (an index into `files`).
+#[derive(Debug, Clone, Default)]
+struct Sources {
+    files: Vec<String>,
+    rule_files: Vec<usize>,
+}
+
+/// A domain being loaded: its limit names and `replaces` entries, checked
+/// once all its files are read, and its top-level descriptors, for merging.
+#[derive(Default)]
+struct Loading {
+    names: Vec<parse::Named>,
+    replaces: Vec<parse::Named>,
+    /// Key and value of each top-level rule: the file (index) and line.
+    top: HashMap<(String, Option<String>), (usize, usize)>,
 }
 
 impl Config {
     /// Loads every path: a YAML file, or a directory whose `*.yaml` and
     /// `*.yml` files (not recursive, sorted by name; names starting with a
     /// dot are skipped, as a shell glob does) are each one domain. An empty
-    /// directory gives no domains.
+    /// directory gives no domains. What loads but is probably a mistake is
+    /// in [`Config::warnings`].
     ///
     /// # Errors
     ///
@@ -115,6 +197,19 @@ impl Config {
     /// of [`Config::parse_domain`], or a domain defined in two files (on the
     /// second file, naming the first).
     pub fn load(paths: &[PathBuf]) -> Result<Config, ConfigError> {
+        Config::load_with(paths, &LoadOptions::default())
+    }
+
+    /// Loads every path as [`Config::load`] does, with `options`: with
+    /// [`LoadOptions::merge_domains`], the files of one domain make one
+    /// domain, their top-level descriptors in load order.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Config::load`]; when merging, a top-level descriptor (key
+    /// and value) of a domain defined in two files instead of a domain
+    /// defined in two files (on the second, naming the first).
+    pub fn load_with(paths: &[PathBuf], options: &LoadOptions) -> Result<Config, ConfigError> {
         let mut files = Vec::new();
         for path in paths {
             let metadata = std::fs::metadata(path).map_err(|e| io_error(path, &e))?;
@@ -125,30 +220,115 @@ impl Config {
             }
         }
         let mut config = Config::default();
-        let mut origins: BTreeMap<String, String> = BTreeMap::new();
+        let mut loading: BTreeMap<String, Loading> = BTreeMap::new();
         for path in files {
             let name = path.display().to_string();
             let text = std::fs::read_to_string(&path).map_err(|e| io_error(&path, &e))?;
             let parsed = parse::parse(&name, &text)?;
-            match config.domains.entry(parsed.domain.name.clone()) {
-                Entry::Occupied(_) => {
-                    let first = origins.get(&parsed.domain.name).map_or("another file", String::as_str);
+            config.add(parsed, name, &mut loading, options.merge_domains)?;
+        }
+        for names in loading.values() {
+            config
+                .warnings
+                .extend(parse::name_warnings(&names.names, &names.replaces));
+        }
+        Ok(config)
+    }
+
+    /// Parses one file's text as a config of its one domain, with its
+    /// warnings; `file` names it in errors and warnings.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Config::parse_domain`].
+    pub fn parse(file: &str, text: &str) -> Result<Config, ConfigError> {
+        let mut config = Config::default();
+        let mut loading = BTreeMap::new();
+        config.add(parse::parse(file, text)?, file.to_owned(), &mut loading, false)?;
+        for names in loading.values() {
+            config
+                .warnings
+                .extend(parse::name_warnings(&names.names, &names.replaces));
+        }
+        Ok(config)
+    }
+
+    /// Adds one parsed file, loaded from `file`: a new domain, or, when
+    /// `merge`, more top-level rules for a domain already loaded.
+    fn add(
+        &mut self,
+        parsed: parse::Parsed,
+        file: String,
+        loading: &mut BTreeMap<String, Loading>,
+        merge: bool,
+    ) -> Result<(), ConfigError> {
+        let parse::Parsed {
+            domain,
+            line,
+            column,
+            names,
+            replaces,
+            warnings,
+        } = parsed;
+        let sources = self.sources.entry(domain.name.clone()).or_default();
+        if let Some(first) = sources.files.first()
+            && !merge
+        {
+            return Err(ConfigError {
+                file,
+                line,
+                column,
+                key: Some("domain".to_owned()),
+                message: format!("domain `{}` is already defined in {first}", domain.name),
+            });
+        }
+        let state = loading.entry(domain.name.clone()).or_default();
+        let index = sources.files.len();
+        // As upstream: the descriptors of a merged file are loaded into the
+        // domain's top level, where a key and value defined twice is an
+        // error, whichever file they come from.
+        for rule in &domain.rules {
+            let composite = (rule.key.clone(), rule.value.as_ref().map(|v| v.as_str().to_owned()));
+            match state.top.entry(composite) {
+                HashEntry::Occupied(first) => {
+                    let (k, v) = first.key();
+                    let what = match v {
+                        Some(v) => format!("`{k}` with value `{v}`"),
+                        None => format!("`{k}` without value"),
+                    };
+                    let (first_file, first_line) = *first.get();
+                    let first_file = sources.files.get(first_file).map_or("another file", String::as_str);
                     return Err(ConfigError {
-                        file: name,
-                        line: parsed.line,
-                        column: parsed.column,
-                        key: Some("domain".to_owned()),
-                        message: format!("domain `{}` is already defined in {first}", parsed.domain.name),
+                        file,
+                        line: rule.line,
+                        column: rule.column,
+                        key: Some("key".to_owned()),
+                        message: format!(
+                            "duplicate descriptor {what} in domain `{}`, first defined in {first_file} at line \
+                             {first_line} (merged files may not define one top-level descriptor twice)",
+                            domain.name
+                        ),
                     });
                 }
-                Entry::Vacant(slot) => {
-                    origins.insert(parsed.domain.name.clone(), name);
-                    slot.insert(parsed.domain);
+                HashEntry::Vacant(slot) => {
+                    slot.insert((index, rule.line));
                 }
             }
         }
-        config.files = origins;
-        Ok(config)
+        sources.files.push(file);
+        sources
+            .rule_files
+            .extend(std::iter::repeat_n(index, domain.rules.len()));
+        state.names.extend(names);
+        state.replaces.extend(replaces);
+        self.warnings.extend(warnings);
+        match self.domains.entry(domain.name.clone()) {
+            Entry::Occupied(mut slot) => slot.get_mut().rules.extend(domain.rules),
+            Entry::Vacant(slot) => {
+                slot.insert(domain);
+            }
+        }
+        Ok(())
     }
 
     /// Parses one file's text; `file` names it in errors.
@@ -157,8 +337,9 @@ impl Config {
     ///
     /// A [`ConfigError`] at the line and column at fault: YAML syntax,
     /// unknown keys, wrong types, out-of-range numbers, bad units or
-    /// durations, contradictory keys, duplicate descriptors, duplicate limit
-    /// names, `replaces` naming no limit of the domain.
+    /// durations, contradictory keys, duplicate descriptors, a limit
+    /// replacing itself, `share_threshold` on a value without `*`. The
+    /// warnings are dropped: [`Config::parse`] keeps them.
     pub fn parse_domain(file: &str, text: &str) -> Result<Domain, ConfigError> {
         parse::parse(file, text).map(|parsed| parsed.domain)
     }
@@ -195,10 +376,35 @@ impl Config {
         self.domains.get(name)
     }
 
-    /// The file the domain called `name` was loaded from (`None` for a
-    /// domain not loaded from a file).
+    /// The file the domain called `name` was loaded from, the first one
+    /// of a merged domain (`None` for a domain not loaded from a file).
     pub fn file_of(&self, name: &str) -> Option<&str> {
-        self.files.get(name).map(String::as_str)
+        self.sources.get(name)?.files.first().map(String::as_str)
+    }
+
+    /// Every file the domain called `name` was loaded from, in load order:
+    /// one, or several for a merged domain (none for a domain not loaded
+    /// from a file).
+    pub fn files_of(&self, name: &str) -> impl Iterator<Item = &str> {
+        self.sources
+            .get(name)
+            .into_iter()
+            .flat_map(|sources| sources.files.iter().map(String::as_str))
+    }
+
+    /// The file of the domain's top-level rule `rule` (an index into
+    /// [`Domain::rules`]), and so of every rule under it: where its line
+    /// and column are (`None` for a domain not loaded from a file).
+    pub fn rule_file(&self, domain: &str, rule: usize) -> Option<&str> {
+        let sources = self.sources.get(domain)?;
+        let file = sources.rule_files.get(rule)?;
+        sources.files.get(*file).map(String::as_str)
+    }
+
+    /// What loaded but is probably a mistake, in load order: to log once
+    /// at every load.
+    pub fn warnings(&self) -> &[ConfigWarning] {
+        &self.warnings
     }
 
     /// Every domain, by name.
@@ -369,7 +575,8 @@ pub struct Limit {
     pub name: Option<String>,
     /// The names of the limits dropped when this one applies.
     pub replaces: Vec<String>,
-    /// `requests_per_unit` as written (may be 0: refuses everything).
+    /// `requests_per_unit` as written (may be 0: refuses everything; 0 when
+    /// missing, as envoyproxy/ratelimit reads it, with a warning).
     pub requests_per_unit: u64,
     /// The unit if one was given (the answer's `current_limit` needs it);
     /// `None` when `window` was used.

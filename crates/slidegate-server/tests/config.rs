@@ -2,7 +2,9 @@
 
 use serde_json::json;
 use slidegate_core::{Algorithm, Policy, Weighting};
-use slidegate_server::config::{Config, ConfigError, DEFAULT_ALGORITHM, Domain, Limit, Unit, ValuePattern};
+use slidegate_server::config::{
+    Config, ConfigError, ConfigWarning, DEFAULT_ALGORITHM, Domain, Limit, LoadOptions, Unit, ValuePattern,
+};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -708,13 +710,6 @@ fn contradictions() {
         "cannot be combined with `unlimited: true`",
     );
     assert_error(
-        &one_limit("{ requests_per_unit: 3, unlimited: true }"),
-        4,
-        19,
-        Some("rate_limit.requests_per_unit"),
-        "cannot be combined with `unlimited: true`",
-    );
-    assert_error(
         &one_limit("{ unlimited: true, window: 5m }"),
         4,
         36,
@@ -726,13 +721,6 @@ fn contradictions() {
         4,
         17,
         Some("rate_limit.unit"),
-        "missing",
-    );
-    assert_error(
-        "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n",
-        5,
-        7,
-        Some("rate_limit.requests_per_unit"),
         "missing",
     );
     assert_error(
@@ -828,8 +816,6 @@ fn yaml_syntax_errors() {
         "invalid YAML: ",
     );
     assert_error("domain: 'd\n", 1, 9, None, "invalid YAML: ");
-    assert_error("domain: d\nx: *alias\n", 2, 4, None, "invalid YAML: ");
-    assert_error("domain: &a d\n", 1, 12, None, "anchors and aliases are not supported");
     assert_error("domain: !!str d\n", 1, 15, None, "tags");
     assert_error(
         "domain: d\n  x: y\n",
@@ -928,19 +914,9 @@ descriptors:
 
 #[test]
 fn limit_names() {
-    assert_error(
-        "domain: d
-descriptors:
-  - key: a
-    rate_limit: { name: n, unit: second, requests_per_unit: 1, replaces: [{ name: ghost }] }
-",
-        4,
-        83,
-        Some("rate_limit.replaces[0].name"),
-        "no limit of this domain is named `ghost`",
-    );
     // A name used later in the file is known.
-    parse(
+    let config = Config::parse(
+        "t.yaml",
         "domain: d
 descriptors:
   - key: a
@@ -948,21 +924,9 @@ descriptors:
   - key: b
     rate_limit: { name: later, unit: second, requests_per_unit: 1 }
 ",
-    );
-    assert_error(
-        "domain: d
-descriptors:
-  - key: a
-    rate_limit: { name: n, unit: second, requests_per_unit: 1 }
-    descriptors:
-      - key: b
-        rate_limits: [{ name: n, unit: second, requests_per_unit: 1 }]
-",
-        7,
-        31,
-        Some("rate_limits[0].name"),
-        "limit name `n` is already used at line 4 column 25",
-    );
+    )
+    .unwrap();
+    assert_eq!(config.warnings(), []);
     assert_error(
         &one_limit("{ name: n, unit: second, requests_per_unit: 1, replaces: [{ name: n }] }"),
         4,
@@ -1104,6 +1068,236 @@ fn no_input_panics() {
     }
 }
 
+// ------------------------------------- loaded as envoyproxy/ratelimit loads
+
+/// The one domain of `text` and the warnings it loads with.
+fn warned(text: &str) -> (Domain, Vec<ConfigWarning>) {
+    let config = Config::parse("t.yaml", text).unwrap_or_else(|e| panic!("{e}"));
+    let domain = config.domains().next().expect("one domain").clone();
+    (domain, config.warnings().to_vec())
+}
+
+/// Asserts a warning's position, key and that its message contains `what`.
+#[track_caller]
+fn assert_warning(warning: &ConfigWarning, line: usize, column: usize, key: &str, what: &str) {
+    assert_eq!(
+        (
+            warning.file.as_str(),
+            warning.line,
+            warning.column,
+            warning.key.as_deref()
+        ),
+        ("t.yaml", line, column, Some(key)),
+        "{warning}"
+    );
+    assert!(warning.message.contains(what), "{warning} does not say {what:?}");
+}
+
+#[test]
+fn a_replaces_naming_no_limit_is_a_warning() {
+    let (domain, warnings) = warned(
+        "domain: d
+descriptors:
+  - key: a
+    rate_limit: { name: n, unit: second, requests_per_unit: 1, replaces: [{ name: ghost }] }
+",
+    );
+    assert_eq!(limit(&domain, &[("a", "1")]).replaces, ["ghost"]);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(
+        warnings[0].to_string(),
+        "t.yaml:4:83: rate_limit.replaces[0].name: no limit of this domain is named `ghost`, so this entry \
+         replaces nothing (probably a mistake)"
+    );
+    // `Config::parse_domain` loads it too, without the warnings.
+    assert_eq!(parse("domain: d\ndescriptors: [{ key: a, rate_limit: { unit: second, requests_per_unit: 1, replaces: [{ name: x }] } }]\n").rules.len(), 1);
+}
+
+#[test]
+fn a_limit_name_used_twice_is_a_warning() {
+    let (domain, warnings) = warned(
+        "domain: d
+descriptors:
+  - key: a
+    rate_limit: { name: n, unit: second, requests_per_unit: 1 }
+    descriptors:
+      - key: b
+        rate_limits: [{ name: n, unit: second, requests_per_unit: 2 }]
+  - key: c
+    rate_limit: { name: n, unit: minute, requests_per_unit: 3 }
+",
+    );
+    assert_eq!(limit(&domain, &[("a", "1")]).name.as_deref(), Some("n"));
+    assert_eq!(limit(&domain, &[("a", "1"), ("b", "2")]).name.as_deref(), Some("n"));
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert_warning(
+        &warnings[0],
+        7,
+        31,
+        "rate_limits[0].name",
+        "limit name `n` is also used at line 4 column 25: a `replaces` of `n` drops every limit of that name",
+    );
+    assert_warning(&warnings[1], 9, 25, "rate_limit.name", "also used at line 4 column 25");
+}
+
+#[test]
+fn a_replaces_of_a_name_used_twice_drops_every_limit_of_that_name() {
+    use slidegate_core::ManualClock;
+    use slidegate_memory::Budget;
+    use slidegate_server::engine::{Code, Descriptor, Engine, InputLimits, Request};
+    let config = Config::parse(
+        "t.yaml",
+        "domain: d
+descriptors:
+  - key: a
+    rate_limit: { name: shared, unit: minute, requests_per_unit: 0 }
+  - key: b
+    rate_limit: { name: shared, unit: minute, requests_per_unit: 0 }
+  - key: c
+    rate_limit: { replaces: [{ name: shared }], unit: minute, requests_per_unit: 5 }
+",
+    )
+    .unwrap();
+    assert_eq!(config.warnings().len(), 1);
+    let engine = Engine::new(
+        config,
+        ManualClock::new(0),
+        Budget::keys(64),
+        Budget::keys(64),
+        InputLimits::default(),
+    );
+    let descriptor = |key: &str| Descriptor {
+        entries: vec![(key.to_owned(), "x".to_owned())],
+        ..Descriptor::default()
+    };
+    let request = |keys: &[&str]| Request {
+        domain: "d".to_owned(),
+        descriptors: keys.iter().map(|k| descriptor(k)).collect(),
+        ..Request::default()
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let decide = |keys: &[&str]| runtime.block_on(engine.decide(&request(keys))).unwrap();
+    // Alone, each limit of 0 refuses.
+    assert_eq!(decide(&["a"]).overall, Code::OverLimit);
+    assert_eq!(decide(&["b"]).overall, Code::OverLimit);
+    // With `c`, both limits called `shared` are dropped.
+    let answer = decide(&["a", "b", "c"]);
+    assert_eq!(answer.overall, Code::Ok);
+    assert!(answer.statuses[0].applied.is_empty() && answer.statuses[1].applied.is_empty());
+    assert_eq!(answer.statuses[2].applied.len(), 1);
+}
+
+#[test]
+fn requests_per_unit_beside_unlimited_is_a_warning() {
+    let (domain, warnings) = warned(&one_limit("{ requests_per_unit: 3, unlimited: true }"));
+    let m = domain.find(&[("k", "v")]).unwrap();
+    assert!(m.rule.unlimited && m.rule.limits.is_empty());
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(
+        warnings[0].to_string(),
+        "t.yaml:4:19: rate_limit.requests_per_unit: ignored: a limit with `unlimited: true` counts nothing"
+    );
+    // A unit is refused, as upstream refuses it; so are slidegate's own
+    // keys, which only a counted limit has.
+    assert_error(
+        "domain: d
+descriptors:
+  - key: k
+    rate_limit:
+      unlimited: true
+      unit: hour
+      requests_per_unit: 7
+",
+        6,
+        7,
+        Some("rate_limit.unit"),
+        "cannot be combined with `unlimited: true`",
+    );
+    let (_, quiet) = warned(&one_limit("{ unlimited: true, requests_per_unit: 0 }"));
+    assert_eq!(quiet.len(), 1, "a 0 is still a number that does nothing");
+    let (_, none) = warned(&one_limit("{ unlimited: true }"));
+    assert_eq!(none, []);
+}
+
+#[test]
+fn a_rate_limit_without_requests_per_unit_is_a_limit_of_0() {
+    let (domain, warnings) = warned("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n");
+    let l = limit(&domain, &[("k", "v")]);
+    assert_eq!(
+        (l.requests_per_unit, l.unit, l.policy, l.quota.is_none()),
+        (0, Some(Unit::Second), None, true)
+    );
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_warning(
+        &warnings[0],
+        5,
+        7,
+        "rate_limit.requests_per_unit",
+        "missing: read as 0, which refuses every request",
+    );
+    // In a list, with slidegate's `window`, and with a name that replaces.
+    let (domain, warnings) = warned(
+        "domain: d
+descriptors:
+  - key: k
+    rate_limits:
+      - { window: 10s }
+      - { name: b, unit: minute, requests_per_unit: 1 }
+  - key: j
+    rate_limit: { name: a, replaces: [{ name: b }], unit: day }
+",
+    );
+    let m = domain.find(&[("k", "v")]).unwrap();
+    assert_eq!(m.rule.limits[0].requests_per_unit, 0);
+    assert_eq!(m.rule.limits[0].window, Duration::from_secs(10));
+    assert_eq!(limit(&domain, &[("j", "v")]).replaces, ["b"]);
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert_warning(&warnings[0], 5, 9, "rate_limits[0].requests_per_unit", "missing");
+    assert_warning(&warnings[1], 8, 17, "rate_limit.requests_per_unit", "missing");
+    // Without a unit it is still refused, as upstream refuses it.
+    assert_error(
+        &one_limit("{ requests_per_unit: 3 }"),
+        4,
+        17,
+        Some("rate_limit.unit"),
+        "missing",
+    );
+}
+
+#[test]
+fn share_threshold_needs_a_wildcard() {
+    assert_error(
+        "domain: d
+descriptors:
+  - key: path
+    value: /static/logo.png
+    share_threshold: true
+    rate_limit: { unit: second, requests_per_unit: 1 }
+",
+        5,
+        5,
+        Some("share_threshold"),
+        "can only be used with a wildcard value (containing `*`), found the value `/static/logo.png`",
+    );
+    assert_error(
+        "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - { key: b, share_threshold: true }\n",
+        5,
+        19,
+        Some("share_threshold"),
+        "found no value",
+    );
+    // `false` needs nothing; a `*` anywhere in the value is a wildcard.
+    parse("domain: d\ndescriptors:\n  - { key: a, value: exact, share_threshold: false }\n");
+    let domain = parse("domain: d\ndescriptors:\n  - { key: a, value: 'v*1', share_threshold: true }\n");
+    assert!(domain.rules[0].share_threshold);
+}
+
+#[test]
+fn a_clean_config_has_no_warnings() {
+    let config = Config::load(&[data("edge_proxy.yaml")]).unwrap();
+    assert_eq!(config.warnings(), []);
+}
+
 // ---------------------------------------------------------------- files
 
 #[test]
@@ -1205,4 +1399,280 @@ descriptors:
     let key = |entries: &[(&str, &str)]| d.find(entries).unwrap().metric_key(entries);
     assert_eq!(key(&[("user", "alice")]), "user_alice");
     assert_eq!(key(&[("tenant", "t1"), ("route", "/a")]), "tenant_t1.route_/a");
+}
+
+// ---------------------------------------------------------------- merging
+
+fn merging() -> LoadOptions {
+    LoadOptions::default().merge_domains(true)
+}
+
+#[test]
+fn without_merging_a_domain_in_two_files_is_an_error() {
+    for e in [
+        Config::load(&[data("merge")]).unwrap_err(),
+        Config::load_with(&[data("merge")], &LoadOptions::default()).unwrap_err(),
+    ] {
+        let second = data("merge/2-search.yaml").display().to_string();
+        assert_eq!(
+            (e.file.as_str(), e.line, e.column, e.key.as_deref()),
+            (second.as_str(), 2, 9, Some("domain")),
+            "{e}"
+        );
+        let first = data("merge/1-checkout.yaml").display().to_string();
+        assert_eq!(e.message, format!("domain `shop` is already defined in {first}"));
+    }
+}
+
+#[test]
+fn merging_joins_the_files_of_a_domain_in_load_order() {
+    let config = Config::load_with(&[data("merge")], &merging()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.domains().count(), 2);
+    let shop = config.domain("shop").unwrap();
+    let rules: Vec<(&str, Option<&str>)> = shop
+        .rules
+        .iter()
+        .map(|r| (r.key.as_str(), r.value.as_ref().map(ValuePattern::as_str)))
+        .collect();
+    assert_eq!(
+        rules,
+        [
+            ("route", Some("/checkout/*")),
+            ("tenant", None),
+            ("route", Some("/search")),
+            ("route", Some("/*"))
+        ]
+    );
+    // The first wildcard in load order wins, across files.
+    assert_eq!(
+        limit(shop, &[("route", "/checkout/7")]).name.as_deref(),
+        Some("checkout")
+    );
+    assert_eq!(limit(shop, &[("route", "/search")]).requests_per_unit, 8);
+    assert_eq!(limit(shop, &[("route", "/help")]).requests_per_unit, 50);
+    assert_eq!(
+        limit(shop, &[("tenant", "t1"), ("plan", "trial")]).unit,
+        Some(Unit::Hour)
+    );
+    // A `replaces` may name a limit of another file of the domain.
+    assert_eq!(config.warnings(), []);
+
+    let file = |name: &str| data(name).display().to_string();
+    let files: Vec<&str> = config.files_of("shop").collect();
+    assert_eq!(files, [file("merge/1-checkout.yaml"), file("merge/2-search.yaml")]);
+    assert_eq!(config.file_of("shop"), Some(file("merge/1-checkout.yaml").as_str()));
+    assert_eq!(
+        config.rule_file("shop", 1),
+        Some(file("merge/1-checkout.yaml").as_str())
+    );
+    assert_eq!(config.rule_file("shop", 2), Some(file("merge/2-search.yaml").as_str()));
+    assert_eq!(config.rule_file("shop", 4), None);
+    assert_eq!(
+        config.rule_file("back_office", 0),
+        Some(file("merge/3-other.yaml").as_str())
+    );
+    assert_eq!(config.files_of("nowhere").count(), 0);
+    // Positions stay those of each file.
+    assert_eq!((shop.rules[2].line, shop.rules[2].column), (4, 5));
+}
+
+#[test]
+fn merged_files_may_not_define_one_top_level_descriptor_twice() {
+    let e = Config::load_with(&[data("merge"), data("merge_clash.yaml")], &merging()).unwrap_err();
+    let clash = data("merge_clash.yaml").display().to_string();
+    assert_eq!(
+        (e.file.as_str(), e.line, e.column, e.key.as_deref()),
+        (clash.as_str(), 7, 5, Some("key")),
+        "{e}"
+    );
+    let first = data("merge/1-checkout.yaml").display().to_string();
+    assert_eq!(
+        e.message,
+        format!(
+            "duplicate descriptor `tenant` without value in domain `shop`, first defined in {first} at line 7 \
+             (merged files may not define one top-level descriptor twice)"
+        )
+    );
+    // The same file twice clashes at its first descriptor.
+    let one = data("merge/3-other.yaml");
+    let e = Config::load_with(&[one.clone(), one], &merging()).unwrap_err();
+    assert_eq!((e.line, e.column), (3, 5), "{e}");
+    assert!(
+        e.message
+            .contains("duplicate descriptor `user` without value in domain `back_office`"),
+        "{e}"
+    );
+    // Below the top level, two files never meet: their parents differ.
+    let dir = TempDir::new("merge-nested");
+    dir.write(
+        "a.yaml",
+        "domain: m\ndescriptors:\n  - { key: p, value: a, descriptors: [{ key: c }] }\n",
+    );
+    dir.write(
+        "b.yaml",
+        "domain: m\ndescriptors:\n  - { key: p, value: b, descriptors: [{ key: c }] }\n",
+    );
+    let config = Config::load_with(std::slice::from_ref(&dir.0), &merging()).unwrap();
+    assert_eq!(config.domain("m").unwrap().rules.len(), 2);
+}
+
+#[test]
+fn limit_names_are_checked_across_merged_files() {
+    let dir = TempDir::new("merge-names");
+    dir.write(
+        "a.yaml",
+        "domain: m\ndescriptors:\n  - key: a\n    rate_limit: { name: n, unit: second, requests_per_unit: 1 }\n",
+    );
+    let b = dir.write(
+        "b.yaml",
+        "domain: m
+descriptors:
+  - key: b
+    rate_limit: { name: n, unit: second, requests_per_unit: 1, replaces: [{ name: gone }] }
+",
+    );
+    let config = Config::load_with(std::slice::from_ref(&dir.0), &merging()).unwrap();
+    let warnings = config.warnings();
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    let a = dir.0.join("a.yaml").display().to_string();
+    let b = b.display().to_string();
+    assert_eq!(
+        warnings[0].to_string(),
+        format!(
+            "{b}:4:25: rate_limit.name: limit name `n` is also used in {a} at line 4 column 25: a `replaces` of `n` \
+             drops every limit of that name"
+        )
+    );
+    assert_eq!((warnings[1].file.as_str(), warnings[1].line), (b.as_str(), 4));
+    assert!(warnings[1].message.contains("`gone`"), "{}", warnings[1]);
+}
+
+// ---------------------------------------------------------------- anchors
+
+#[test]
+fn anchors_aliases_and_merge_keys() {
+    let config = Config::load(&[data("anchors.yaml")]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.warnings(), []);
+    let mail = config.domain("mail").unwrap();
+    let sender = limit(mail, &[("sender", "a")]);
+    let recipient = limit(mail, &[("recipient", "b")]);
+    assert_eq!(sender, recipient);
+    assert_eq!((sender.requests_per_unit, sender.unit), (20, Some(Unit::Minute)));
+    // A key written beside `<<` wins over the merged one.
+    let domain = limit(mail, &[("domain", "example.org")]);
+    assert_eq!((domain.requests_per_unit, domain.unit), (200, Some(Unit::Minute)));
+    // Of a list, the earlier map wins; the later ones add their keys.
+    let large = limit(mail, &[("attachment", "large")]);
+    assert_eq!((large.requests_per_unit, large.unit), (20, Some(Unit::Minute)));
+    assert_eq!(large.name.as_deref(), Some("large_attachments"));
+    assert!(mail.rules[4].shadow_mode);
+    // An alias's copy keeps the lines of its anchor.
+    let text = "domain: d
+descriptors:
+  - &one { key: a, value: x }
+  - key: b
+    descriptors: [*one]
+";
+    let d = parse(text);
+    let copy = &d.rules[1].children[0];
+    assert_eq!((copy.key.as_str(), copy.line, copy.column), ("a", 3, 10));
+    // Anchors on scalars, and quoted text stays text through an alias.
+    let d = parse("domain: &name d\ndescriptors: [{ key: *name, value: &v '10' }, { key: k, value: *v }]\n");
+    assert_eq!((d.name.as_str(), d.rules[0].key.as_str()), ("d", "d"));
+    assert_eq!(d.rules[1].value, Some(ValuePattern::Exact("10".to_owned())));
+    assert_error(
+        "domain: d\nlimit: &n '5'\ndescriptors: [{ key: k, rate_limit: { unit: second, requests_per_unit: *n } }]\n",
+        2,
+        1,
+        Some("limit"),
+        "unknown key",
+    );
+    assert_error(
+        &one_limit("{ unit: second, requests_per_unit: &n '5' }"),
+        4,
+        55,
+        Some("rate_limit.requests_per_unit"),
+        "expected a non-negative integer, found the quoted string \"5\"",
+    );
+}
+
+#[test]
+fn alias_errors() {
+    assert_error(
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: *missing\n",
+        4,
+        17,
+        None,
+        "unknown alias `*missing`: no anchor `&missing` before it",
+    );
+    // An alias before its anchor is unknown too.
+    assert_error(
+        "domain: d\ndescriptors: [*later, &later { key: k }]\n",
+        2,
+        15,
+        None,
+        "unknown alias `*later`",
+    );
+    assert_error(
+        "domain: d\ndescriptors: &loop [{ key: k, descriptors: *loop }]\n",
+        2,
+        44,
+        None,
+        "an alias cannot refer to an anchor that contains it",
+    );
+    // Duplicate keys are still refused, also through a merge.
+    assert_error(
+        "domain: d\ndescriptors:\n  - { <<: { key: a }, value: x, value: y }\n",
+        3,
+        33,
+        Some("value"),
+        "duplicate key, first at line 3 column 23",
+    );
+    assert_error(
+        "domain: d\ndescriptors:\n  - { <<: { key: a }, <<: { key: b } }\n",
+        3,
+        23,
+        Some("<<"),
+        "duplicate key",
+    );
+    assert_error(
+        "domain: d\ndescriptors:\n  - { key: a, <<: [{ value: x }, 3] }\n",
+        3,
+        34,
+        Some("<<"),
+        "a merge key needs a map or a list of maps",
+    );
+    // A quoted `<<` is a key like any other.
+    assert_error(
+        "domain: d\ndescriptors:\n  - { key: a, '<<': { value: x } }\n",
+        3,
+        15,
+        Some("<<"),
+        "unknown key",
+    );
+}
+
+#[test]
+fn a_billion_laughs_is_refused() {
+    let mut text = String::from("domain: d\na0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+    for level in 1..10 {
+        let previous = format!("*a{}", level - 1);
+        let list = [previous.as_str(); 10].join(", ");
+        text.push_str(&format!("a{level}: &a{level} [{list}]\n"));
+    }
+    let e = error(&text);
+    assert_eq!((e.line, e.key.as_deref()), (5, None), "{e}");
+    assert_eq!(
+        e.message,
+        "aliases expand to more than 10000 nodes (at most 10000, or one per byte of the file when that is more)"
+    );
+    // A larger file may copy as many nodes as it has bytes.
+    let mut text = String::from(
+        "domain: d\ndescriptors:\n  - &k { key: k0, rate_limit: { unit: second, requests_per_unit: 1 } }\n",
+    );
+    for i in 1..2000 {
+        text.push_str(&format!("  - {{ <<: *k, key: k{i} }}\n"));
+    }
+    assert!(text.len() > 50_000);
+    assert_eq!(parse(&text).rules.len(), 2000);
 }

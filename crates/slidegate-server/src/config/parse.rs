@@ -1,13 +1,14 @@
 //! From a file's YAML text to a [`Domain`], with the position of every
 //! error.
 //!
-//! marked-yaml keeps the line and column of every node; it is asked to
-//! refuse duplicate keys and not to read quoted scalars as numbers or
-//! bools, so `"10"` is not an integer and `"true"` not a bool.
+//! The YAML is read into marked-yaml's nodes by [`super::yaml`], which
+//! keeps the line and column of every node, resolves anchors, aliases and
+//! merge keys, refuses duplicate keys and does not read quoted scalars as
+//! numbers or bools, so `"10"` is not an integer and `"true"` not a bool.
 
-use super::{ConfigError, Domain, Limit, MAX_DEPTH, Rule, Unit, ValuePattern};
+use super::{ConfigError, ConfigWarning, Domain, Limit, MAX_DEPTH, Rule, Unit, ValuePattern};
 use marked_yaml::types::{MarkedMappingNode, MarkedScalarNode, MarkedSequenceNode};
-use marked_yaml::{LoadError, LoaderOptions, Node, Span};
+use marked_yaml::{Node, Span};
 use slidegate_core::duration::parse_positive_duration;
 use slidegate_core::{AlgorithmSpec, Policy, PolicyError, SpecError, Weighting};
 use std::collections::HashMap;
@@ -79,26 +80,33 @@ fn describe(node: &Node) -> String {
     }
 }
 
-/// The parsed domain, with where its name is.
+/// The parsed domain, with where its name is, its limit names and
+/// `replaces` entries (checked against each other once every file of the
+/// domain is read, by [`name_warnings`]) and the warnings of the file.
 pub(super) struct Parsed {
     pub(super) domain: Domain,
     pub(super) line: usize,
     pub(super) column: usize,
+    pub(super) names: Vec<Named>,
+    pub(super) replaces: Vec<Named>,
+    pub(super) warnings: Vec<ConfigWarning>,
 }
 
 /// A limit name or a `replaces` entry, with where it is.
-struct Named {
+pub(super) struct Named {
     name: String,
+    file: String,
     pos: Pos,
     key: String,
 }
 
 struct Parser<'f> {
     file: &'f str,
-    /// Every limit `name` of the domain, first occurrence first.
-    names: HashMap<String, Named>,
+    /// Every limit `name` of the file, in file order.
+    names: Vec<Named>,
     /// Every `replaces` entry, in file order.
     replaces: Vec<Named>,
+    warnings: Vec<ConfigWarning>,
 }
 
 /// Parses one domain file.
@@ -118,12 +126,15 @@ pub(super) fn parse(file: &str, text: &str) -> Result<Parsed, ConfigError> {
             format!("indented too deeply: at most {MAX_INDENT} columns of spaces and block indicators"),
         )
     })?;
-    let options = LoaderOptions::default()
-        .error_on_duplicate_keys(true)
-        .prevent_coercion(true);
-    let root = marked_yaml::parse_yaml_with_options(0, text, options).map_err(|e| {
-        let (pos, key, message) = load_error(&e);
-        error(pos, key, message)
+    let root = super::yaml::load(text).map_err(|e| {
+        error(
+            Pos {
+                line: e.line,
+                column: e.column,
+            },
+            e.key,
+            e.message,
+        )
     })?;
     let Node::Mapping(root) = root else {
         return Err(error(
@@ -141,10 +152,62 @@ pub(super) fn parse(file: &str, text: &str) -> Result<Parsed, ConfigError> {
     }
     let mut parser = Parser {
         file,
-        names: HashMap::new(),
+        names: Vec::new(),
         replaces: Vec::new(),
+        warnings: Vec::new(),
     };
     parser.domain(&root)
+}
+
+/// The warnings about the limit names of one domain (`names` and
+/// `replaces` of all its files, in load order), as envoyproxy/ratelimit
+/// loads both cases: a name used twice (a `replaces` of it drops every
+/// limit of that name), and a `replaces` entry naming no limit (it drops
+/// nothing).
+pub(super) fn name_warnings(names: &[Named], replaces: &[Named]) -> Vec<ConfigWarning> {
+    let mut warnings = Vec::new();
+    let mut first: HashMap<&str, &Named> = HashMap::new();
+    for named in names {
+        match first.entry(named.name.as_str()) {
+            Entry::Occupied(slot) => {
+                let earlier = slot.get();
+                let place = if earlier.file == named.file {
+                    String::new()
+                } else {
+                    format!("in {} ", earlier.file)
+                };
+                warnings.push(named.warning(format!(
+                    "limit name `{}` is also used {place}at line {} column {}: a `replaces` of `{}` drops every \
+                     limit of that name",
+                    named.name, earlier.pos.line, earlier.pos.column, named.name
+                )));
+            }
+            Entry::Vacant(slot) => {
+                slot.insert(named);
+            }
+        }
+    }
+    for entry in replaces {
+        if !first.contains_key(entry.name.as_str()) {
+            warnings.push(entry.warning(format!(
+                "no limit of this domain is named `{}`, so this entry replaces nothing (probably a mistake)",
+                entry.name
+            )));
+        }
+    }
+    warnings
+}
+
+impl Named {
+    fn warning(&self, message: String) -> ConfigWarning {
+        ConfigWarning {
+            file: self.file.clone(),
+            line: self.pos.line,
+            column: self.pos.column,
+            key: Some(self.key.clone()),
+            message,
+        }
+    }
 }
 
 /// The first line with more than [`MAX_INDENT`] leading spaces and block
@@ -171,30 +234,6 @@ fn check_indentation(text: &str) -> Result<(), Pos> {
         }
     }
     Ok(())
-}
-
-fn load_error(e: &LoadError) -> (Pos, Option<String>, String) {
-    let at = |m: &marked_yaml::Marker| Pos {
-        line: m.line(),
-        column: m.column(),
-    };
-    match e {
-        LoadError::TopLevelMustBeMapping(m) | LoadError::TopLevelMustBeSequence(m) => {
-            (at(m), None, "expected a mapping with `domain`".to_owned())
-        }
-        LoadError::UnexpectedAnchor(m) => (at(m), None, "anchors and aliases are not supported".to_owned()),
-        LoadError::MappingKeyMustBeScalar(m) => (at(m), None, "a key must be a string, not a list or a map".to_owned()),
-        LoadError::UnexpectedTag(m) => (at(m), None, "tags (`!`, `!!`) are not supported".to_owned()),
-        LoadError::ScanError(m, e) => (at(m), None, format!("invalid YAML: {}", e.info())),
-        LoadError::DuplicateKey(inner) => {
-            let first = start(inner.prev_key.span());
-            (
-                start(inner.key.span()),
-                Some(inner.key.as_str().to_owned()),
-                format!("duplicate key, first at line {} column {}", first.line, first.column),
-            )
-        }
-    }
 }
 
 /// A key of `prefix` (`rate_limit.`, `rate_limits[1].`, or nothing).
@@ -287,6 +326,11 @@ impl Parser<'_> {
             key,
             message: message.into(),
         }
+    }
+
+    /// An error about `key`, at the key.
+    fn key_error(&self, prefix: &str, key: &MarkedScalarNode, message: &str) -> ConfigError {
+        self.error(start(key.span()), Some(qualified(prefix, key)), message)
     }
 
     /// An error about `key`'s value, at the value.
@@ -450,26 +494,25 @@ impl Parser<'_> {
         let Some((name, pos)) = name else {
             return Err(self.error(map_pos(root), Some("domain".to_owned()), "missing"));
         };
-        self.check_replaces()?;
         Ok(Parsed {
             domain: Domain { name, rules },
             line: pos.line,
             column: pos.column,
+            names: std::mem::take(&mut self.names),
+            replaces: std::mem::take(&mut self.replaces),
+            warnings: std::mem::take(&mut self.warnings),
         })
     }
 
-    /// Every `replaces` entry must name a limit of the domain.
-    fn check_replaces(&self) -> Result<(), ConfigError> {
-        for entry in &self.replaces {
-            if !self.names.contains_key(&entry.name) {
-                return Err(self.error(
-                    entry.pos,
-                    Some(entry.key.clone()),
-                    format!("no limit of this domain is named `{}`", entry.name),
-                ));
-            }
-        }
-        Ok(())
+    /// A warning at `pos`.
+    fn warn(&mut self, pos: Pos, key: String, message: impl Into<String>) {
+        self.warnings.push(ConfigWarning {
+            file: self.file.to_owned(),
+            line: pos.line,
+            column: pos.column,
+            key: Some(key),
+            message: message.into(),
+        });
     }
 
     /// The descriptors of one level (`depth` from 1).
@@ -520,6 +563,7 @@ impl Parser<'_> {
         let pos = map_pos(map);
         let mut rule = Rule::at(pos.line, pos.column);
         let mut unlimited_at = None;
+        let mut share_threshold_at = None;
         let mut limited = false;
         for (field, key, value) in self.fields(map, "", RULE_KEYS)? {
             match field {
@@ -560,7 +604,10 @@ impl Parser<'_> {
                 }
                 "shadow_mode" => rule.shadow_mode = self.boolean("", key, value)?,
                 "quota_mode" => rule.quota_mode = self.boolean("", key, value)?,
-                "share_threshold" => rule.share_threshold = self.boolean("", key, value)?,
+                "share_threshold" => {
+                    rule.share_threshold = self.boolean("", key, value)?;
+                    share_threshold_at = Some(key);
+                }
                 "detailed_metric" => rule.detailed_metric = self.boolean("", key, value)?,
                 "value_to_metric" => rule.value_to_metric = self.boolean("", key, value)?,
                 "metadata" => {
@@ -583,6 +630,23 @@ impl Parser<'_> {
         }
         if rule.key.is_empty() {
             return Err(self.error(pos, Some("key".to_owned()), "missing"));
+        }
+        // As upstream, which looks for the `*` in `key_value` (or `key`
+        // alone without a value).
+        let wildcard = rule.key.contains('*') || rule.value.as_ref().is_some_and(|v| v.as_str().contains('*'));
+        if let Some(at) = share_threshold_at
+            && rule.share_threshold
+            && !wildcard
+        {
+            let found = match &rule.value {
+                Some(value) => format!("found the value `{}`", value.as_str()),
+                None => "found no value".to_owned(),
+            };
+            return Err(self.error(
+                start(at.span()),
+                Some("share_threshold".to_owned()),
+                format!("can only be used with a wildcard value (containing `*`), {found}"),
+            ));
         }
         if let Some(at) = unlimited_at {
             if limited {
@@ -623,28 +687,12 @@ impl Parser<'_> {
                 "unlimited" => f.unlimited = Some((self.boolean(prefix, key, value)?, key)),
                 "name" => {
                     let name = self.non_empty(prefix, key, value)?.to_owned();
-                    let named = Named {
+                    self.names.push(Named {
                         name: name.clone(),
+                        file: self.file.to_owned(),
                         pos: value_pos(key, value),
                         key: qualified(prefix, key),
-                    };
-                    match self.names.entry(name.clone()) {
-                        Entry::Occupied(first) => {
-                            let first = first.get().pos;
-                            return Err(self.bad(
-                                prefix,
-                                key,
-                                value,
-                                format!(
-                                    "limit name `{name}` is already used at line {} column {}",
-                                    first.line, first.column
-                                ),
-                            ));
-                        }
-                        Entry::Vacant(slot) => {
-                            slot.insert(named);
-                        }
-                    }
+                    });
                     f.name = Some(name);
                 }
                 "replaces" => f.replaces = self.replaces(prefix, key, value)?,
@@ -694,6 +742,7 @@ impl Parser<'_> {
             };
             self.replaces.push(Named {
                 name: name.clone(),
+                file: self.file.to_owned(),
                 pos,
                 key: format!("{inner}name"),
             });
@@ -703,24 +752,25 @@ impl Parser<'_> {
     }
 
     fn build_limit(
-        &self,
+        &mut self,
         map: &MarkedMappingNode,
         prefix: &str,
         f: LimitFields<'_>,
     ) -> Result<Option<Limit>, ConfigError> {
-        let at_key = |key: &MarkedScalarNode, message: &str| {
-            self.error(start(key.span()), Some(qualified(prefix, key)), message)
-        };
         if let Some((true, _)) = f.unlimited {
-            let conflicting = [
-                f.unit.map(|(_, k)| k),
-                f.window.map(|(_, k)| k),
-                f.requests_per_unit.map(|(_, k)| k),
-            ]
-            .into_iter()
-            .chain(f.algorithm_keys().map(|given| given.map(|(_, (key, _))| key)));
+            let conflicting = [f.unit.map(|(_, k)| k), f.window.map(|(_, k)| k)]
+                .into_iter()
+                .chain(f.algorithm_keys().map(|given| given.map(|(_, (key, _))| key)));
             if let Some(key) = conflicting.flatten().min_by_key(|k| start(k.span())) {
-                return Err(at_key(key, "cannot be combined with `unlimited: true`"));
+                return Err(self.key_error(prefix, key, "cannot be combined with `unlimited: true`"));
+            }
+            // As upstream, which refuses only a `unit` here.
+            if let Some((_, key)) = f.requests_per_unit {
+                self.warn(
+                    start(key.span()),
+                    qualified(prefix, key),
+                    "ignored: a limit with `unlimited: true` counts nothing",
+                );
             }
             // `name` and `replaces` are allowed, as upstream, but an
             // unlimited descriptor is never counted, so they do nothing.
@@ -728,7 +778,7 @@ impl Parser<'_> {
         }
         let (unit, window) = match (f.unit, f.window) {
             (Some(_), Some((_, key))) => {
-                return Err(at_key(key, "`unit` and `window` cannot both be given"));
+                return Err(self.key_error(prefix, key, "`unit` and `window` cannot both be given"));
             }
             (Some((unit, key)), None) => (Some(unit), (unit.duration(), key)),
             (None, Some(window)) => (None, window),
@@ -740,24 +790,34 @@ impl Parser<'_> {
                 ));
             }
         };
-        let Some((requests_per_unit, rpu_key)) = f.requests_per_unit else {
-            return Err(self.error(map_pos(map), Some(qualified(prefix, "requests_per_unit")), "missing"));
+        let (requests_per_unit, rpu_key) = match f.requests_per_unit {
+            Some((n, key)) => (n, Some(key)),
+            None => {
+                // As upstream, which reads a missing number as 0.
+                self.warn(
+                    map_pos(map),
+                    qualified(prefix, "requests_per_unit"),
+                    "missing: read as 0, which refuses every request; give `requests_per_unit` \
+                     (or `unlimited: true`)",
+                );
+                (0, None)
+            }
         };
         if let Some(name) = &f.name
             && f.replaces.contains(name)
+            && let Some(key) = map.keys().find(|k| k.as_str() == "replaces")
         {
-            let key = map.keys().find(|k| k.as_str() == "replaces").unwrap_or(rpu_key);
-            return Err(at_key(key, "a limit cannot replace itself"));
+            return Err(self.key_error(prefix, key, "a limit cannot replace itself"));
         }
         let algorithm = f
             .spec()
             .algorithm(requests_per_unit)
             .map_err(|e| self.spec_error(map, prefix, &f, &e))?;
-        let policy = match requests_per_unit {
-            0 => None,
-            limit => Some(
+        let policy = match (requests_per_unit, rpu_key) {
+            (0, _) | (_, None) => None,
+            (limit, Some(rpu_key)) => Some(
                 Policy::new(limit, window.0, algorithm)
-                    .map_err(|e| at_key(policy_key(&e, rpu_key, window.1), &e.to_string()))?,
+                    .map_err(|e| self.key_error(prefix, policy_key(&e, rpu_key, window.1), &e.to_string()))?,
             ),
         };
         Ok(Some(Limit {
