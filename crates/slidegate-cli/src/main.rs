@@ -40,7 +40,7 @@ enum Command {
     /// Loads envoyproxy/ratelimit YAML files (with slidegate's extra keys),
     /// watches them and reloads them when they change; the counters live in
     /// a bounded in-memory store. Stops gracefully on SIGTERM or SIGINT.
-    Serve(serve::Args),
+    Serve(Box<serve::Args>),
     /// Measure decisions per second, each case beside its baseline in the same run
     ///
     /// algorithms: every algorithm's decision on one key, reading the

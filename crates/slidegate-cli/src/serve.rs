@@ -108,6 +108,11 @@ pub(crate) struct Args {
     /// (`slidegate_rule_near_limit_hits_total`), from 0 to 1.
     #[arg(long, env = "NEAR_LIMIT_RATIO", default_value_t = 0.8, value_name = "RATIO")]
     near_limit_ratio: f64,
+    /// Merge the files of one domain into one (a top-level descriptor
+    /// defined in two is an error); without it, a domain in two files is
+    /// an error.
+    #[arg(long, env = "MERGE_DOMAIN_CONFIG", action = clap::ArgAction::Set, default_value_t = false, value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
+    merge_domain_config: bool,
     /// The name of the limit header of `--limit-response-headers-enabled`.
     #[arg(long, env = "LIMIT_LIMIT_HEADER", default_value = "RateLimit-Limit", value_parser = parse_header_name, value_name = "NAME")]
     limit_limit_header: http::HeaderName,
@@ -260,6 +265,7 @@ impl Args {
                 dynamic_metadata: self.response_dynamic_metadata,
             },
             near_limit_ratio: self.near_limit_ratio,
+            merge_domains: self.merge_domain_config,
             response_headers: self.limit_response_headers_enabled.then(|| ResponseHeaderNames {
                 limit: self.limit_limit_header.clone(),
                 remaining: self.limit_remaining_header.clone(),

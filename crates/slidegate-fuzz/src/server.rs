@@ -269,6 +269,7 @@ pub fn grpc_request(data: &[u8]) {
     let options = HeaderOptions {
         draft: true,
         legacy: Some(slidegate_tower::LegacyReset::DelaySeconds),
+        envoy: Some(slidegate_server::grpc::ResponseHeaderNames::default()),
     };
     block_on(async {
         for round in 0..3 {
@@ -279,7 +280,7 @@ pub fn grpc_request(data: &[u8]) {
                 Ok(answer) => {
                     assert!(!invalid, "decided a malformed request: {request:?}");
                     assert_eq!(answer.statuses.len(), request.descriptors.len());
-                    let back = answer_to_wire(&answer, options);
+                    let back = answer_to_wire(&request, &answer, &options, true);
                     let again = RateLimitResponse::decode(&*back.encode_to_vec())
                         .unwrap_or_else(|e| panic!("the answer does not decode: {e}"));
                     assert_eq!(again, back);

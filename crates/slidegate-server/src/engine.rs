@@ -753,7 +753,6 @@ fn override_counter_key(domain: &str, entries: &[(&str, &str)]) -> String {
     out
 }
 
-
 /// The limit an override stands for: the default algorithm over one unit.
 fn override_limit(o: Override) -> Result<Limit, EngineError> {
     let unit = o
@@ -810,9 +809,16 @@ fn chain(e: &dyn std::error::Error) -> String {
 /// A [`ConfigError`] for the first such limit.
 pub fn check_config(config: &Config, store: &dyn DynStore) -> Result<(), ConfigError> {
     for domain in config.domains() {
-        let file = config.file_of(&domain.name).unwrap_or("<config>");
-        let mut path = Vec::new();
-        check_rules(store, file, &domain.name, &domain.rules, &mut path)?;
+        // A merged domain's rules come from several files: each top-level
+        // rule is checked with its own.
+        for (i, rule) in domain.rules.iter().enumerate() {
+            let file = config
+                .rule_file(&domain.name, i)
+                .or_else(|| config.file_of(&domain.name))
+                .unwrap_or("<config>");
+            let mut path = Vec::new();
+            check_rules(store, file, &domain.name, std::slice::from_ref(rule), &mut path)?;
+        }
     }
     Ok(())
 }

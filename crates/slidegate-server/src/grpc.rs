@@ -188,9 +188,17 @@ fn envoy_headers(answer: &Answer, names: &ResponseHeaderNames, headers: &mut Hea
     let Some(limit) = status.tightest.and_then(|j| status.applied.get(j)) else {
         return;
     };
-    let reset = status.until_reset.map_or(0, |d| d.as_secs() + u64::from(d.subsec_nanos() > 0));
-    headers.insert(names.limit.clone(), http::HeaderValue::from(clamp_u32(limit.requests_per_unit)));
-    headers.insert(names.remaining.clone(), http::HeaderValue::from(clamp_u32(status.remaining)));
+    let reset = status
+        .until_reset
+        .map_or(0, |d| d.as_secs() + u64::from(d.subsec_nanos() > 0));
+    headers.insert(
+        names.limit.clone(),
+        http::HeaderValue::from(clamp_u32(limit.requests_per_unit)),
+    );
+    headers.insert(
+        names.remaining.clone(),
+        http::HeaderValue::from(clamp_u32(status.remaining)),
+    );
     headers.insert(names.reset.clone(), http::HeaderValue::from(reset));
 }
 
@@ -206,7 +214,11 @@ pub fn dynamic_metadata(request: &Request, answer: &Answer) -> Option<pbjson_typ
         .iter()
         .map(|d| {
             let mut out = Map::new();
-            let entries: Vec<Value> = d.entries.iter().map(|(k, v)| Value::String(format!("{k}={v}"))).collect();
+            let entries: Vec<Value> = d
+                .entries
+                .iter()
+                .map(|(k, v)| Value::String(format!("{k}={v}")))
+                .collect();
             out.insert("entries".into(), Value::Array(entries));
             if let Some(o) = d.limit {
                 let unit = unit_to_wire(o.unit).as_str_name();
@@ -240,7 +252,10 @@ pub fn dynamic_metadata(request: &Request, answer: &Answer) -> Option<pbjson_typ
 }
 
 /// Adds `src`'s keys that `dest` lacks; where both hold a map, merges them.
-fn merge_metadata(dest: &mut serde_json::Map<String, serde_json::Value>, src: &serde_json::Map<String, serde_json::Value>) {
+fn merge_metadata(
+    dest: &mut serde_json::Map<String, serde_json::Value>,
+    src: &serde_json::Map<String, serde_json::Value>,
+) {
     use serde_json::Value;
     for (key, value) in src {
         match (dest.get_mut(key), value) {
@@ -255,7 +270,12 @@ fn merge_metadata(dest: &mut serde_json::Map<String, serde_json::Value>, src: &s
 
 /// The wire's response from the engine's answer to `request`; with
 /// `metadata`, the answer's [`dynamic_metadata`].
-pub fn answer_to_wire(request: &Request, answer: &Answer, options: &HeaderOptions, metadata: bool) -> RateLimitResponse {
+pub fn answer_to_wire(
+    request: &Request,
+    answer: &Answer,
+    options: &HeaderOptions,
+    metadata: bool,
+) -> RateLimitResponse {
     let response_headers_to_add = answer_headers(answer, options)
         .iter()
         .map(|(name, value)| WireHeader {
@@ -268,7 +288,11 @@ pub fn answer_to_wire(request: &Request, answer: &Answer, options: &HeaderOption
         overall_code: code_to_wire(answer.overall).into(),
         statuses: answer.statuses.iter().map(status_to_wire).collect(),
         response_headers_to_add,
-        dynamic_metadata: if metadata { dynamic_metadata(request, answer) } else { None },
+        dynamic_metadata: if metadata {
+            dynamic_metadata(request, answer)
+        } else {
+            None
+        },
         ..Default::default()
     }
 }

@@ -1,10 +1,10 @@
 //! Starting, reloading and stopping the service.
 
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, LoadOptions};
 pub use crate::conn::Timeouts;
 use crate::conn::{Guarded, HTTP2_PREFACE_LEN};
-use crate::engine::{Engine, InputLimits};
 use crate::engine::Settings;
+use crate::engine::{Engine, InputLimits};
 use crate::grpc::{Grpc, HeaderOptions, ResponseHeaderNames};
 use crate::metrics::Metrics;
 use crate::redis_store::{RedisConnectError, RedisOptions};
@@ -66,6 +66,10 @@ pub struct Options {
     /// envoyproxy/ratelimit's `NEAR_LIMIT_RATIO`: the share of a limit
     /// above which admitted hits count as near the limit, from 0 to 1.
     pub near_limit_ratio: f64,
+    /// envoyproxy/ratelimit's `MERGE_DOMAIN_CONFIG`: files of one domain
+    /// are merged into one (a top-level descriptor defined twice is an
+    /// error); without it, a domain in two files is an error.
+    pub merge_domains: bool,
 }
 
 impl Default for Options {
@@ -87,6 +91,7 @@ impl Default for Options {
             settings: Settings::default(),
             response_headers: None,
             near_limit_ratio: crate::metrics::DEFAULT_NEAR_LIMIT_RATIO,
+            merge_domains: false,
         }
     }
 }
@@ -127,6 +132,7 @@ pub struct Shared<C> {
     pub(crate) body_timeout: Duration,
     pub(crate) admin_token: Option<Box<[u8]>>,
     paths: Vec<PathBuf>,
+    load_options: LoadOptions,
     /// Reloads tried so far, good or bad.
     reloads: watch::Sender<u64>,
 }
@@ -154,6 +160,7 @@ impl<C: Clock> Shared<C> {
             body_timeout: options.timeouts.request,
             admin_token: options.admin_token.as_deref().map(|t| t.trim().as_bytes().into()),
             paths: options.config.clone(),
+            load_options: load_options(options),
             reloads: watch::Sender::new(0),
         }
     }
@@ -177,7 +184,8 @@ impl<C: Clock> Shared<C> {
     }
 
     fn load_again(&self) -> Result<(), ConfigError> {
-        match Config::load(&self.paths).and_then(|config| self.engine.replace_config(config)) {
+        let loaded = Config::load_with(&self.paths, &self.load_options).inspect(log_warnings);
+        match loaded.and_then(|config| self.engine.replace_config(config)) {
             Ok(()) => {
                 self.metrics.reload(true);
                 tracing::info!(domains = self.engine.config().domains().count(), "config reloaded");
@@ -271,7 +279,8 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
         return Err(StartError::EmptyAdminToken);
     }
     Metrics::with_near_limit_ratio(options.near_limit_ratio)?;
-    let config = Config::load(&options.config)?;
+    let config = Config::load_with(&options.config, &load_options(&options))?;
+    log_warnings(&config);
     let engine = match options.redis.clone() {
         None => Engine::new(config, clock, options.budget, options.other_budget, options.input),
         Some(redis) => {
@@ -398,4 +407,17 @@ pub fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
     Ok(async {
         let _ = tokio::signal::ctrl_c().await;
     })
+}
+
+/// How the config files are read.
+fn load_options(options: &Options) -> LoadOptions {
+    LoadOptions::default().merge_domains(options.merge_domains)
+}
+
+/// Logs each of a loaded config's warnings once (at start and at each
+/// reload that loads it).
+fn log_warnings(config: &Config) {
+    for warning in config.warnings() {
+        tracing::warn!("{warning}");
+    }
 }

@@ -6,8 +6,8 @@ use slidegate_server::engine::Settings;
 use slidegate_server::grpc::ResponseHeaderNames;
 use slidegate_server::proto::descriptor::RateLimitDescriptor;
 use slidegate_server::proto::descriptor::rate_limit_descriptor::RateLimitOverride;
-use slidegate_server::proto::rls::rate_limit_response::{Code, rate_limit};
 use slidegate_server::proto::rls::RateLimitResponse;
+use slidegate_server::proto::rls::rate_limit_response::{Code, rate_limit};
 use std::time::Duration;
 
 mod common;
@@ -68,17 +68,35 @@ async fn no_rule_and_unlimited_are_told_apart() {
     let r = h
         .rls(request(
             "d",
-            vec![descriptor(&[("nothing", "x")]), descriptor(&[("free", "x")]), descriptor(&[("bare", "x")])],
+            vec![
+                descriptor(&[("nothing", "x")]),
+                descriptor(&[("free", "x")]),
+                descriptor(&[("bare", "x")]),
+            ],
         ))
         .await
         .unwrap();
     assert_eq!(r.overall_code(), Code::Ok);
-    let [none, free, bare] = &r.statuses[..] else { panic!("three statuses: {r:?}") };
-    assert_eq!((none.code(), none.current_limit.as_ref(), none.limit_remaining), (Code::Ok, None, 0));
-    assert_eq!((free.code(), free.current_limit.as_ref(), free.limit_remaining), (Code::Ok, None, u32::MAX));
-    assert_eq!((bare.code(), bare.current_limit.as_ref(), bare.limit_remaining), (Code::Ok, None, 0));
+    let [none, free, bare] = &r.statuses[..] else {
+        panic!("three statuses: {r:?}")
+    };
+    assert_eq!(
+        (none.code(), none.current_limit.as_ref(), none.limit_remaining),
+        (Code::Ok, None, 0)
+    );
+    assert_eq!(
+        (free.code(), free.current_limit.as_ref(), free.limit_remaining),
+        (Code::Ok, None, u32::MAX)
+    );
+    assert_eq!(
+        (bare.code(), bare.current_limit.as_ref(), bare.limit_remaining),
+        (Code::Ok, None, 0)
+    );
     let r = h.rls(one("elsewhere", &[("plain", "x")])).await.unwrap();
-    assert_eq!((r.statuses[0].current_limit.as_ref(), r.statuses[0].limit_remaining), (None, 0));
+    assert_eq!(
+        (r.statuses[0].current_limit.as_ref(), r.statuses[0].limit_remaining),
+        (None, 0)
+    );
 }
 
 /// `current_limit.name` is the config's name, empty when it has none.
@@ -87,7 +105,10 @@ async fn current_limit_names_are_the_configs() {
     let mut h = Harness::start(RULES).await;
     let r = h.rls(one("d", &[("plain", "x")])).await.unwrap();
     let limit = r.statuses[0].current_limit.clone().unwrap();
-    assert_eq!((limit.name.as_str(), limit.requests_per_unit, limit.unit()), ("", 10, rate_limit::Unit::Hour));
+    assert_eq!(
+        (limit.name.as_str(), limit.requests_per_unit, limit.unit()),
+        ("", 10, rate_limit::Unit::Hour)
+    );
     let r = h.rls(one("d", &[("named", "x")])).await.unwrap();
     assert_eq!(r.statuses[0].current_limit.clone().unwrap().name, "the_limit");
 }
@@ -166,10 +187,16 @@ async fn debits_count_past_the_limit_ordinary_refusals_do_not() {
     for _ in 0..5 {
         h.rls(one("d", &[("named", "a")])).await.unwrap();
     }
-    let r = h.rls(request("d", vec![with_hits(&[("named", "a")], 3)])).await.unwrap();
+    let r = h
+        .rls(request("d", vec![with_hits(&[("named", "a")], 3)]))
+        .await
+        .unwrap();
     assert_eq!((r.overall_code(), r.statuses[0].limit_remaining), (Code::OverLimit, 0));
     // 8 counted: a peek now sees more than 5.
-    let r = h.rls(request("d", vec![with_hits(&[("named", "a")], 0)])).await.unwrap();
+    let r = h
+        .rls(request("d", vec![with_hits(&[("named", "a")], 0)]))
+        .await
+        .unwrap();
     assert_eq!(r.overall_code(), Code::OverLimit);
 
     for _ in 0..5 {
@@ -180,7 +207,10 @@ async fn debits_count_past_the_limit_ordinary_refusals_do_not() {
         assert_eq!(r.overall_code(), Code::OverLimit);
     }
     // The three refusals counted nothing: the peek sees exactly 5.
-    let r = h.rls(request("d", vec![with_hits(&[("named", "b")], 0)])).await.unwrap();
+    let r = h
+        .rls(request("d", vec![with_hits(&[("named", "b")], 0)]))
+        .await
+        .unwrap();
     assert_eq!((r.overall_code(), r.statuses[0].limit_remaining), (Code::Ok, 0));
 }
 
@@ -198,7 +228,10 @@ async fn every_hit_counts_with_the_stop_setting_off() {
     for _ in 0..8 {
         h.rls(one("d", &[("named", "b")])).await.unwrap();
     }
-    let r = h.rls(request("d", vec![with_hits(&[("named", "b")], 0)])).await.unwrap();
+    let r = h
+        .rls(request("d", vec![with_hits(&[("named", "b")], 0)]))
+        .await
+        .unwrap();
     assert_eq!(r.overall_code(), Code::OverLimit);
     // The fixed-window unit of a minute: after it, counts are gone.
     h.clock.advance(Duration::from_secs(120));
@@ -226,7 +259,10 @@ async fn a_descriptors_own_limit_applies_without_a_rule() {
     let limit = r.statuses[0].current_limit.clone().unwrap();
     assert_eq!((limit.name.as_str(), limit.requests_per_unit), ("", 2));
     let r = h.rls(request("elsewhere", vec![overridden])).await.unwrap();
-    assert_eq!((r.overall_code(), r.statuses[0].current_limit.as_ref()), (Code::Ok, None));
+    assert_eq!(
+        (r.overall_code(), r.statuses[0].current_limit.as_ref()),
+        (Code::Ok, None)
+    );
 }
 
 /// A rule in shadow mode that would refuse answers OK, and the headers say
@@ -272,7 +308,15 @@ async fn the_global_shadow_mode() {
 async fn the_global_quota_mode() {
     let mut h = Harness::start_with(RULES, |o| o.settings.quota_mode = true).await;
     h.rls(one("d", &[("service", "service_1")])).await.unwrap();
-    let both = || request("d", vec![descriptor(&[("service", "service_1")]), descriptor(&[("service", "service_2")])]);
+    let both = || {
+        request(
+            "d",
+            vec![
+                descriptor(&[("service", "service_1")]),
+                descriptor(&[("service", "service_2")]),
+            ],
+        )
+    };
     let r = h.rls(both()).await.unwrap();
     assert_eq!(r.overall_code(), Code::Ok);
     assert_eq!(codes(&r), [Code::OverLimit, Code::Ok]);
@@ -294,7 +338,10 @@ async fn envoyproxys_response_headers() {
     })
     .await;
     let r = h
-        .rls(request("d", vec![descriptor(&[("plain", "a")]), descriptor(&[("named", "a")])]))
+        .rls(request(
+            "d",
+            vec![descriptor(&[("plain", "a")]), descriptor(&[("named", "a")])],
+        ))
         .await
         .unwrap();
     let headers = added(&r);
@@ -305,7 +352,7 @@ async fn envoyproxys_response_headers() {
     // The seconds until the limit's counted usage has expired, rounded up:
     // the status's `duration_until_reset` (for a sliding window, up to a
     // bucket beyond the window; see the README's table of differences).
-    let until = r.statuses[1].duration_until_reset.clone().unwrap();
+    let until = r.statuses[1].duration_until_reset.unwrap();
     let secs = until.seconds + i64::from(until.nanos > 0);
     assert!((60..=68).contains(&secs), "{until:?}");
     assert_eq!(get("ratelimit-reset"), Some(secs.to_string()));
@@ -320,7 +367,10 @@ async fn envoyproxys_response_headers() {
 #[tokio::test]
 async fn dynamic_metadata_carries_the_rules_metadata() {
     let mut h = Harness::start_with(RULES, |o| o.settings.dynamic_metadata = true).await;
-    let mut r = request("d", vec![descriptor(&[("tagged", "a")]), with_hits(&[("tagged2", "b")], 2)]);
+    let mut r = request(
+        "d",
+        vec![descriptor(&[("tagged", "a")]), with_hits(&[("tagged2", "b")], 2)],
+    );
     r.hits_addend = 1;
     let answer = h.rls(r).await.unwrap();
     let metadata = serde_json::to_value(answer.dynamic_metadata.unwrap()).unwrap();
@@ -338,5 +388,71 @@ async fn dynamic_metadata_carries_the_rules_metadata() {
     );
     // Off by default.
     let mut plain = Harness::start(RULES).await;
-    assert!(plain.rls(one("d", &[("tagged", "a")])).await.unwrap().dynamic_metadata.is_none());
+    assert!(
+        plain
+            .rls(one("d", &[("tagged", "a")]))
+            .await
+            .unwrap()
+            .dynamic_metadata
+            .is_none()
+    );
+}
+
+/// `MERGE_DOMAIN_CONFIG`: two files of one domain serve as one; without it
+/// the start fails naming both files.
+#[tokio::test]
+async fn merged_domain_files_serve_as_one() {
+    let part = |key: &str| {
+        format!(
+            "domain: shop\ndescriptors:\n  - key: {key}\n    rate_limit: {{ unit: minute, requests_per_unit: 1 }}\n"
+        )
+    };
+    let merged = common::TempDir::new("merged");
+    merged.write("a.yaml", &part("cart"));
+    merged.write("b.yaml", &part("search"));
+    let mut h = Harness::start_with("", |o| {
+        o.merge_domains = true;
+        o.config = vec![merged.0.clone()];
+    })
+    .await;
+    for key in ["cart", "search"] {
+        assert_eq!(
+            h.rls(one("shop", &[(key, "x")])).await.unwrap().overall_code(),
+            Code::Ok
+        );
+        assert_eq!(
+            h.rls(one("shop", &[(key, "x")])).await.unwrap().overall_code(),
+            Code::OverLimit,
+            "{key}"
+        );
+    }
+    let dir = common::TempDir::new("unmerged");
+    dir.write("a.yaml", &part("cart"));
+    dir.write("b.yaml", &part("search"));
+    let options = slidegate_server::server::Options {
+        http: "127.0.0.1:0".parse().unwrap(),
+        grpc: "127.0.0.1:0".parse().unwrap(),
+        config: vec![dir.0.clone()],
+        ..Default::default()
+    };
+    let Err(e) = slidegate_server::server::start(options, slidegate_core::ManualClock::new(0)).await else {
+        panic!("two files of one domain started without merging");
+    };
+    let message = e.to_string();
+    assert!(message.contains("a.yaml") && message.contains("b.yaml"), "{message}");
+}
+
+/// `NEAR_LIMIT_RATIO` out of 0 to 1 stops the start, naming the value.
+#[tokio::test]
+async fn a_bad_near_limit_ratio_stops_the_start() {
+    let options = slidegate_server::server::Options {
+        http: "127.0.0.1:0".parse().unwrap(),
+        grpc: "127.0.0.1:0".parse().unwrap(),
+        near_limit_ratio: 1.5,
+        ..Default::default()
+    };
+    let Err(e) = slidegate_server::server::start(options, slidegate_core::ManualClock::new(0)).await else {
+        panic!("started with a ratio of 1.5");
+    };
+    assert!(e.to_string().contains("1.5"), "{e}");
 }

@@ -164,4 +164,3 @@ pub fn one(domain: &str, entries: &[(&str, &str)]) -> RateLimitRequest {
 pub fn codes(response: &RateLimitResponse) -> Vec<Code> {
     response.statuses.iter().map(|s| s.code()).collect()
 }
-
