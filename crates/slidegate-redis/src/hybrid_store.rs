@@ -184,15 +184,21 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridStore<C> {
 
     /// The limiter of `quota`, made on its first use.
     fn limiter(&self, quota: &Quota) -> Result<HybridLimiter<C>, StoreError> {
-        if let Some(limiter) = self.limiters.read().get(quota.tag()) {
+        // A quota's identity may outlive its policy (a limit changed by a
+        // reload): a limiter serves only the policy it was made for.
+        if let Some(limiter) = self.limiters.read().get(quota.tag())
+            && limiter.policy() == quota.policy()
+        {
             return Ok(limiter.clone());
         }
         self.supports(quota)?;
         let mut limiters = self.limiters.write();
-        if let Some(limiter) = limiters.get(quota.tag()) {
+        if let Some(limiter) = limiters.get(quota.tag())
+            && limiter.policy() == quota.policy()
+        {
             return Ok(limiter.clone());
         }
-        if limiters.len() >= MAX_HYBRID_LIMITS {
+        if limiters.len() >= MAX_HYBRID_LIMITS && !limiters.contains_key(quota.tag()) {
             return Err(StoreError::Unsupported {
                 policy: quota.policy().to_string(),
                 reason: format!("this hybrid store already keeps {MAX_HYBRID_LIMITS} distinct limits, its most"),

@@ -317,8 +317,12 @@ impl<C: Clock> Engine<C> {
     }
 
     /// Replaces the config at once. Counters are keyed by the descriptor
-    /// and the limit's policy tag, so limits that did not change keep
-    /// counting where they were; changed limits start afresh.
+    /// and the limit's count identity (its algorithm, window, parameters
+    /// and place in its rule, not its `requests_per_unit`; see the config's
+    /// quotas), so limits that did not change keep counting where they
+    /// were, and so does a limit whose `requests_per_unit` changed (but for
+    /// `gcra`, and in the hybrid mode, which start afresh); a changed unit,
+    /// window, algorithm or parameter starts afresh.
     ///
     /// # Errors
     ///

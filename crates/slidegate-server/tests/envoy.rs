@@ -456,3 +456,43 @@ async fn a_bad_near_limit_ratio_stops_the_start() {
     };
     assert!(e.to_string().contains("1.5"), "{e}");
 }
+
+/// A reload that changes only a limit's `requests_per_unit` keeps its
+/// count, as envoyproxy/ratelimit's counters (keyed by descriptor and unit)
+/// do; a changed unit, algorithm or `gcra` limit starts afresh.
+#[tokio::test]
+async fn a_changed_limit_keeps_its_count_across_a_reload() {
+    let yaml = |n: u32, unit: &str, extra: &str| {
+        format!(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {{ unit: {unit}, requests_per_unit: {n}{extra} }}\n"
+        )
+    };
+    let mut h = Harness::start(&yaml(5, "minute", "")).await;
+    let mut send = async |h: &mut Harness| h.rls(one("d", &[("k", "a")])).await.unwrap();
+    for _ in 0..4 {
+        assert_eq!(send(&mut h).await.overall_code(), Code::Ok);
+    }
+    let reload = |h: &Harness, text: &str| {
+        h.dir.write("domain.yaml", text);
+        h.running.shared().reload().unwrap();
+    };
+    // 4 counted; the limit goes up to 6: two more pass, not six.
+    reload(&h, &yaml(6, "minute", ""));
+    let r = send(&mut h).await;
+    assert_eq!((r.overall_code(), r.statuses[0].limit_remaining), (Code::Ok, 1));
+    assert_eq!(send(&mut h).await.overall_code(), Code::Ok);
+    assert_eq!(send(&mut h).await.overall_code(), Code::OverLimit);
+    // Down to 3: already over.
+    reload(&h, &yaml(3, "minute", ""));
+    assert_eq!(send(&mut h).await.overall_code(), Code::OverLimit);
+    // Another unit is another count.
+    reload(&h, &yaml(3, "hour", ""));
+    let r = send(&mut h).await;
+    assert_eq!((r.overall_code(), r.statuses[0].limit_remaining), (Code::Ok, 2));
+    // gcra's state is in its limit's interval: a new limit starts afresh.
+    reload(&h, &yaml(2, "hour", ", algorithm: gcra"));
+    assert_eq!(send(&mut h).await.overall_code(), Code::Ok);
+    reload(&h, &yaml(3, "hour", ", algorithm: gcra"));
+    let r = send(&mut h).await;
+    assert_eq!((r.overall_code(), r.statuses[0].limit_remaining), (Code::Ok, 2));
+}

@@ -219,23 +219,34 @@ async fn two_limits_on_two_instances_admit_exactly_the_smaller() {
     assert_eq!(a.metric("slidegate_redis_errors_total"), 0.0);
 }
 
-/// An unchanged limit keeps counting across a reload; a changed one
-/// starts afresh.
+/// Counts survive a reload in Redis too: an unchanged limit keeps counting,
+/// a limit whose `requests_per_unit` changed keeps its count under the new
+/// limit, and a changed unit starts afresh.
 #[tokio::test]
 async fn counts_survive_a_reload_for_unchanged_limits() {
     let redis = RedisServer::start();
-    let two = "domain: r\ndescriptors:\n  - key: keep\n    rate_limit: { unit: hour, requests_per_unit: 5, algorithm: fixed_window }\n  - key: change\n    rate_limit: { unit: hour, requests_per_unit: 5, algorithm: fixed_window }\n";
-    let mut h = Instance::on(&redis, two).await;
+    let rules = |change: u32, unit: &str| {
+        format!(
+            "domain: r\ndescriptors:\n  - key: keep\n    rate_limit: {{ unit: hour, requests_per_unit: 5, algorithm: fixed_window }}\n  - key: change\n    rate_limit: {{ unit: {unit}, requests_per_unit: {change}, algorithm: fixed_window }}\n"
+        )
+    };
+    let mut h = Instance::on(&redis, &rules(5, "hour")).await;
     for _ in 0..4 {
         assert_eq!(h.hit("r", &[("keep", "x")]).await, Code::Ok);
         assert_eq!(h.hit("r", &[("change", "x")]).await, Code::Ok);
     }
-    let changed = "domain: r\ndescriptors:\n  - key: keep\n    rate_limit: { unit: hour, requests_per_unit: 5, algorithm: fixed_window }\n  - key: change\n    rate_limit: { unit: hour, requests_per_unit: 6, algorithm: fixed_window }\n";
-    h.dir.write("domain.yaml", changed);
+    h.dir.write("domain.yaml", &rules(6, "hour"));
     h.running.shared().reload().unwrap();
-    // `keep` has one left; `change` starts afresh at 6.
+    // `keep` has one left; `change` has 4 counted of its new 6.
     assert_eq!(h.hit("r", &[("keep", "x")]).await, Code::Ok);
     assert_eq!(h.hit("r", &[("keep", "x")]).await, Code::OverLimit);
+    for _ in 0..2 {
+        assert_eq!(h.hit("r", &[("change", "x")]).await, Code::Ok);
+    }
+    assert_eq!(h.hit("r", &[("change", "x")]).await, Code::OverLimit);
+    // Another unit is another count: 6 more.
+    h.dir.write("domain.yaml", &rules(6, "day"));
+    h.running.shared().reload().unwrap();
     for _ in 0..6 {
         assert_eq!(h.hit("r", &[("change", "x")]).await, Code::Ok);
     }

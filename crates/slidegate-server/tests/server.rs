@@ -506,7 +506,7 @@ descriptors:
 }
 
 /// A good new config replaces the old one without resetting the limits
-/// that did not change; a bad one is refused and the old one keeps
+/// that did not change or changed only their `requests_per_unit`; a bad one is refused and the old one keeps
 /// serving; both are counted.
 #[tokio::test]
 async fn reload_good_and_bad_files() {
@@ -534,9 +534,10 @@ async fn reload_good_and_bad_files() {
         ))
         .await
         .unwrap();
-    // `keep` went on counting (5 − 4); `change` started afresh (50 − 1).
+    // `keep` went on counting (5 − 4); so did `change`, under its new
+    // limit (50 − 4), as envoyproxy/ratelimit's counters do.
     let remaining: Vec<u32> = after.statuses.iter().map(|s| s.limit_remaining).collect();
-    assert_eq!(remaining, vec![1, 49, 0]);
+    assert_eq!(remaining, vec![1, 46, 0]);
 
     h.dir.write(
         "domain.yaml",
@@ -575,9 +576,10 @@ async fn the_watcher_reloads_a_changed_file() {
         h.metric("slidegate_config_reloads_total{result=\"success\"}").await,
         Some(1.0)
     );
+    // The new limit, with the count so far (2 of 500).
     assert_eq!(
         h.rls(one("w", &[("k", "v")])).await.unwrap().statuses[0].limit_remaining,
-        499
+        498
     );
 }
 

@@ -107,12 +107,32 @@ impl Quota {
         }
     }
 
+    /// The quota of `policy`, counted under `identity` instead of its
+    /// policy's tag: [`Quota::tag`] is `identity` and [`Quota::id`] its
+    /// digest, so that stores keep its count where they keep the counts of
+    /// every quota of that identity. A consumer gives two policies one
+    /// identity so that a count carries over from one to the other (the
+    /// service keeps a limit's count when a reload changes only its
+    /// `requests_per_unit`); it must never give one identity to two quotas
+    /// of one decision, and only to policies whose states the stores can
+    /// share (the same algorithm, window and parameters). `identity` must
+    /// not contain `{` or `}` (Redis keys put the key in braces).
+    pub fn with_identity(policy: Policy, identity: &str) -> Self {
+        let id = Fnv(0xcbf2_9ce4_8422_2325).bytes(identity.as_bytes()).0;
+        Quota {
+            policy,
+            tag: OnceLock::from(Arc::<str>::from(identity)),
+            id,
+        }
+    }
+
     /// The policy.
     pub fn policy(&self) -> &Policy {
         &self.policy
     }
 
-    /// The policy's tag, [`Policy::tag`].
+    /// The policy's tag, [`Policy::tag`], or the identity it was given
+    /// ([`Quota::with_identity`]).
     pub fn tag(&self) -> &str {
         self.tag.get_or_init(|| self.policy.tag().into())
     }
@@ -124,10 +144,10 @@ impl Quota {
     }
 }
 
-/// Quotas are equal when their policies are (their tags then are too).
+/// Quotas are equal when their policies and their identities are.
 impl PartialEq for Quota {
     fn eq(&self, other: &Self) -> bool {
-        self.policy == other.policy
+        self.policy == other.policy && self.id == other.id
     }
 }
 
@@ -399,6 +419,12 @@ mod tests {
         let other = Quota::new(Policy::new(101, Duration::from_secs(60), algorithm).expect("a valid policy"));
         assert_ne!(other, quota);
         assert_ne!(other.id(), quota.id());
+        // Given an identity: counted as it, whatever the limit.
+        let a = Quota::with_identity(policy, "rule-7");
+        let b = Quota::with_identity(*other.policy(), "rule-7");
+        assert_eq!((a.tag(), a.id()), (b.tag(), b.id()));
+        assert_ne!(a, b);
+        assert_ne!(a, quota);
     }
 
     #[test]
