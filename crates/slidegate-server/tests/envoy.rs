@@ -468,7 +468,7 @@ async fn a_changed_limit_keeps_its_count_across_a_reload() {
         )
     };
     let mut h = Harness::start(&yaml(5, "minute", "")).await;
-    let mut send = async |h: &mut Harness| h.rls(one("d", &[("k", "a")])).await.unwrap();
+    let send = async |h: &mut Harness| h.rls(one("d", &[("k", "a")])).await.unwrap();
     for _ in 0..4 {
         assert_eq!(send(&mut h).await.overall_code(), Code::Ok);
     }

@@ -947,6 +947,53 @@ fn is_float(text: &str) -> bool {
     mantissa_ok && exponent_ok
 }
 
+/// Gives each limit's quota the identity its count is kept under: its
+/// algorithm, window and parameters and its place in its rule, without its
+/// `requests_per_unit`, so that a reload that changes only the limit keeps
+/// the count (the limits of one rule are always charged together, so
+/// their places tell their counts apart). `gcra`'s state is measured in the
+/// limit's emission interval: its identity keeps the limit, and a changed
+/// limit starts afresh. The descriptor itself is the store's key, not
+/// part of the identity.
+fn name_counts(rules: &mut [Rule]) {
+    for rule in rules {
+        for (j, limit) in rule.limits.iter_mut().enumerate() {
+            if let Some(policy) = limit.policy {
+                limit.quota = Some(slidegate_store::Quota::with_identity(
+                    policy,
+                    &count_identity(&policy, j),
+                ));
+            }
+        }
+        name_counts(&mut rule.children);
+    }
+}
+
+/// The identity of the count of `policy`, the `j`-th limit of its rule.
+fn count_identity(policy: &Policy, j: usize) -> String {
+    use slidegate_core::Algorithm;
+    let algorithm = policy.algorithm();
+    if matches!(algorithm, Algorithm::Gcra { .. }) {
+        return format!("{}#{j}", policy.tag());
+    }
+    let params = match algorithm {
+        Algorithm::SlidingWindow { buckets, weighting } => {
+            format!(
+                ":{buckets}{}",
+                if weighting == Weighting::Conservative { 'c' } else { 'i' }
+            )
+        }
+        Algorithm::ExponentialHistogram { epsilon } => format!(":{epsilon}"),
+        _ => String::new(),
+    };
+    format!(
+        "v{}:{}:count:{}{params}#{j}",
+        Policy::TAG_VERSION,
+        algorithm.name(),
+        policy.window_ns()
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -996,51 +1043,4 @@ mod tests {
             })
         );
     }
-}
-
-/// Gives each limit's quota the identity its count is kept under: its
-/// algorithm, window and parameters and its place in its rule, without its
-/// `requests_per_unit`, so that a reload that changes only the limit keeps
-/// the count (the limits of one rule are always charged together, so
-/// their places tell their counts apart). `gcra`'s state is measured in the
-/// limit's emission interval: its identity keeps the limit, and a changed
-/// limit starts afresh. The descriptor itself is the store's key, not
-/// part of the identity.
-fn name_counts(rules: &mut [Rule]) {
-    for rule in rules {
-        for (j, limit) in rule.limits.iter_mut().enumerate() {
-            if let Some(policy) = limit.policy {
-                limit.quota = Some(slidegate_store::Quota::with_identity(
-                    policy,
-                    &count_identity(&policy, j),
-                ));
-            }
-        }
-        name_counts(&mut rule.children);
-    }
-}
-
-/// The identity of the count of `policy`, the `j`-th limit of its rule.
-fn count_identity(policy: &Policy, j: usize) -> String {
-    use slidegate_core::Algorithm;
-    let algorithm = policy.algorithm();
-    if matches!(algorithm, Algorithm::Gcra { .. }) {
-        return format!("{}#{j}", policy.tag());
-    }
-    let params = match algorithm {
-        Algorithm::SlidingWindow { buckets, weighting } => {
-            format!(
-                ":{buckets}{}",
-                if weighting == Weighting::Conservative { 'c' } else { 'i' }
-            )
-        }
-        Algorithm::ExponentialHistogram { epsilon } => format!(":{epsilon}"),
-        _ => String::new(),
-    };
-    format!(
-        "v{}:{}:count:{}{params}#{j}",
-        Policy::TAG_VERSION,
-        algorithm.name(),
-        policy.window_ns()
-    )
 }
