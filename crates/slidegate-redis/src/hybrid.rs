@@ -426,7 +426,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
                 reason: "HybridLimiter::new counts sliding_window only; HybridLimiter::any_window takes fixed_window too",
             });
         }
-        Self::build(redis, policy, options, None)
+        Self::build(redis, Quota::new(policy), options, None)
     }
 
     /// A hybrid limiter of `policy` over `redis` as [`HybridLimiter::new`],
@@ -440,17 +440,19 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
     /// `exponential_histogram`; [`RedisStoreError::Options`] as
     /// [`HybridLimiter::new`].
     pub fn any_window(redis: RedisStore<C>, policy: Policy, options: HybridOptions) -> Result<Self, RedisStoreError> {
-        Self::build(redis, policy, options, None)
+        Self::build(redis, Quota::new(policy), options, None)
     }
 
-    /// The limiter, its decisions and replies taking `stripes` when given,
-    /// its batches waking `wake` (a store's shared sync) when given.
+    /// The limiter of `quota` (its Redis keys named by its identity), its
+    /// decisions and replies taking `stripes` when given, its batches waking
+    /// `wake` (a store's shared sync) when given.
     pub(crate) fn build(
         redis: RedisStore<C>,
-        policy: Policy,
+        quota: Quota,
         options: HybridOptions,
         shared: Option<(Arc<Stripes>, Arc<Notify>)>,
     ) -> Result<Self, RedisStoreError> {
+        let policy = *quota.policy();
         let (n, fixed) = match policy.algorithm() {
             Algorithm::SlidingWindow { buckets, .. } => (u64::from(buckets), false),
             Algorithm::FixedWindow => (1, true),
@@ -489,7 +491,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
                 commands: AtomicU64::new(0),
                 failures: AtomicU64::new(0),
                 redis,
-                quota: Quota::new(policy),
+                quota,
                 options,
             }),
         })

@@ -209,8 +209,8 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridStore<C> {
             reason: e.to_string(),
         };
         let shared = (Arc::clone(&self.stripes), Arc::clone(&self.wake));
-        let limiter = HybridLimiter::build(self.redis.clone(), *quota.policy(), self.options, Some(shared))
-            .map_err(unsupported)?;
+        let limiter =
+            HybridLimiter::build(self.redis.clone(), quota.clone(), self.options, Some(shared)).map_err(unsupported)?;
         limiters.insert(quota.tag().into(), limiter.clone());
         Ok(limiter)
     }

@@ -321,8 +321,9 @@ impl<C: Clock> Engine<C> {
     /// and place in its rule, not its `requests_per_unit`; see the config's
     /// quotas), so limits that did not change keep counting where they
     /// were, and so does a limit whose `requests_per_unit` changed (but for
-    /// `gcra`, and in the hybrid mode, which start afresh); a changed unit,
-    /// window, algorithm or parameter starts afresh.
+    /// `gcra`, which starts afresh; the hybrid mode drops the counts it has
+    /// not yet synced); a changed unit, window, algorithm or parameter
+    /// starts afresh.
     ///
     /// # Errors
     ///
