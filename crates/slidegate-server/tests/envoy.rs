@@ -496,3 +496,43 @@ async fn a_changed_limit_keeps_its_count_across_a_reload() {
     let r = send(&mut h).await;
     assert_eq!((r.overall_code(), r.statuses[0].limit_remaining), (Code::Ok, 2));
 }
+
+/// The server loads what envoyproxy/ratelimit loads: anchors and aliases,
+/// a `replaces` naming no limit, a limit without `requests_per_unit` (0,
+/// refusing everything), and serves it.
+#[tokio::test]
+async fn the_server_loads_what_envoyproxy_ratelimit_loads() {
+    let yaml = "
+domain: d
+descriptors:
+  - key: a
+    rate_limit: &two { unit: minute, requests_per_unit: 2 }
+  - key: b
+    rate_limit: *two
+  - key: ghostly
+    rate_limit: { unit: minute, requests_per_unit: 3, replaces: [ { name: nowhere } ] }
+  - key: zero
+    rate_limit: { unit: minute }
+";
+    let mut h = Harness::start(yaml).await;
+    let config = h.running.shared().engine().config();
+    assert_eq!(config.warnings().len(), 2, "{:?}", config.warnings());
+    for key in ["a", "b"] {
+        let seen: Vec<Code> = {
+            let mut out = Vec::new();
+            for _ in 0..3 {
+                out.push(h.rls(one("d", &[(key, "x")])).await.unwrap().overall_code());
+            }
+            out
+        };
+        assert_eq!(seen, [Code::Ok, Code::Ok, Code::OverLimit], "{key}");
+    }
+    assert_eq!(
+        h.rls(one("d", &[("ghostly", "x")])).await.unwrap().overall_code(),
+        Code::Ok
+    );
+    assert_eq!(
+        h.rls(one("d", &[("zero", "x")])).await.unwrap().overall_code(),
+        Code::OverLimit
+    );
+}
