@@ -209,6 +209,21 @@ impl Args {
         };
         let bytes = mib("--memory-mib", self.memory_mib)?;
         let other_bytes = mib("--other-memory-mib", self.other_memory_mib)?;
+        // The stores are allocated whole at start: refuse what the machine
+        // (or the cgroup the process runs in) cannot hold, before trying.
+        if self.redis.is_empty()
+            && let Some((limit, what)) = memory_limit()
+        {
+            let asked = (bytes as u64).saturating_add(other_bytes as u64);
+            anyhow::ensure!(
+                asked < limit,
+                "--memory-mib {} and --other-memory-mib {} ask for {} MiB, but {what} has {} MiB: give less",
+                self.memory_mib,
+                self.other_memory_mib,
+                asked >> 20,
+                limit >> 20
+            );
+        }
         for (flag, value) in [
             ("--max-body", self.max_body),
             ("--max-descriptors", self.max_descriptors),
@@ -294,7 +309,18 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
         .context("cannot start the async runtime")?;
     runtime.block_on(async {
         let signal = server::shutdown_signal().context("cannot install the SIGTERM and SIGINT handlers")?;
+        let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .context("cannot install the SIGHUP handler")?;
         let running = server::start(options, MonotonicClock::new()).await?;
+        // SIGHUP reloads the config now, through the watcher's path (which
+        // logs the outcome and counts it).
+        let shared = std::sync::Arc::clone(running.shared());
+        tokio::spawn(async move {
+            while hangup.recv().await.is_some() {
+                tracing::info!("SIGHUP: reloading the config");
+                let _ = shared.reload();
+            }
+        });
         eprintln!("slidegate: HTTP on {}, gRPC on {}", running.http, running.grpc);
         running.run_until(signal).await;
         anyhow::Ok(())
@@ -304,4 +330,27 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
 /// A header name for `--limit-*-header`.
 fn parse_header_name(text: &str) -> Result<http::HeaderName, String> {
     http::HeaderName::try_from(text).map_err(|_| format!("`{text}` is not a valid HTTP header name"))
+}
+
+/// The memory this process may use: the smaller of the machine's
+/// (`MemTotal` in `/proc/meminfo`) and its cgroup's limit (v2
+/// `memory.max`, v1 `memory.limit_in_bytes`), with what it is; `None`
+/// where neither can be read.
+fn memory_limit() -> Option<(u64, &'static str)> {
+    let machine = std::fs::read_to_string("/proc/meminfo").ok().and_then(|text| {
+        let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some((kib.saturating_mul(1024), "this machine"))
+    });
+    let cgroup = [
+        "/sys/fs/cgroup/memory.max",
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    ]
+    .iter()
+    .find_map(|path| std::fs::read_to_string(path).ok()?.trim().parse::<u64>().ok())
+    .map(|bytes| (bytes, "the process's cgroup"));
+    match (machine, cgroup) {
+        (Some(m), Some(c)) => Some(if c.0 < m.0 { c } else { m }),
+        (m, c) => m.or(c),
+    }
 }

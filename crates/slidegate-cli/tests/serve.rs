@@ -327,3 +327,78 @@ fn requests_leave_no_trace_at_info() {
     );
     assert!(!help.contains("token-0d1e2f"), "{help}");
 }
+
+/// SIGHUP reloads the config at once (no watcher here: `--reload-every
+/// 0s`), and the process lives on.
+#[test]
+fn sighup_reloads_the_config_and_the_process_survives() {
+    let dir = std::env::temp_dir().join(format!("slidegate-cli-hup-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("d.yaml");
+    let yaml = |n: u32| {
+        format!("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {{ unit: hour, requests_per_unit: {n} }}\n")
+    };
+    std::fs::write(&file, yaml(1)).unwrap();
+    let (child, addr) = serve(&["--reload-every", "0s", "--config", file.to_str().unwrap()]);
+    let body = r#"{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}"#;
+    let status = |answer: String| answer.lines().next().unwrap_or_default().to_owned();
+    assert_eq!(status(request(&addr, "POST", "/json", body)), "HTTP/1.1 200 OK");
+    assert_eq!(
+        status(request(&addr, "POST", "/json", body)),
+        "HTTP/1.1 429 Too Many Requests"
+    );
+    std::fs::write(&file, yaml(3)).unwrap();
+    let hup = Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    // The reload is counted when done: wait for it (bounded). One request
+    // is counted (the refused one is not), so the new limit of 3 admits two
+    // more.
+    let mut reloaded = false;
+    for _ in 0..200 {
+        if get(&addr, "/metrics").contains("slidegate_config_reloads_total{result=\"success\"} 1") {
+            reloaded = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    assert!(reloaded, "SIGHUP did not reload within 5 s");
+    assert_eq!(status(request(&addr, "POST", "/json", body)), "HTTP/1.1 200 OK");
+    assert_eq!(status(request(&addr, "POST", "/json", body)), "HTTP/1.1 200 OK");
+    assert_eq!(
+        status(request(&addr, "POST", "/json", body)),
+        "HTTP/1.1 429 Too Many Requests"
+    );
+    let term = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    assert_eq!(exit_code(child), Some(0));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Stores larger than the machine's memory are refused before anything is
+/// allocated, naming the flag and the memory there is.
+#[test]
+fn memory_beyond_the_machine_is_refused() {
+    let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        .args([
+            "serve",
+            "--http",
+            "127.0.0.1:0",
+            "--grpc",
+            "127.0.0.1:0",
+            "--memory-mib",
+            "99999999",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--memory-mib 99999999"), "{stderr}");
+    assert!(stderr.contains("MiB: give less"), "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+}
