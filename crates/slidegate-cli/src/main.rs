@@ -17,6 +17,7 @@ mod bench;
 mod bench_clients;
 mod bench_hybrid;
 mod bench_redis;
+mod check;
 mod plots;
 mod progress;
 mod serve;
@@ -41,6 +42,12 @@ enum Command {
     /// watches them and reloads them when they change; the counters live in
     /// a bounded in-memory store. Stops gracefully on SIGTERM or SIGINT.
     Serve(Box<serve::Args>),
+    /// Load a config exactly as `serve` would, without serving it
+    ///
+    /// Prints a line per domain and exits 0, or prints the first error
+    /// (file, line, column and key) and exits 1. With --redis, every limit
+    /// must have a Redis form too.
+    Check(check::Args),
     /// Measure decisions per second, each case beside its baseline in the same run
     ///
     /// algorithms: every algorithm's decision on one key, reading the
@@ -70,6 +77,7 @@ fn main() -> ExitCode {
     let mut stdout = std::io::stdout().lock();
     let result = match &cli.command {
         Command::Serve(args) => serve::run(args),
+        Command::Check(args) => check::run(args, &mut stdout),
         Command::Bench(args) => bench::run(args, &mut stdout),
         Command::Simulate(args) => simulate::run(args, &mut stdout),
     };

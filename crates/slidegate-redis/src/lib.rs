@@ -304,7 +304,7 @@ pub use hybrid::{
     FIXED_WINDOW_SYNC, HybridLimiter, HybridOptions, HybridStats, SLIDING_WINDOW_SYNC, SyncReport, SyncTask,
 };
 pub use hybrid_store::{HybridStore, MAX_HYBRID_LIMITS, StaleSyncs};
-pub use store::{RedisStore, SentinelConnection};
+pub use store::{RedisStore, SentinelConnection, supports_quota};
 
 use redis::Script;
 use slidegate_core::{Algorithm, Clock, Decision, Policy, Weighting};

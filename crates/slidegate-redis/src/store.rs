@@ -313,6 +313,16 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisStore<C> {
 }
 
 /// The script's figures of `quota`, or why it has no Redis form.
+/// Whether a [`RedisStore`] can keep `quota`, without a connection: the
+/// answer of its [`Store::supports`](slidegate_store::Store::supports).
+///
+/// # Errors
+///
+/// [`StoreError::Unsupported`] with the reason.
+pub fn supports_quota(quota: &Quota) -> Result<(), StoreError> {
+    params(quota).map(drop)
+}
+
 fn params(quota: &Quota) -> Result<Params, StoreError> {
     match microsecond_policy(quota.policy()) {
         Ok(micro) => Ok(Params::of(&micro)),

@@ -813,6 +813,20 @@ fn chain(e: &dyn std::error::Error) -> String {
 ///
 /// A [`ConfigError`] for the first such limit.
 pub fn check_config(config: &Config, store: &dyn DynStore) -> Result<(), ConfigError> {
+    check_config_with(config, &|quota| store.supports_dyn(quota))
+}
+
+/// [`check_config`] against a store's rule for the quotas it keeps
+/// (`supports`), without the store: for `slidegate check`, which checks a
+/// config's Redis form without connecting.
+///
+/// # Errors
+///
+/// A [`ConfigError`] for the first limit `supports` refuses.
+pub fn check_config_with(
+    config: &Config,
+    supports: &dyn Fn(&Quota) -> Result<(), StoreError>,
+) -> Result<(), ConfigError> {
     for domain in config.domains() {
         // A merged domain's rules come from several files: each top-level
         // rule is checked with its own.
@@ -822,7 +836,7 @@ pub fn check_config(config: &Config, store: &dyn DynStore) -> Result<(), ConfigE
                 .or_else(|| config.file_of(&domain.name))
                 .unwrap_or("<config>");
             let mut path = Vec::new();
-            check_rules(store, file, &domain.name, std::slice::from_ref(rule), &mut path)?;
+            check_rules(supports, file, &domain.name, std::slice::from_ref(rule), &mut path)?;
         }
     }
     Ok(())
@@ -831,7 +845,7 @@ pub fn check_config(config: &Config, store: &dyn DynStore) -> Result<(), ConfigE
 /// Checks the limits of `rules` and their children; `path` is the
 /// descriptor's entries so far (`key` or `key=value`).
 fn check_rules(
-    store: &dyn DynStore,
+    supports: &dyn Fn(&Quota) -> Result<(), StoreError>,
     file: &str,
     domain: &str,
     rules: &[Rule],
@@ -844,7 +858,7 @@ fn check_rules(
         });
         for (i, limit) in rule.limits.iter().enumerate() {
             let Some(quota) = &limit.quota else { continue };
-            if let Err(e) = store.supports_dyn(quota) {
+            if let Err(e) = supports(quota) {
                 let name = match &limit.name {
                     Some(name) => format!("limit `{name}`"),
                     None => format!("limit {}", i + 1),
@@ -862,7 +876,7 @@ fn check_rules(
                 });
             }
         }
-        check_rules(store, file, domain, &rule.children, path)?;
+        check_rules(supports, file, domain, &rule.children, path)?;
         path.pop();
     }
     Ok(())

@@ -30,12 +30,35 @@ pub(crate) fn router<C: Clock + Send + Sync + 'static>(shared: Arc<Shared<C>>) -
         .route("/v1/check", post(check::<C>))
         .route("/v1/reset", post(reset::<C>))
         .route("/healthz", get(|| async { "OK\n" }))
+        // envoyproxy/ratelimit's health check path.
+        .route("/healthcheck", get(|| async { "OK\n" }))
         .route("/metrics", get(metrics::<C>))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&shared),
             in_flight::<C>,
         ))
         .with_state(shared)
+}
+
+/// The endpoints, for the answer to a path that is none of them.
+const ENDPOINTS: &str = "POST /json, POST /v1/check, POST /v1/reset, GET /healthz, GET /healthcheck, GET /metrics";
+
+/// A path that is no endpoint: 404, as a problem document.
+async fn not_found(method: http::Method, uri: http::Uri) -> Problem {
+    Problem::new(
+        StatusCode::NOT_FOUND,
+        format!("no endpoint at {method} {}; the endpoints are {ENDPOINTS}", uri.path()),
+    )
+}
+
+/// An endpoint asked with the wrong method: 405, as a problem document.
+async fn method_not_allowed(method: http::Method, uri: http::Uri) -> Problem {
+    Problem::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("{} does not take {method}; the endpoints are {ENDPOINTS}", uri.path()),
+    )
 }
 
 /// Counts the request in `slidegate_http_requests_in_flight` until it is

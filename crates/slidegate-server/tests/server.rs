@@ -952,3 +952,26 @@ async fn silent_and_idle_grpc_connections_are_closed() {
         "closed before the idle timeout"
     );
 }
+
+/// A path that is no endpoint (404) and an endpoint asked with the wrong
+/// method (405) are answered with problem documents naming the endpoints;
+/// `/healthcheck` answers as envoyproxy/ratelimit's does.
+#[tokio::test]
+async fn unknown_paths_and_methods_are_problem_documents() {
+    let h = Harness::start(BASIC).await;
+    let (status, headers, body) = h.post("/nope", "{}").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(headers["content-type"], "application/problem+json");
+    let problem: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(problem["status"], 404);
+    assert!(problem["detail"].as_str().unwrap().contains("POST /nope"), "{body}");
+    let (status, body) = h.get("/json").await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    let problem: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(problem["status"], 405);
+    assert!(
+        problem["detail"].as_str().unwrap().contains("/json does not take GET"),
+        "{body}"
+    );
+    assert_eq!(h.get("/healthcheck").await, (StatusCode::OK, "OK\n".to_owned()));
+}
