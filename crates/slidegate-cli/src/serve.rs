@@ -68,6 +68,12 @@ pub(crate) struct Args {
     /// `grpc-timeout` if shorter.
     #[arg(long, env = "SLIDEGATE_REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_timeout, value_name = "DURATION")]
     request_timeout: Duration,
+    /// On SIGTERM or SIGINT, how long to keep serving after the gRPC health
+    /// service turns NOT_SERVING (and `/readyz` 503), so that load
+    /// balancers stop sending first; then the listeners close and the
+    /// requests in flight finish. `0s` stops at once.
+    #[arg(long, env = "SLIDEGATE_DRAIN_DELAY", default_value = "2s", value_parser = parse_interval, value_name = "DURATION")]
+    drain_delay: Duration,
     /// Most descriptors in one request.
     #[arg(long, env = "SLIDEGATE_MAX_DESCRIPTORS", default_value_t = 64)]
     max_descriptors: usize,
@@ -281,6 +287,7 @@ impl Args {
             },
             near_limit_ratio: self.near_limit_ratio,
             merge_domains: self.merge_domain_config,
+            drain_delay: self.drain_delay,
             response_headers: self.limit_response_headers_enabled.then(|| ResponseHeaderNames {
                 limit: self.limit_limit_header.clone(),
                 remaining: self.limit_remaining_header.clone(),

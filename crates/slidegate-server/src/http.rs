@@ -32,6 +32,7 @@ pub(crate) fn router<C: Clock + Send + Sync + 'static>(shared: Arc<Shared<C>>) -
         .route("/healthz", get(|| async { "OK\n" }))
         // envoyproxy/ratelimit's health check path.
         .route("/healthcheck", get(|| async { "OK\n" }))
+        .route("/readyz", get(ready::<C>))
         .route("/metrics", get(metrics::<C>))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -42,8 +43,23 @@ pub(crate) fn router<C: Clock + Send + Sync + 'static>(shared: Arc<Shared<C>>) -
         .with_state(shared)
 }
 
+/// Ready to take traffic: a config has loaded (a server starts only with
+/// one) and the server is not draining.
+async fn ready<C: Clock + Send + Sync + 'static>(
+    State(shared): State<Arc<Shared<C>>>,
+) -> Result<&'static str, Problem> {
+    if shared.draining.load(std::sync::atomic::Ordering::Relaxed) {
+        return Err(Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the server is draining: it stops soon",
+        ));
+    }
+    Ok("OK\n")
+}
+
 /// The endpoints, for the answer to a path that is none of them.
-const ENDPOINTS: &str = "POST /json, POST /v1/check, POST /v1/reset, GET /healthz, GET /healthcheck, GET /metrics";
+const ENDPOINTS: &str =
+    "POST /json, POST /v1/check, POST /v1/reset, GET /healthz, GET /healthcheck, GET /readyz, GET /metrics";
 
 /// A path that is no endpoint: 404, as a problem document.
 async fn not_found(method: http::Method, uri: http::Uri) -> Problem {

@@ -70,6 +70,9 @@ pub struct Options {
     /// are merged into one (a top-level descriptor defined twice is an
     /// error); without it, a domain in two files is an error.
     pub merge_domains: bool,
+    /// How long a stopping server keeps serving after its health turns
+    /// NOT_SERVING, for load balancers to notice.
+    pub drain_delay: Duration,
 }
 
 impl Default for Options {
@@ -92,6 +95,7 @@ impl Default for Options {
             response_headers: None,
             near_limit_ratio: crate::metrics::DEFAULT_NEAR_LIMIT_RATIO,
             merge_domains: false,
+            drain_delay: Duration::ZERO,
         }
     }
 }
@@ -133,6 +137,8 @@ pub struct Shared<C> {
     pub(crate) admin_token: Option<Box<[u8]>>,
     paths: Vec<PathBuf>,
     load_options: LoadOptions,
+    /// The server is draining: `/readyz` answers 503.
+    pub(crate) draining: std::sync::atomic::AtomicBool,
     /// Reloads tried so far, good or bad.
     reloads: watch::Sender<u64>,
 }
@@ -161,6 +167,7 @@ impl<C: Clock> Shared<C> {
             admin_token: options.admin_token.as_deref().map(|t| t.trim().as_bytes().into()),
             paths: options.config.clone(),
             load_options: load_options(options),
+            draining: std::sync::atomic::AtomicBool::new(false),
             reloads: watch::Sender::new(0),
         }
     }
@@ -176,6 +183,11 @@ impl<C: Clock> Shared<C> {
         let result = self.load_again();
         self.reloads.send_modify(|n| *n += 1);
         result
+    }
+
+    /// Whether the server is draining (stopping: health NOT_SERVING).
+    pub fn draining(&self) -> bool {
+        self.draining.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Reloads tried so far (good or bad), to wait on.
@@ -219,7 +231,13 @@ pub struct Running<C> {
     shared: Arc<Shared<C>>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
+    health: tonic_health::server::HealthReporter,
+    drain_delay: Duration,
 }
+
+/// The names the gRPC health service answers for: the whole server (`""`)
+/// and envoyproxy/ratelimit's service name.
+const HEALTH_NAMES: [&str; 2] = ["", "ratelimit"];
 
 impl<C: Clock> Running<C> {
     /// What the front ends share (the engine, the metrics, `reload`).
@@ -227,9 +245,22 @@ impl<C: Clock> Running<C> {
         &self.shared
     }
 
-    /// Stops accepting, lets the requests in flight finish, and returns
-    /// when both servers have stopped.
+    /// Drains: the gRPC health service answers NOT_SERVING and `/readyz`
+    /// 503 at once, new connections are still served for the drain delay
+    /// (so that load balancers notice), then the listeners close, the
+    /// requests in flight finish, and this returns when both servers have
+    /// stopped.
     pub async fn shutdown(self) {
+        self.shared.draining.store(true, std::sync::atomic::Ordering::Relaxed);
+        for name in HEALTH_NAMES {
+            self.health
+                .set_service_status(name, tonic_health::ServingStatus::NotServing)
+                .await;
+        }
+        if !self.drain_delay.is_zero() {
+            tracing::info!(delay = ?self.drain_delay, "draining: health says NOT_SERVING; still serving");
+            tokio::time::sleep(self.drain_delay).await;
+        }
         let _ = self.stop.send(true);
         for task in self.tasks {
             let _ = task.await;
@@ -319,6 +350,12 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
     )));
 
     let grpc_service = Grpc::service(Arc::clone(&shared)).max_decoding_message_size(options.body_limit);
+    let (health, health_service) = tonic_health::server::health_reporter();
+    for name in HEALTH_NAMES {
+        health
+            .set_service_status(name, tonic_health::ServingStatus::Serving)
+            .await;
+    }
     let grpc_stop = until_stopped(stopped.clone());
     tasks.push(tokio::spawn(async move {
         // Every connection must send the HTTP/2 preface within the header
@@ -329,6 +366,7 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
         );
         let served = tonic::transport::Server::builder()
             .timeout(timeouts.request)
+            .add_service(health_service)
             .add_service(grpc_service)
             .serve_with_incoming_shutdown(incoming, grpc_stop)
             .await;
@@ -364,6 +402,8 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
         shared,
         stop,
         tasks,
+        health,
+        drain_delay: options.drain_delay,
     })
 }
 

@@ -536,3 +536,55 @@ descriptors:
         Code::OverLimit
     );
 }
+
+/// The gRPC health service answers SERVING for `""` and `ratelimit`; on
+/// shutdown it turns NOT_SERVING and `/readyz` 503 at once, while the
+/// drain delay lets new requests still be answered.
+#[tokio::test]
+async fn health_turns_not_serving_before_the_listeners_close() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+    let h = Harness::start_with(RULES, |o| o.drain_delay = Duration::from_secs(3)).await;
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", h.running.grpc))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health = HealthClient::new(channel);
+    let status = async |health: &mut HealthClient<tonic::transport::Channel>, name: &str| {
+        let request = HealthCheckRequest {
+            service: name.to_owned(),
+        };
+        health.check(request).await.unwrap().into_inner().status()
+    };
+    for name in ["", "ratelimit"] {
+        assert_eq!(status(&mut health, name).await, ServingStatus::Serving, "{name:?}");
+    }
+    assert_eq!(h.get("/readyz").await.0, http::StatusCode::OK);
+    let shared = std::sync::Arc::clone(h.running.shared());
+    let http = h.running.http;
+    let Harness { running, mut grpc, .. } = h;
+    let stopping = tokio::spawn(running.shutdown());
+    // Bounded: the health answer turns within the drain delay.
+    let mut turned = false;
+    for _ in 0..100 {
+        if status(&mut health, "ratelimit").await == ServingStatus::NotServing {
+            turned = true;
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert!(turned, "health still SERVING while draining");
+    assert!(shared.draining());
+    // Still answering while draining: gRPC on an open channel, HTTP on a
+    // new connection.
+    let r = grpc
+        .should_rate_limit(one("d", &[("plain", "z")]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.overall_code(), Code::Ok);
+    let (status_code, body) = common::harness::http_get(http, "/readyz").await;
+    assert_eq!(status_code, http::StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    stopping.await.unwrap();
+}

@@ -83,19 +83,7 @@ impl Harness {
     }
 
     pub async fn get(&self, path: &str) -> (StatusCode, String) {
-        let stream = TcpStream::connect(self.running.http).await.unwrap();
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .unwrap();
-        tokio::spawn(connection);
-        let request = Request::get(path)
-            .header("host", "localhost")
-            .body(Full::new(Bytes::new()))
-            .unwrap();
-        let response = sender.send_request(request).await.unwrap();
-        let status = response.status();
-        let body = response.into_body().collect().await.unwrap().to_bytes();
-        (status, String::from_utf8(body.to_vec()).unwrap())
+        http_get(self.running.http, path).await
     }
 
     /// The value of one metric line, as written in /metrics.
@@ -163,4 +151,21 @@ pub fn one(domain: &str, entries: &[(&str, &str)]) -> RateLimitRequest {
 
 pub fn codes(response: &RateLimitResponse) -> Vec<Code> {
     response.statuses.iter().map(|s| s.code()).collect()
+}
+
+/// `GET path` on the server at `addr`, on a connection of its own.
+pub async fn http_get(addr: SocketAddr, path: &str) -> (StatusCode, String) {
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let request = Request::get(path)
+        .header("host", "localhost")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    let status = response.status();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8(body.to_vec()).unwrap())
 }
