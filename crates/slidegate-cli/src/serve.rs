@@ -74,6 +74,10 @@ pub(crate) struct Args {
     /// requests in flight finish. `0s` stops at once.
     #[arg(long, env = "SLIDEGATE_DRAIN_DELAY", default_value = "2s", value_parser = parse_interval, value_name = "DURATION")]
     drain_delay: Duration,
+    /// The largest config file read, in bytes; a larger one is refused
+    /// (at start and at reload) before it is read.
+    #[arg(long, env = "SLIDEGATE_MAX_CONFIG_BYTES", default_value_t = 64 << 20, value_name = "BYTES")]
+    max_config_bytes: u64,
     /// Most descriptors in one request.
     #[arg(long, env = "SLIDEGATE_MAX_DESCRIPTORS", default_value_t = 64)]
     max_descriptors: usize,
@@ -288,6 +292,7 @@ impl Args {
             near_limit_ratio: self.near_limit_ratio,
             merge_domains: self.merge_domain_config,
             drain_delay: self.drain_delay,
+            max_config_bytes: self.max_config_bytes,
             response_headers: self.limit_response_headers_enabled.then(|| ResponseHeaderNames {
                 limit: self.limit_limit_header.clone(),
                 remaining: self.limit_remaining_header.clone(),
@@ -325,7 +330,9 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
         tokio::spawn(async move {
             while hangup.recv().await.is_some() {
                 tracing::info!("SIGHUP: reloading the config");
-                let _ = shared.reload();
+                // Off the runtime's threads, as the watcher's reloads.
+                let shared = std::sync::Arc::clone(&shared);
+                let _ = tokio::task::spawn_blocking(move || shared.reload()).await;
             }
         });
         eprintln!("slidegate: HTTP on {}, gRPC on {}", running.http, running.grpc);

@@ -95,7 +95,13 @@ pub struct ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}:{}: ", self.file, self.line, self.column)?;
+        // An error about the whole file (it cannot be read, it is not a
+        // regular file) has no line to show.
+        if self.line == 0 {
+            write!(f, "{}: ", self.file)?;
+        } else {
+            write!(f, "{}:{}:{}: ", self.file, self.line, self.column)?;
+        }
         if let Some(key) = &self.key {
             write!(f, "{key}: ")?;
         }
@@ -146,9 +152,24 @@ pub struct LoadOptions {
     /// (key and value) defined in two of them is an error. Without it, a
     /// domain in two files is an error.
     pub merge_domains: bool,
+    /// The largest file read, in bytes (`None`: [`DEFAULT_MAX_FILE_BYTES`]);
+    /// a larger one is refused before it is read.
+    pub max_file_bytes: Option<u64>,
 }
 
+/// The largest config file read by default: 64 MiB, far beyond any
+/// hand-written config, and bounded so that a wrong path (a log, a disk
+/// image) is refused rather than read whole.
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 64 << 20;
+
 impl LoadOptions {
+    /// These options with [`LoadOptions::max_file_bytes`] set to `bytes`.
+    #[must_use]
+    pub fn max_file_bytes(mut self, bytes: u64) -> LoadOptions {
+        self.max_file_bytes = Some(bytes);
+        self
+    }
+
     /// These options with [`LoadOptions::merge_domains`] set to `merge`.
     #[must_use]
     pub fn merge_domains(mut self, merge: bool) -> LoadOptions {
@@ -221,8 +242,27 @@ impl Config {
         }
         let mut config = Config::default();
         let mut loading: BTreeMap<String, Loading> = BTreeMap::new();
+        let max = options.max_file_bytes.unwrap_or(DEFAULT_MAX_FILE_BYTES);
         for path in files {
             let name = path.display().to_string();
+            // Only regular files: a FIFO or a device would block the load
+            // or never end.
+            let metadata = std::fs::metadata(&path).map_err(|e| io_error(&path, &e))?;
+            if !metadata.is_file() {
+                return Err(file_error(
+                    &path,
+                    "not a regular file (a config is a YAML file or a folder of them)".to_owned(),
+                ));
+            }
+            if metadata.len() > max {
+                return Err(file_error(
+                    &path,
+                    format!(
+                        "{} bytes, over the limit of {max} bytes for a config file",
+                        metadata.len()
+                    ),
+                ));
+            }
             let text = std::fs::read_to_string(&path).map_err(|e| io_error(&path, &e))?;
             let parsed = parse::parse(&name, &text)?;
             config.add(parsed, name, &mut loading, options.merge_domains)?;
@@ -414,12 +454,17 @@ impl Config {
 }
 
 fn io_error(path: &Path, e: &std::io::Error) -> ConfigError {
+    file_error(path, format!("cannot read: {e}"))
+}
+
+/// An error about a whole file (line and column 0).
+fn file_error(path: &Path, message: String) -> ConfigError {
     ConfigError {
         file: path.display().to_string(),
         line: 0,
         column: 0,
         key: None,
-        message: format!("cannot read: {e}"),
+        message,
     }
 }
 

@@ -73,6 +73,8 @@ pub struct Options {
     /// How long a stopping server keeps serving after its health turns
     /// NOT_SERVING, for load balancers to notice.
     pub drain_delay: Duration,
+    /// The largest config file read, in bytes.
+    pub max_config_bytes: u64,
 }
 
 impl Default for Options {
@@ -96,6 +98,7 @@ impl Default for Options {
             near_limit_ratio: crate::metrics::DEFAULT_NEAR_LIMIT_RATIO,
             merge_domains: false,
             drain_delay: Duration::ZERO,
+            max_config_bytes: crate::config::DEFAULT_MAX_FILE_BYTES,
         }
     }
 }
@@ -390,7 +393,10 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
                 let now = fingerprint(&watched.paths);
                 if now != seen {
                     seen = now;
-                    let _ = watched.reload();
+                    // Parsing a large config takes time: off the runtime's
+                    // threads, the old config serving meanwhile.
+                    let shared = Arc::clone(&watched);
+                    let _ = tokio::task::spawn_blocking(move || shared.reload()).await;
                 }
             }
         }));
@@ -451,7 +457,9 @@ pub fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
 
 /// How the config files are read.
 fn load_options(options: &Options) -> LoadOptions {
-    LoadOptions::default().merge_domains(options.merge_domains)
+    LoadOptions::default()
+        .merge_domains(options.merge_domains)
+        .max_file_bytes(options.max_config_bytes)
 }
 
 /// Logs each of a loaded config's warnings once (at start and at each

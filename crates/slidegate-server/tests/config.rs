@@ -1676,3 +1676,33 @@ fn a_billion_laughs_is_refused() {
     assert!(text.len() > 50_000);
     assert_eq!(parse(&text).rules.len(), 2000);
 }
+
+/// A config path that is not a regular file (a FIFO would block the load
+/// for ever) and a file over the size limit are refused before they are
+/// read, naming the file once, with no line.
+#[test]
+fn fifos_and_oversized_files_are_refused() {
+    use slidegate_server::config::LoadOptions;
+    let dir = TempDir::new("special-files");
+    let fifo = dir.0.join("pipe.yaml");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let e = Config::load(std::slice::from_ref(&fifo)).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "{}: not a regular file (a config is a YAML file or a folder of them)",
+            fifo.display()
+        )
+    );
+    let big = dir.write("big.yaml", "domain: d\ndescriptors: []\n");
+    let options = LoadOptions::default().max_file_bytes(10);
+    let e = Config::load_with(std::slice::from_ref(&big), &options).unwrap_err();
+    assert!(
+        e.to_string()
+            .ends_with("26 bytes, over the limit of 10 bytes for a config file"),
+        "{e}"
+    );
+    assert_eq!(e.to_string().matches("big.yaml").count(), 1, "{e}");
+    assert!(Config::load(std::slice::from_ref(&big)).is_ok());
+}
