@@ -78,6 +78,11 @@ pub(crate) struct Args {
     /// (at start and at reload) before it is read.
     #[arg(long, env = "SLIDEGATE_MAX_CONFIG_BYTES", default_value_t = 64 << 20, value_name = "BYTES")]
     max_config_bytes: u64,
+    /// The log's format: `text`, or `json` (one object per line, for log
+    /// collectors; the line saying where it listens is then a log event
+    /// too).
+    #[arg(long, env = "SLIDEGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     /// Most descriptors in one request.
     #[arg(long, env = "SLIDEGATE_MAX_DESCRIPTORS", default_value_t = 64)]
     max_descriptors: usize,
@@ -310,11 +315,19 @@ impl Args {
 /// Serves until SIGTERM or SIGINT.
 pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
     let options = args.options()?;
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    let filter = || tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    match args.log_format {
+        LogFormat::Text => tracing_subscriber::fmt()
+            .with_env_filter(filter())
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        LogFormat::Json => tracing_subscriber::fmt()
+            .json()
+            .with_env_filter(filter())
+            .with_writer(std::io::stderr)
+            .init(),
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -335,7 +348,10 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
                 let _ = tokio::task::spawn_blocking(move || shared.reload()).await;
             }
         });
-        eprintln!("slidegate: HTTP on {}, gRPC on {}", running.http, running.grpc);
+        match args.log_format {
+            LogFormat::Text => eprintln!("slidegate: HTTP on {}, gRPC on {}", running.http, running.grpc),
+            LogFormat::Json => tracing::info!(http = %running.http, grpc = %running.grpc, "listening"),
+        }
         running.run_until(signal).await;
         anyhow::Ok(())
     })
@@ -367,4 +383,13 @@ fn memory_limit() -> Option<(u64, &'static str)> {
         (Some(m), Some(c)) => Some(if c.0 < m.0 { c } else { m }),
         (m, c) => m.or(c),
     }
+}
+
+/// `--log-format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
 }

@@ -402,3 +402,47 @@ fn memory_beyond_the_machine_is_refused() {
     assert!(stderr.contains("MiB: give less"), "{stderr}");
     assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
 }
+
+/// `--log-format json`: every line of the log is a JSON object, the line
+/// saying where it listens included.
+#[test]
+fn json_logs_parse_line_by_line() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        .args([
+            "serve",
+            "--http",
+            "127.0.0.1:0",
+            "--grpc",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+        ])
+        .args(["--drain-delay", "0s"])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines().map_while(Result::ok);
+    let listening = lines
+        .by_ref()
+        .map(|line| serde_json::from_str::<serde_json::Value>(&line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .find(|event| event["fields"]["message"] == "listening")
+        .expect("a listening event");
+    let addr = listening["fields"]["http"].as_str().unwrap().to_owned();
+    assert!(get(&addr, "/healthz").starts_with("HTTP/1.1 200 OK"));
+    let term = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    // The rest of the log, to the end: every line JSON.
+    let rest: Vec<String> = lines.collect();
+    assert!(!rest.is_empty());
+    for line in &rest {
+        let event: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert!(event["level"].is_string(), "{line}");
+    }
+    assert_eq!(exit_code(child), Some(0));
+}
