@@ -378,6 +378,35 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
         }
     }));
 
+    if let Some(redis) = &options.redis {
+        // The store's health in the log: a warning when Redis starts
+        // failing, a line when it is back; never one per request.
+        let watched = Arc::clone(&shared);
+        let policy = crate::redis_store::policy_name(redis.failure);
+        let mut stopped = stopped.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut log = crate::redis_store::OutageLog::default();
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = stopped.wait_for(|&s| s) => return,
+                }
+                match log.observe(&watched.engine.stats().failover) {
+                    Some(crate::redis_store::Transition::Failing(calls)) => tracing::warn!(
+                        calls,
+                        policy = %policy,
+                        "Redis is failing: decisions follow the failure policy until it answers again"
+                    ),
+                    Some(crate::redis_store::Transition::Recovered) => {
+                        tracing::info!("Redis answers again: decisions come from Redis");
+                    }
+                    None => {}
+                }
+            }
+        }));
+    }
+
     if let Some(every) = options.reload_every.filter(|_| !options.config.is_empty()) {
         let watched = Arc::clone(&shared);
         let mut stopped = stopped.clone();
