@@ -1107,3 +1107,116 @@ mod tests {
         assert_eq!(e.to_string(), "a.yaml:3:7: bad");
     }
 }
+
+/// What a reload changes: the domains and the limits (by domain,
+/// descriptor path and place in their rule) added, removed and changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConfigChanges {
+    /// Domains in the new config only.
+    pub domains_added: Vec<String>,
+    /// Domains in the old config only.
+    pub domains_removed: Vec<String>,
+    /// Limits in the new config only, as `domain: path [j]`.
+    pub limits_added: Vec<String>,
+    /// Limits in the old config only.
+    pub limits_removed: Vec<String>,
+    /// Limits in both whose policy, name or `replaces` differ.
+    pub limits_changed: Vec<String>,
+}
+
+impl ConfigChanges {
+    /// The changes from `old` to `new`.
+    pub fn between(old: &Config, new: &Config) -> ConfigChanges {
+        let limits = |config: &Config| {
+            let mut out = BTreeMap::new();
+            for domain in config.domains() {
+                collect_limits(&domain.name, &domain.rules, &mut Vec::new(), &mut out);
+            }
+            out
+        };
+        let (before, after) = (limits(old), limits(new));
+        let names = |config: &Config| {
+            config
+                .domains()
+                .map(|d| d.name.clone())
+                .collect::<std::collections::BTreeSet<_>>()
+        };
+        let (old_domains, new_domains) = (names(old), names(new));
+        ConfigChanges {
+            domains_added: new_domains.difference(&old_domains).cloned().collect(),
+            domains_removed: old_domains.difference(&new_domains).cloned().collect(),
+            limits_added: after.keys().filter(|k| !before.contains_key(*k)).cloned().collect(),
+            limits_removed: before.keys().filter(|k| !after.contains_key(*k)).cloned().collect(),
+            limits_changed: after
+                .iter()
+                .filter(|(k, v)| before.get(*k).is_some_and(|old| old != *v))
+                .map(|(k, _)| k.clone())
+                .collect(),
+        }
+    }
+
+    /// Nothing changed.
+    pub fn is_empty(&self) -> bool {
+        *self == ConfigChanges::default()
+    }
+}
+
+impl fmt::Display for ConfigChanges {
+    /// `+2 domains (a, b), -1 limit (d: k [0]), ~1 limit (...)`; at most five
+    /// names per kind.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut first = true;
+        for (sign, what, list) in [
+            ("+", "domain", &self.domains_added),
+            ("-", "domain", &self.domains_removed),
+            ("+", "limit", &self.limits_added),
+            ("-", "limit", &self.limits_removed),
+            ("~", "limit", &self.limits_changed),
+        ] {
+            if list.is_empty() {
+                continue;
+            }
+            if !first {
+                f.write_str(", ")?;
+            }
+            first = false;
+            let plural = if list.len() == 1 { "" } else { "s" };
+            let shown: Vec<&str> = list.iter().take(5).map(String::as_str).collect();
+            let more = if list.len() > 5 { ", ..." } else { "" };
+            write!(f, "{sign}{} {what}{plural} ({}{more})", list.len(), shown.join(", "))?;
+        }
+        if first {
+            f.write_str("no change")?;
+        }
+        Ok(())
+    }
+}
+
+/// What a limit's change is judged by: its policy, `requests_per_unit`,
+/// name, `replaces`, and its rule's `unlimited`.
+type LimitShape = (Option<Policy>, u64, Option<String>, Vec<String>, bool);
+
+/// Every limit of `rules` under `domain`, by `domain: path [j]`, with what
+/// a change of it means.
+fn collect_limits(domain: &str, rules: &[Rule], path: &mut Vec<String>, out: &mut BTreeMap<String, LimitShape>) {
+    for rule in rules {
+        path.push(match &rule.value {
+            Some(value) => format!("{}={}", rule.key, value.as_str()),
+            None => rule.key.clone(),
+        });
+        for (j, l) in rule.limits.iter().enumerate() {
+            out.insert(
+                format!("{domain}: {} [{j}]", path.join(" > ")),
+                (
+                    l.policy,
+                    l.requests_per_unit,
+                    l.name.clone(),
+                    l.replaces.clone(),
+                    rule.unlimited,
+                ),
+            );
+        }
+        collect_limits(domain, &rule.children, path, out);
+        path.pop();
+    }
+}

@@ -200,10 +200,13 @@ impl<C: Clock> Shared<C> {
 
     fn load_again(&self) -> Result<(), ConfigError> {
         let loaded = Config::load_with(&self.paths, &self.load_options).inspect(log_warnings);
+        let before = self.engine.config();
         match loaded.and_then(|config| self.engine.replace_config(config)) {
             Ok(()) => {
                 self.metrics.reload(true);
-                tracing::info!(domains = self.engine.config().domains().count(), "config reloaded");
+                let after = self.engine.config();
+                let changes = crate::config::ConfigChanges::between(&before, &after);
+                tracing::info!(domains = after.domains().count(), changes = %changes, "config reloaded");
                 Ok(())
             }
             Err(e) => {

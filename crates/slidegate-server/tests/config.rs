@@ -1706,3 +1706,36 @@ fn fifos_and_oversized_files_are_refused() {
     assert_eq!(e.to_string().matches("big.yaml").count(), 1, "{e}");
     assert!(Config::load(std::slice::from_ref(&big)).is_ok());
 }
+
+/// What a reload changes, as the log says it: domains and limits added,
+/// removed and changed (a new `requests_per_unit` is a change).
+#[test]
+fn the_changes_between_two_configs() {
+    use slidegate_server::config::ConfigChanges;
+    let old = Config::parse(
+        "a.yaml",
+        "domain: a\ndescriptors:\n  - key: k\n    rate_limit: { unit: minute, requests_per_unit: 5 }\n  - key: gone\n    rate_limit: { unit: minute, requests_per_unit: 1 }\n",
+    )
+    .unwrap();
+    let new = Config::parse(
+        "a.yaml",
+        "domain: a\ndescriptors:\n  - key: k\n    rate_limit: { unit: minute, requests_per_unit: 6 }\n  - key: fresh\n    value: v\n    rate_limit: { unit: hour, requests_per_unit: 1 }\n",
+    )
+    .unwrap();
+    let changes = ConfigChanges::between(&old, &new);
+    assert_eq!(changes.limits_added, ["a: fresh=v [0]"]);
+    assert_eq!(changes.limits_removed, ["a: gone [0]"]);
+    assert_eq!(changes.limits_changed, ["a: k [0]"]);
+    assert!(changes.domains_added.is_empty() && changes.domains_removed.is_empty());
+    assert_eq!(
+        changes.to_string(),
+        "+1 limit (a: fresh=v [0]), -1 limit (a: gone [0]), ~1 limit (a: k [0])"
+    );
+    assert!(ConfigChanges::between(&new, &new).is_empty());
+    assert_eq!(ConfigChanges::between(&new, &new).to_string(), "no change");
+    let other = Config::parse("b.yaml", "domain: b\ndescriptors: []\n").unwrap();
+    assert_eq!(
+        ConfigChanges::between(&new, &other).to_string(),
+        "+1 domain (b), -1 domain (a), -2 limits (a: fresh=v [0], a: k [0])"
+    );
+}
