@@ -446,3 +446,79 @@ fn json_logs_parse_line_by_line() {
     }
     assert_eq!(exit_code(child), Some(0));
 }
+
+/// A Redis outage is logged once when it starts, naming the failure policy,
+/// and once when Redis answers again, however many requests meet it.
+#[test]
+fn a_redis_outage_is_logged_once_each_way() {
+    let redis = slidegate_conformance::redis::RedisServer::start();
+    let url = redis.url();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        .args([
+            "serve",
+            "--http",
+            "127.0.0.1:0",
+            "--grpc",
+            "127.0.0.1:0",
+            "--drain-delay",
+            "0s",
+        ])
+        .args(["--redis", &url, "--redis-timeout", "200ms"])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut log = Vec::new();
+    let mut addr = None;
+    while addr.is_none() {
+        let line = lines.recv_timeout(Duration::from_secs(20)).expect("the server starts");
+        addr = line
+            .strip_prefix("slidegate: HTTP on ")
+            .map(|rest| rest.split(',').next().unwrap().to_owned());
+        log.push(line);
+    }
+    let addr = addr.unwrap();
+    let body = r#"{"key":"k","limit":1000000,"window":"1h"}"#;
+    // Requests until `pattern` shows in the log (bounded: 20 s).
+    let mut until = |pattern: &str, log: &mut Vec<String>| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while std::time::Instant::now() < deadline {
+            let _ = request(&addr, "POST", "/v1/check", body);
+            while let Ok(line) = lines.try_recv() {
+                log.push(line);
+            }
+            if log.iter().any(|l| l.contains(pattern)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("no `{pattern}` in the log: {log:#?}");
+    };
+    let port = redis.kill();
+    until("Redis is failing", &mut log);
+    let restarted = slidegate_conformance::redis::RedisServer::start_on(port, &[]).unwrap();
+    until("Redis answers again", &mut log);
+    let failing: Vec<&String> = log.iter().filter(|l| l.contains("Redis is failing")).collect();
+    assert_eq!(failing.len(), 1, "{log:#?}");
+    assert!(failing[0].contains("open (admit)"), "{}", failing[0]);
+    assert_eq!(
+        log.iter().filter(|l| l.contains("Redis answers again")).count(),
+        1,
+        "{log:#?}"
+    );
+    let term = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    assert_eq!(exit_code(child), Some(0));
+    drop(restarted);
+}
