@@ -488,7 +488,7 @@ fn a_redis_outage_is_logged_once_each_way() {
     let addr = addr.unwrap();
     let body = r#"{"key":"k","limit":1000000,"window":"1h"}"#;
     // Requests until `pattern` shows in the log (bounded: 20 s).
-    let mut until = |pattern: &str, log: &mut Vec<String>| {
+    let until = |pattern: &str, log: &mut Vec<String>| {
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         while std::time::Instant::now() < deadline {
             let _ = request(&addr, "POST", "/v1/check", body);
