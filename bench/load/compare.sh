@@ -26,6 +26,20 @@ EOF
 
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
+# wrk_round LABEL NAME SCRIPT PATH PID: 5 s of wrk on PATH, with the
+# server's CPU per decision.
+wrk_round() {
+  local label=$1 name=$2 script=$3 path=$4 server=$5 before after out
+  before=$(cpu_ticks "$server")
+  out=$(wrk -t2 -c64 -d5s --latency -s "$script" "http://$http$path")
+  after=$(cpu_ticks "$server")
+  echo "$out" | awk -v l="$label" -v n="$name" -v t=$((after - before)) -v hz="$hz" '
+    / requests in / { calls = $1 }
+    /Requests\/sec/ { rps = $2 }
+    /^ +99%/ { p99 = $2 }
+    END { printf "%s %-5s %10.0f calls/s  p99  %8s  cpu %6.2f us/decision\n", l, n, rps, p99, t / hz * 1e6 / calls }'
+}
+
 # run LABEL BIN: one round of the three loads on a fresh server.
 run() {
   local label=$1 bin=$2
@@ -52,24 +66,9 @@ run() {
     /^finished in/ { rps = $4 }
     /^time for request:/ { mean = $6 }
     END { printf "%s grpc  %10.0f calls/s  mean %8s  cpu %6.2f us/decision\n", l, rps, mean, t / hz * 1e6 / c }'
-  # HTTP POST /json, one hot key.
-  before=$(cpu_ticks $server)
-  out=$(wrk -t2 -c64 -d5s --latency -s "$json" "http://$http/json")
-  after=$(cpu_ticks $server)
-  echo "$out" | awk -v l="$label" -v t=$((after - before)) -v hz="$hz" '
-    / requests in / { calls = $1 }
-    /Requests\/sec/ { rps = $2 }
-    /^ +99%/ { p99 = $2 }
-    END { printf "%s json  %10.0f calls/s  p99  %8s  cpu %6.2f us/decision\n", l, rps, p99, t / hz * 1e6 / calls }'
-  # HTTP POST /v1/check, one hot key.
-  before=$(cpu_ticks $server)
-  out=$(wrk -t2 -c64 -d5s --latency -s bench/load/hot.lua "http://$http/v1/check")
-  after=$(cpu_ticks $server)
-  echo "$out" | awk -v l="$label" -v t=$((after - before)) -v hz="$hz" '
-    / requests in / { calls = $1 }
-    /Requests\/sec/ { rps = $2 }
-    /^ +99%/ { p99 = $2 }
-    END { printf "%s check %10.0f calls/s  p99  %8s  cpu %6.2f us/decision\n", l, rps, p99, t / hz * 1e6 / calls }'
+  # HTTP POST /json and POST /v1/check, one hot key.
+  wrk_round "$label" json "$json" /json $server
+  wrk_round "$label" check bench/load/hot.lua /v1/check $server
   kill $server
   wait $server 2>/dev/null || true
 }

@@ -429,30 +429,20 @@ impl Metrics {
         }
     }
 
-    /// Counts an answer's descriptors under `domain` (the caller passes
+    /// Counts the answer to `request` under `domain` (the caller passes
     /// "unknown" for a domain that is not configured, so that clients
-    /// cannot grow the label set), each as one hit: a request with
-    /// `hits_addend` is counted right by [`Metrics::answer_request`].
-    pub fn answer(&self, domain: &str, answer: &Answer) {
-        self.count(domain, answer, |_| 1);
-    }
-
-    /// Counts the answer to `request` under `domain` (as
-    /// [`Metrics::answer`]), each descriptor with its hits as the engine
-    /// charged them: its own `hits_addend` when set (0 included), else the
-    /// request's, 0 meaning 1.
+    /// cannot grow the label set), each descriptor with its hits as the
+    /// engine charged them: its own `hits_addend` when set (0 included),
+    /// else the request's, 0 meaning 1.
     pub fn answer_request(&self, domain: &str, request: &Request, answer: &Answer) {
         let default = u64::from(request.hits_addend.max(1));
-        self.count(domain, answer, |i| {
+        let hits = |i: usize| {
             request
                 .descriptors
                 .get(i)
                 .and_then(|d| d.hits_addend)
                 .unwrap_or(default)
-        });
-    }
-
-    fn count(&self, domain: &str, answer: &Answer, hits: impl Fn(usize) -> u64) {
+        };
         if answer.shadowed {
             self.global_shadow.inc();
         }

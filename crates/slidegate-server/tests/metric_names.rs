@@ -14,15 +14,9 @@ use slidegate_memory::Budget;
 use slidegate_server::config::{Config, Domain, Match};
 use slidegate_server::engine::{Descriptor, Engine, InputLimits, Request};
 use slidegate_server::metrics::{self, DEFAULT_NEAR_LIMIT_RATIO, Metrics};
-use slidegate_server::proto::descriptor::RateLimitDescriptor;
-use slidegate_server::proto::descriptor::rate_limit_descriptor::Entry;
-use slidegate_server::proto::rls::RateLimitRequest;
-use slidegate_server::proto::rls::rate_limit_service_client::RateLimitServiceClient;
-use slidegate_server::server::{self, Options};
-use tonic::transport::Channel;
 
 mod common;
-use common::TempDir;
+use common::harness::{Harness, one};
 
 fn names() -> Domain {
     Config::parse_domain("metric_names.yaml", include_str!("data/metric_names.yaml")).unwrap()
@@ -412,48 +406,18 @@ async fn the_near_limit_ratio_moves_the_threshold() {
 
 #[tokio::test]
 async fn the_server_names_and_counts_rules_as_envoyproxy_ratelimit() {
-    let dir = TempDir::new("metric-names");
-    dir.write("names.yaml", include_str!("data/metric_names.yaml"));
-    let options = Options {
-        config: vec![dir.0.clone()],
-        http: "127.0.0.1:0".parse().unwrap(),
-        grpc: "127.0.0.1:0".parse().unwrap(),
-        reload_every: None,
-        ..Options::default()
-    };
-    let running = server::start(options, ManualClock::new(1_000_000_000)).await.unwrap();
-    let channel = Channel::from_shared(format!("http://{}", running.grpc))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut grpc = RateLimitServiceClient::new(channel);
-    let request = |entries: &[(&str, &str)]| RateLimitRequest {
-        domain: "names".to_owned(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: entries
-                .iter()
-                .map(|&(key, value)| Entry {
-                    key: key.to_owned(),
-                    value: value.to_owned(),
-                })
-                .collect(),
-            ..Default::default()
-        }],
-        hits_addend: 0,
-    };
+    let mut h = Harness::start(include_str!("data/metric_names.yaml")).await;
+    let request = |entries: &[(&str, &str)]| one("names", entries);
     for _ in 0..12 {
-        grpc.should_rate_limit(request(&[("region", "eu"), ("op", "getfile"), ("item", "i1")]))
+        h.rls(request(&[("region", "eu"), ("op", "getfile"), ("item", "i1")]))
             .await
             .unwrap();
     }
     for path in ["/var/log", "/var/tmp"] {
-        grpc.should_rate_limit(request(&[("path", path)])).await.unwrap();
+        h.rls(request(&[("path", path)])).await.unwrap();
     }
-    grpc.should_rate_limit(request(&[("tenant", "10.1.2.3")]))
-        .await
-        .unwrap();
-    let text = running.shared().metrics_text();
+    h.rls(request(&[("tenant", "10.1.2.3")])).await.unwrap();
+    let text = h.running.shared().metrics_text();
     for (series, expected) in [
         (
             "slidegate_rule_hits_total{domain=\"names\",rule=\"region_eu.op_getfile.item\"}",
@@ -485,5 +449,5 @@ async fn the_server_names_and_counts_rules_as_envoyproxy_ratelimit() {
     ] {
         assert_eq!(value(&text, series), Some(expected), "{series} in\n{text}");
     }
-    running.shutdown().await;
+    h.running.shutdown().await;
 }

@@ -75,21 +75,9 @@ impl Instance {
     /// One request of one descriptor with `hits_addend` (`None`: the
     /// request's, 1); the answer.
     async fn ask(&mut self, domain: &str, entries: &[(&str, &str)], hits: Option<u64>) -> RateLimitResponse {
-        let request = RateLimitRequest {
-            domain: domain.to_owned(),
-            descriptors: vec![RateLimitDescriptor {
-                entries: entries
-                    .iter()
-                    .map(|(k, v)| Entry {
-                        key: (*k).to_owned(),
-                        value: (*v).to_owned(),
-                    })
-                    .collect(),
-                hits_addend: hits.map(|value| pbjson_types::UInt64Value { value }),
-                ..Default::default()
-            }],
-            ..Default::default()
-        };
+        let mut descriptor = common::harness::descriptor(entries);
+        descriptor.hits_addend = hits.map(|value| pbjson_types::UInt64Value { value });
+        let request = common::harness::request(domain, vec![descriptor]);
         self.grpc.should_rate_limit(request).await.unwrap().into_inner()
     }
 
