@@ -44,9 +44,10 @@ enum Command {
     Serve(Box<serve::Args>),
     /// Load a config exactly as `serve` would, without serving it
     ///
-    /// Prints a line per domain and exits 0, or prints the first error
-    /// (file, line, column and key) and exits 1. With --redis, every limit
-    /// must have a Redis form too.
+    /// Prints a line per domain and exits 0, or prints every error (file,
+    /// line, column and key), one per line, and exits 1. With --redis,
+    /// every limit must have a Redis form too. With --explain, says which
+    /// rule a descriptor matches and which limits apply.
     Check(check::Args),
     /// Measure decisions per second, each case beside its baseline in the same run
     ///
@@ -90,6 +91,8 @@ fn main() -> ExitCode {
         {
             ExitCode::SUCCESS
         }
+        // `check` printed its errors, one per line.
+        Err(e) if e.downcast_ref::<check::Reported>().is_some() => ExitCode::FAILURE,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE

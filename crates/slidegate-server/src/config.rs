@@ -231,41 +231,48 @@ impl Config {
     /// and value) of a domain defined in two files instead of a domain
     /// defined in two files (on the second, naming the first).
     pub fn load_with(paths: &[PathBuf], options: &LoadOptions) -> Result<Config, ConfigError> {
+        Config::load_all(paths, options).map_err(parse::first)
+    }
+
+    /// Loads every path as [`Config::load_with`] does, but on an error goes
+    /// on to the next descriptor and the next file, to report every error
+    /// at once (as `slidegate check` does).
+    ///
+    /// # Errors
+    ///
+    /// Every error [`Config::load_with`] would meet, in load order (never
+    /// empty): the first error of each descriptor at fault, of each file
+    /// that does not parse, of each unreadable path.
+    pub fn load_all(paths: &[PathBuf], options: &LoadOptions) -> Result<Config, Vec<ConfigError>> {
+        let mut errors = Vec::new();
         let mut files = Vec::new();
         for path in paths {
-            let metadata = std::fs::metadata(path).map_err(|e| io_error(path, &e))?;
-            if metadata.is_dir() {
-                files.extend(domain_files(path)?);
-            } else {
-                files.push(path.clone());
+            match std::fs::metadata(path) {
+                Err(e) => errors.push(io_error(path, &e)),
+                Ok(metadata) if metadata.is_dir() => match domain_files(path) {
+                    Ok(found) => files.extend(found),
+                    Err(e) => errors.push(e),
+                },
+                Ok(_) => files.push(path.clone()),
             }
         }
         let mut config = Config::default();
         let mut loading: BTreeMap<String, Loading> = BTreeMap::new();
         let max = options.max_file_bytes.unwrap_or(DEFAULT_MAX_FILE_BYTES);
         for path in files {
-            let name = path.display().to_string();
-            // Only regular files: a FIFO or a device would block the load
-            // or never end.
-            let metadata = std::fs::metadata(&path).map_err(|e| io_error(&path, &e))?;
-            if !metadata.is_file() {
-                return Err(file_error(
-                    &path,
-                    "not a regular file (a config is a YAML file or a folder of them)".to_owned(),
-                ));
+            let parsed = read_file(&path, max).and_then(|text| parse::parse_all(&path.display().to_string(), &text));
+            match parsed {
+                Ok(parsed) => {
+                    if let Err(e) = config.add(parsed, path.display().to_string(), &mut loading, options.merge_domains)
+                    {
+                        errors.push(e);
+                    }
+                }
+                Err(found) => errors.extend(found),
             }
-            if metadata.len() > max {
-                return Err(file_error(
-                    &path,
-                    format!(
-                        "{} bytes, over the limit of {max} bytes for a config file",
-                        metadata.len()
-                    ),
-                ));
-            }
-            let text = std::fs::read_to_string(&path).map_err(|e| io_error(&path, &e))?;
-            let parsed = parse::parse(&name, &text)?;
-            config.add(parsed, name, &mut loading, options.merge_domains)?;
+        }
+        if !errors.is_empty() {
+            return Err(errors);
         }
         for names in loading.values() {
             config
@@ -451,6 +458,28 @@ impl Config {
     pub fn domains(&self) -> impl Iterator<Item = &Domain> {
         self.domains.values()
     }
+}
+
+/// The text of the config file at `path`: only a regular file (a FIFO
+/// or a device would block the load or never end) of at most `max` bytes.
+fn read_file(path: &Path, max: u64) -> Result<String, Vec<ConfigError>> {
+    let metadata = std::fs::metadata(path).map_err(|e| vec![io_error(path, &e)])?;
+    if !metadata.is_file() {
+        return Err(vec![file_error(
+            path,
+            "not a regular file (a config is a YAML file or a folder of them)".to_owned(),
+        )]);
+    }
+    if metadata.len() > max {
+        return Err(vec![file_error(
+            path,
+            format!(
+                "{} bytes, over the limit of {max} bytes for a config file",
+                metadata.len()
+            ),
+        )]);
+    }
+    std::fs::read_to_string(path).map_err(|e| vec![io_error(path, &e)])
 }
 
 fn io_error(path: &Path, e: &std::io::Error) -> ConfigError {

@@ -827,6 +827,16 @@ pub fn check_config_with(
     config: &Config,
     supports: &dyn Fn(&Quota) -> Result<(), StoreError>,
 ) -> Result<(), ConfigError> {
+    match check_config_all(config, supports).into_iter().next() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Every limit of `config` that `supports` refuses, in config order (none:
+/// the config is fit for the store).
+pub fn check_config_all(config: &Config, supports: &dyn Fn(&Quota) -> Result<(), StoreError>) -> Vec<ConfigError> {
+    let mut errors = Vec::new();
     for domain in config.domains() {
         // A merged domain's rules come from several files: each top-level
         // rule is checked with its own.
@@ -836,21 +846,32 @@ pub fn check_config_with(
                 .or_else(|| config.file_of(&domain.name))
                 .unwrap_or("<config>");
             let mut path = Vec::new();
-            check_rules(supports, file, &domain.name, std::slice::from_ref(rule), &mut path)?;
+            let at = Place {
+                file,
+                domain: &domain.name,
+            };
+            check_rules(supports, at, std::slice::from_ref(rule), &mut path, &mut errors);
         }
     }
-    Ok(())
+    errors
+}
+
+/// Where the rules [`check_rules`] checks come from.
+#[derive(Clone, Copy)]
+struct Place<'a> {
+    file: &'a str,
+    domain: &'a str,
 }
 
 /// Checks the limits of `rules` and their children; `path` is the
 /// descriptor's entries so far (`key` or `key=value`).
 fn check_rules(
     supports: &dyn Fn(&Quota) -> Result<(), StoreError>,
-    file: &str,
-    domain: &str,
+    at: Place<'_>,
     rules: &[Rule],
     path: &mut Vec<String>,
-) -> Result<(), ConfigError> {
+    errors: &mut Vec<ConfigError>,
+) {
     for rule in rules {
         path.push(match &rule.value {
             Some(value) => format!("{}={}", rule.key, value.as_str()),
@@ -863,23 +884,23 @@ fn check_rules(
                     Some(name) => format!("limit `{name}`"),
                     None => format!("limit {}", i + 1),
                 };
-                return Err(ConfigError {
-                    file: file.to_owned(),
+                errors.push(ConfigError {
+                    file: at.file.to_owned(),
                     line: rule.line,
                     column: rule.column,
                     key: Some("rate_limit".to_owned()),
                     message: format!(
-                        "domain `{domain}`, descriptor `{}`, {name}: {}",
+                        "domain `{}`, descriptor `{}`, {name}: {}",
+                        at.domain,
                         path.join(" > "),
                         chain(&e)
                     ),
                 });
             }
         }
-        check_rules(supports, file, domain, &rule.children, path)?;
+        check_rules(supports, at, &rule.children, path, errors);
         path.pop();
     }
-    Ok(())
 }
 
 /// An ad-hoc key's counter key: a config counter key starts with

@@ -107,10 +107,32 @@ struct Parser<'f> {
     /// Every `replaces` entry, in file order.
     replaces: Vec<Named>,
     warnings: Vec<ConfigWarning>,
+    /// The errors of descriptors passed over so far, in file order: a bad
+    /// descriptor is left out and the parse goes on, so that every error
+    /// of a file can be reported at once.
+    errors: Vec<ConfigError>,
 }
 
 /// Parses one domain file.
 pub(super) fn parse(file: &str, text: &str) -> Result<Parsed, ConfigError> {
+    parse_all(file, text).map_err(first)
+}
+
+/// The first of `errors` (which [`parse_all`] never leaves empty).
+pub(super) fn first(errors: Vec<ConfigError>) -> ConfigError {
+    errors.into_iter().next().unwrap_or_else(|| ConfigError {
+        file: String::new(),
+        line: 0,
+        column: 0,
+        key: None,
+        message: "invalid config".to_owned(),
+    })
+}
+
+/// Parses one domain file, with every error it has, in file order: each
+/// descriptor at fault (the first error of each), and the file's own
+/// (syntax, `domain`).
+pub(super) fn parse_all(file: &str, text: &str) -> Result<Parsed, Vec<ConfigError>> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let error = |pos: Pos, key: Option<String>, message: String| ConfigError {
         file: file.to_owned(),
@@ -120,43 +142,53 @@ pub(super) fn parse(file: &str, text: &str) -> Result<Parsed, ConfigError> {
         message,
     };
     check_indentation(text).map_err(|pos| {
-        error(
+        vec![error(
             pos,
             None,
             format!("indented too deeply: at most {MAX_INDENT} columns of spaces and block indicators"),
-        )
+        )]
     })?;
     let root = super::yaml::load(text).map_err(|e| {
-        error(
+        vec![error(
             Pos {
                 line: e.line,
                 column: e.column,
             },
             e.key,
             e.message,
-        )
+        )]
     })?;
     let Node::Mapping(root) = root else {
-        return Err(error(
+        return Err(vec![error(
             start(root.span()),
             None,
             "expected a mapping with `domain`".to_owned(),
-        ));
+        )]);
     };
     if root.is_empty() && root.span().start() == root.span().end() {
-        return Err(error(
+        return Err(vec![error(
             Pos { line: 1, column: 1 },
             None,
             "empty file: expected a mapping with `domain`".to_owned(),
-        ));
+        )]);
     }
     let mut parser = Parser {
         file,
         names: Vec::new(),
         replaces: Vec::new(),
         warnings: Vec::new(),
+        errors: Vec::new(),
     };
-    parser.domain(&root)
+    let parsed = parser.domain(&root);
+    let mut errors = std::mem::take(&mut parser.errors);
+    match parsed {
+        Ok(parsed) if errors.is_empty() => Ok(parsed),
+        Ok(_) => Err(errors),
+        Err(e) => {
+            errors.push(e);
+            Err(errors)
+        }
+    }
 }
 
 /// The warnings about the limit names of one domain (`names` and
@@ -523,13 +555,23 @@ impl Parser<'_> {
         let mut seen: HashMap<(String, Option<String>), Pos> = HashMap::new();
         for item in list.iter() {
             let Node::Mapping(map) = item else {
-                return Err(self.error(
+                let e = self.error(
                     start(item.span()),
                     Some(key.to_owned()),
                     format!("expected a map with `key`, found {}", describe(item)),
-                ));
+                );
+                self.errors.push(e);
+                continue;
             };
-            let rule = self.rule(map, depth)?;
+            // A bad descriptor is left out, its error kept, and the parse
+            // goes on with the next.
+            let rule = match self.rule(map, depth) {
+                Ok(rule) => rule,
+                Err(e) => {
+                    self.errors.push(e);
+                    continue;
+                }
+            };
             let pos = Pos {
                 line: rule.line,
                 column: rule.column,
@@ -542,7 +584,7 @@ impl Parser<'_> {
                         Some(v) => format!("`{k}` with value `{v}`"),
                         None => format!("`{k}` without value"),
                     };
-                    return Err(self.error(
+                    let e = self.error(
                         pos,
                         Some("key".to_owned()),
                         format!(
@@ -550,7 +592,9 @@ impl Parser<'_> {
                             pos.line,
                             first.get().line
                         ),
-                    ));
+                    );
+                    self.errors.push(e);
+                    continue;
                 }
                 Entry::Vacant(slot) => {
                     slot.insert(pos);
