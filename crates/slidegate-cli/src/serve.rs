@@ -180,6 +180,12 @@ pub(crate) struct Args {
     /// starts afresh.
     #[arg(long, env = "SLIDEGATE_REDIS_PREFIX", default_value = "slidegate:")]
     redis_prefix: String,
+    /// Not ready while Redis does not answer: `/readyz` answers 503 and the
+    /// gRPC health service NOT_SERVING until it does (Redis is asked every
+    /// second). Without this flag readiness ignores Redis, and decisions
+    /// follow `--redis-failure` meanwhile.
+    #[arg(long, env = "SLIDEGATE_READY_REQUIRES_REDIS", requires = "redis")]
+    ready_requires_redis: bool,
     /// Hybrid mode: `sliding_window` limits (the default algorithm) decide
     /// in this process, on the count Redis last answered plus this
     /// instance's own since, and send their counts to Redis every
@@ -298,6 +304,7 @@ impl Args {
             merge_domains: self.merge_domain_config,
             drain_delay: self.drain_delay,
             max_config_bytes: self.max_config_bytes,
+            ready_requires_redis: self.ready_requires_redis,
             response_headers: self.limit_response_headers_enabled.then(|| ResponseHeaderNames {
                 limit: self.limit_limit_header.clone(),
                 remaining: self.limit_remaining_header.clone(),

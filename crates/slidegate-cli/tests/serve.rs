@@ -101,16 +101,12 @@ fn serve_fails(extra: &[&str]) -> (Option<i32>, String) {
 /// log at `RUST_LOG=info` (and no drain delay); the child and its log,
 /// line by line, as it comes.
 fn serve_logging(extra: &[&str]) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_slidegate"))
-        .args([
-            "serve",
-            "--http",
-            "127.0.0.1:0",
-            "--grpc",
-            "127.0.0.1:0",
-            "--drain-delay",
-            "0s",
-        ])
+    let mut command = Command::new(env!("CARGO_BIN_EXE_slidegate"));
+    command.args(["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"]);
+    if !extra.contains(&"--drain-delay") {
+        command.args(["--drain-delay", "0s"]);
+    }
+    let mut child = command
         .args(extra)
         .env("RUST_LOG", "info")
         .stdout(Stdio::null())
@@ -149,6 +145,43 @@ fn next_line<T>(
 /// The HTTP address from the text log's line saying where it listens.
 fn listening(line: &str) -> Option<String> {
     Some(line.strip_prefix("slidegate: HTTP on ")?.split(',').next()?.to_owned())
+}
+
+/// The HTTP and gRPC addresses from the line saying where it listens.
+fn listening_both(line: &str) -> Option<(String, String)> {
+    let (http, grpc) = line.strip_prefix("slidegate: HTTP on ")?.split_once(", gRPC on ")?;
+    Some((http.to_owned(), grpc.to_owned()))
+}
+
+/// What the gRPC health service at `grpc` answers for `name`, by the
+/// generated health client.
+fn grpc_health(grpc: &str, name: &str) -> tonic_health::pb::health_check_response::ServingStatus {
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let channel = tonic::transport::Channel::from_shared(format!("http://{grpc}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let request = HealthCheckRequest {
+            service: name.to_owned(),
+        };
+        HealthClient::new(channel)
+            .check(request)
+            .await
+            .unwrap()
+            .into_inner()
+            .status()
+    })
+}
+
+/// The status line of an HTTP answer.
+fn status_line(answer: &str) -> &str {
+    answer.lines().next().unwrap_or_default()
 }
 
 /// Sends SIGTERM and checks the clean exit.
@@ -485,6 +518,8 @@ fn a_redis_outage_is_logged_once_each_way() {
     };
     let port = redis.kill();
     until("Redis is failing", &mut log);
+    // Without `--ready-requires-redis`, readiness ignores Redis.
+    assert_eq!(status_line(&get(&addr, "/readyz")), "HTTP/1.1 200 OK");
     let restarted = slidegate_conformance::redis::RedisServer::start_on(port, &[]).unwrap();
     until("Redis answers again", &mut log);
     let failing: Vec<&String> = log.iter().filter(|l| l.contains("Redis is failing")).collect();
@@ -497,4 +532,103 @@ fn a_redis_outage_is_logged_once_each_way() {
     );
     terminate(child);
     drop(restarted);
+}
+
+/// With `--ready-requires-redis`, readiness follows Redis: `/readyz` 503
+/// and gRPC health NOT_SERVING while it does not answer, both back when
+/// it does; each change logged once.
+#[test]
+fn readiness_follows_redis_with_the_flag() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    let redis = slidegate_conformance::redis::RedisServer::start();
+    let url = redis.url();
+    let (child, lines) = serve_logging(&["--redis", &url, "--ready-requires-redis"]);
+    let mut log = Vec::new();
+    let (http, grpc) = next_line(&lines, &mut log, listening_both);
+    let ready = |expected: &str, health: ServingStatus| {
+        let answer = get(&http, "/readyz");
+        assert_eq!(status_line(&answer), expected, "{answer}");
+        for name in ["", "ratelimit"] {
+            assert_eq!(grpc_health(&grpc, name), health, "{name:?}");
+        }
+        answer
+    };
+    ready("HTTP/1.1 200 OK", ServingStatus::Serving);
+    let port = redis.kill();
+    next_line(&lines, &mut log, |l| {
+        l.contains("Redis does not answer: not ready").then_some(())
+    });
+    let answer = ready("HTTP/1.1 503 Service Unavailable", ServingStatus::NotServing);
+    assert!(
+        answer.contains("application/problem+json") && answer.contains("Redis does not answer"),
+        "{answer}"
+    );
+    let restarted = slidegate_conformance::redis::RedisServer::start_on(port, &[]).unwrap();
+    next_line(&lines, &mut log, |l| {
+        l.contains("Redis answers: ready again").then_some(())
+    });
+    ready("HTTP/1.1 200 OK", ServingStatus::Serving);
+    terminate(child);
+    drop(restarted);
+}
+
+/// SIGTERM drains: health NOT_SERVING and `/readyz` 503 at once while new
+/// connections are still answered for the drain delay; then the listeners
+/// close, and a request in flight (its body not yet sent) is still
+/// answered before the process exits 0.
+#[test]
+fn a_drain_answers_in_flight_requests_after_the_listeners_close() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    let dir = std::env::temp_dir().join(format!("slidegate-cli-drain-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("d.yaml");
+    std::fs::write(
+        &file,
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: hour, requests_per_unit: 5 }\n",
+    )
+    .unwrap();
+    let (child, lines) = serve_logging(&["--config", file.to_str().unwrap(), "--drain-delay", "3s"]);
+    let mut log = Vec::new();
+    let (http, grpc) = next_line(&lines, &mut log, listening_both);
+    assert_eq!(grpc_health(&grpc, "ratelimit"), ServingStatus::Serving);
+    // A request in flight: its headers sent, its body held back.
+    let body = r#"{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}"#;
+    let mut in_flight = TcpStream::connect(&http).unwrap();
+    in_flight.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(
+        in_flight,
+        "POST /json HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    in_flight.flush().unwrap();
+    let term = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    next_line(&lines, &mut log, |l| {
+        l.contains("draining: health says NOT_SERVING").then_some(())
+    });
+    // Draining: not ready, but still answering new connections.
+    for name in ["", "ratelimit"] {
+        assert_eq!(grpc_health(&grpc, name), ServingStatus::NotServing, "{name:?}");
+    }
+    assert_eq!(status_line(&get(&http, "/readyz")), "HTTP/1.1 503 Service Unavailable");
+    assert_eq!(status_line(&request(&http, "POST", "/json", body)), "HTTP/1.1 200 OK");
+    next_line(&lines, &mut log, |l| {
+        l.contains("the HTTP listener is closed").then_some(())
+    });
+    // New connections are refused from now on (bounded: the listener's
+    // socket is closed as the line is written).
+    let refused = (0..10_000).any(|_| TcpStream::connect(&http).is_err());
+    assert!(refused, "the HTTP listener still accepts");
+    // The request in flight is answered.
+    in_flight.write_all(body.as_bytes()).unwrap();
+    let mut answer = String::new();
+    in_flight.read_to_string(&mut answer).unwrap();
+    assert_eq!(status_line(&answer), "HTTP/1.1 200 OK", "{answer}");
+    assert!(answer.contains("\"overallCode\":\"OK\""), "{answer}");
+    assert_eq!(exit_code(child), Some(0), "{log:#?}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

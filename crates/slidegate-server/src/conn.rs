@@ -217,6 +217,10 @@ pub(crate) async fn serve_http(
         }
     }
     drop(listener);
+    tracing::info!(
+        connections = connections.len(),
+        "the HTTP listener is closed: its open connections finish their requests"
+    );
     while connections.join_next().await.is_some() {}
 }
 

@@ -44,7 +44,8 @@ pub(crate) fn router<C: Clock + Send + Sync + 'static>(shared: Arc<Shared<C>>) -
 }
 
 /// Ready to take traffic: a config has loaded (a server starts only with
-/// one) and the server is not draining.
+/// one), the server is not draining, and (with `--ready-requires-redis`)
+/// Redis answered at the last look.
 async fn ready<C: Clock + Send + Sync + 'static>(
     State(shared): State<Arc<Shared<C>>>,
 ) -> Result<&'static str, Problem> {
@@ -52,6 +53,12 @@ async fn ready<C: Clock + Send + Sync + 'static>(
         return Err(Problem::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "the server is draining: it stops soon",
+        ));
+    }
+    if shared.redis_down.load(std::sync::atomic::Ordering::Relaxed) {
+        return Err(Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Redis does not answer: decisions follow the failure policy until it does",
         ));
     }
     Ok("OK\n")

@@ -170,6 +170,34 @@ impl ConnectionLike for RedisConn {
 /// [`RedisConnectError`]: no URL, a bad URL or prefix, or Redis does not
 /// answer.
 pub async fn connect(options: &RedisOptions) -> Result<Arc<dyn DynStore>, RedisConnectError> {
+    connect_probed(options).await.map(|(store, _)| store)
+}
+
+/// Asks Redis whether it answers, on the store's own connection, apart
+/// from any decision: what readiness looks at.
+#[derive(Clone)]
+pub struct RedisProbe {
+    conn: RedisConn,
+    timeout: Duration,
+}
+
+impl RedisProbe {
+    /// Whether Redis answers `PING` within the store's timeout (at least
+    /// 100 ms). On a cluster, the node the client picks answers.
+    pub async fn answers(&self) -> bool {
+        let mut conn = self.conn.clone();
+        let ping = ::redis::cmd("PING");
+        let answer = tokio::time::timeout(self.timeout, ping.query_async::<String>(&mut conn)).await;
+        matches!(answer, Ok(Ok(_)))
+    }
+}
+
+/// [`connect`], with a [`RedisProbe`] on the same connection.
+///
+/// # Errors
+///
+/// Those of [`connect`].
+pub async fn connect_probed(options: &RedisOptions) -> Result<(Arc<dyn DynStore>, RedisProbe), RedisConnectError> {
     if options.prefix.contains(['{', '}']) {
         return Err(RedisConnectError::Prefix(options.prefix.clone()));
     }
@@ -223,6 +251,10 @@ pub async fn connect(options: &RedisOptions) -> Result<Arc<dyn DynStore>, RedisC
         .await
         .map(RedisConn::Single)?
     };
+    let probe = RedisProbe {
+        conn: conn.clone(),
+        timeout: options.timeout.max(Duration::from_millis(100)),
+    };
     let mut store = RedisStore::new(conn, options.prefix.clone(), options.timeout)
         .map_err(|_| RedisConnectError::Prefix(options.prefix.clone()))?;
     if cluster {
@@ -230,7 +262,7 @@ pub async fn connect(options: &RedisOptions) -> Result<Arc<dyn DynStore>, RedisC
         store = store.with_backoff_per_slot_range();
     }
     match options.sync_interval {
-        None => Ok(with_failure_policy(store, options.failure)),
+        None => Ok((with_failure_policy(store, options.failure), probe)),
         Some(interval) => {
             let hybrid_options = HybridOptions {
                 instances: options.instances,
@@ -249,7 +281,7 @@ pub async fn connect(options: &RedisOptions) -> Result<Arc<dyn DynStore>, RedisC
                 direct: store,
                 _sync: sync,
             };
-            Ok(with_failure_policy(both, options.failure))
+            Ok((with_failure_policy(both, options.failure), probe))
         }
     }
 }

@@ -75,6 +75,9 @@ pub struct Options {
     pub drain_delay: Duration,
     /// The largest config file read, in bytes.
     pub max_config_bytes: u64,
+    /// With Redis: not ready (`/readyz` 503, gRPC health NOT_SERVING)
+    /// while Redis does not answer a `PING`, looked at every second.
+    pub ready_requires_redis: bool,
 }
 
 impl Default for Options {
@@ -99,6 +102,7 @@ impl Default for Options {
             merge_domains: false,
             drain_delay: Duration::ZERO,
             max_config_bytes: crate::config::DEFAULT_MAX_FILE_BYTES,
+            ready_requires_redis: false,
         }
     }
 }
@@ -142,6 +146,9 @@ pub struct Shared<C> {
     load_options: LoadOptions,
     /// The server is draining: `/readyz` answers 503.
     pub(crate) draining: std::sync::atomic::AtomicBool,
+    /// Redis does not answer and readiness requires it: `/readyz` answers
+    /// 503.
+    pub(crate) redis_down: std::sync::atomic::AtomicBool,
     /// Reloads tried so far, good or bad.
     reloads: watch::Sender<u64>,
 }
@@ -171,6 +178,7 @@ impl<C: Clock> Shared<C> {
             paths: options.config.clone(),
             load_options: load_options(options),
             draining: std::sync::atomic::AtomicBool::new(false),
+            redis_down: std::sync::atomic::AtomicBool::new(false),
             reloads: watch::Sender::new(0),
         }
     }
@@ -186,6 +194,28 @@ impl<C: Clock> Shared<C> {
         let result = self.load_again();
         self.reloads.send_modify(|n| *n += 1);
         result
+    }
+
+    /// Readiness follows Redis: NOT_SERVING (and `/readyz` 503) when it
+    /// stops answering, SERVING again when it answers (unless draining);
+    /// each change logged once.
+    async fn redis_readiness(&self, answers: bool, health: &tonic_health::server::HealthReporter) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.redis_down.swap(!answers, Relaxed) == !answers {
+            return;
+        }
+        let status = if answers && !self.draining() {
+            tracing::info!("Redis answers: ready again");
+            tonic_health::ServingStatus::Serving
+        } else {
+            if !answers {
+                tracing::warn!("Redis does not answer: not ready (--ready-requires-redis)");
+            }
+            tonic_health::ServingStatus::NotServing
+        };
+        for name in HEALTH_NAMES {
+            health.set_service_status(name, status).await;
+        }
     }
 
     /// Whether the server is draining (stopping: health NOT_SERVING).
@@ -318,11 +348,14 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
     Metrics::with_near_limit_ratio(options.near_limit_ratio)?;
     let config = Config::load_with(&options.config, &load_options(&options))?;
     log_warnings(&config);
-    let engine = match options.redis.clone() {
-        None => Engine::new(config, clock, options.budget, options.other_budget, options.input),
+    let (engine, probe) = match options.redis.clone() {
+        None => (
+            Engine::new(config, clock, options.budget, options.other_budget, options.input),
+            None,
+        ),
         Some(redis) => {
-            let store = crate::redis_store::connect(&redis).await?;
-            Engine::with_store(config, store, true, options.input)?
+            let (store, probe) = crate::redis_store::connect_probed(&redis).await?;
+            (Engine::with_store(config, store, true, options.input)?, Some(probe))
         }
     };
     let http_listener = TcpListener::bind(options.http)
@@ -387,6 +420,8 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
         let watched = Arc::clone(&shared);
         let policy = crate::redis_store::policy_name(redis.failure);
         let mut stopped = stopped.clone();
+        let readiness = probe.filter(|_| options.ready_requires_redis);
+        let health = health.clone();
         tasks.push(tokio::spawn(async move {
             let mut log = crate::redis_store::OutageLog::default();
             let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -394,6 +429,9 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
                 tokio::select! {
                     _ = tick.tick() => {}
                     _ = stopped.wait_for(|&s| s) => return,
+                }
+                if let Some(probe) = &readiness {
+                    watched.redis_readiness(probe.answers().await, &health).await;
                 }
                 match log.observe(&watched.engine.stats().failover) {
                     Some(crate::redis_store::Transition::Failing(calls)) => tracing::warn!(
