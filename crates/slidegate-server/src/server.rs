@@ -201,7 +201,9 @@ impl<C: Clock> Shared<C> {
     /// each change logged once.
     async fn redis_readiness(&self, answers: bool, health: &tonic_health::server::HealthReporter) {
         use std::sync::atomic::Ordering::Relaxed;
-        if self.redis_down.swap(!answers, Relaxed) == !answers {
+        let was_down = self.redis_down.swap(!answers, Relaxed);
+        if was_down != answers {
+            // No change.
             return;
         }
         let status = if answers && !self.draining() {
