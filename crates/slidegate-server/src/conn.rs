@@ -230,7 +230,7 @@ async fn serve_connection(
     timeouts: Timeouts,
     mut stopped: watch::Receiver<bool>,
 ) {
-    let io = hyper_util::rt::TokioIo::new(Guarded::new(stream, 0, timeouts));
+    let io = hyper_util::rt::TokioIo::new(crate::canned::ProblemAnswers::new(Guarded::new(stream, 0, timeouts)));
     let service = hyper_util::service::TowerToHyperService::new(router);
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder

@@ -126,15 +126,21 @@ impl From<EngineError> for Problem {
     }
 }
 
+/// The `application/problem+json` document (RFC 9457) of an error.
+pub(crate) fn problem_json(status: StatusCode, detail: &str) -> String {
+    json!({
+        "type": "about:blank",
+        "title": status.canonical_reason().unwrap_or("Error"),
+        "status": status.as_u16(),
+        "detail": detail,
+    })
+    .to_string()
+}
+
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
-        let body = json!({
-            "type": "about:blank",
-            "title": self.status.canonical_reason().unwrap_or("Error"),
-            "status": self.status.as_u16(),
-            "detail": self.detail,
-        });
-        let mut response = (self.status, body.to_string()).into_response();
+        let body = problem_json(self.status, &self.detail);
+        let mut response = (self.status, body).into_response();
         let headers = response.headers_mut();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
         if self.status == StatusCode::UNAUTHORIZED {

@@ -26,6 +26,7 @@
     )
 )]
 
+mod canned;
 pub mod config;
 pub mod conn;
 pub mod engine;

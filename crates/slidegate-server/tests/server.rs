@@ -975,3 +975,54 @@ async fn unknown_paths_and_methods_are_problem_documents() {
     );
     assert_eq!(h.get("/healthcheck").await, (StatusCode::OK, "OK\n".to_owned()));
 }
+
+/// Requests hyper refuses before the router sees them (malformed, a header
+/// section too large, a URI too long) are answered with problem documents
+/// too, then the connection is closed; an answer before one on the same
+/// connection is untouched.
+#[tokio::test]
+async fn requests_hyper_refuses_get_problem_documents() {
+    let h = Harness::start(BASIC).await;
+    let addr = h.running.http;
+    let huge_header = format!(
+        "GET /healthz HTTP/1.1\r\nhost: x\r\nx-big: {}\r\n\r\n",
+        "a".repeat(500_000)
+    );
+    let many_headers: String = (0..200).map(|i| format!("x-h{i}: v\r\n")).collect();
+    let many_headers = format!("GET /healthz HTTP/1.1\r\nhost: x\r\n{many_headers}\r\n");
+    let long_uri = format!("GET /{} HTTP/1.1\r\nhost: x\r\n\r\n", "a".repeat(70_000));
+    let cases = [
+        ("GET / HTTP/1.1\r\nhost: x\r\nno colon here\r\n\r\n".to_owned(), 400),
+        ("NOT HTTP AT ALL\r\n\r\n".to_owned(), 400),
+        (huge_header, 431),
+        (many_headers, 431),
+        (long_uri, 414),
+        (
+            "GET /healthz HTTP/1.1\r\nhost: x\r\n\r\nGARBAGE\x01\r\n\r\n".to_owned(),
+            400,
+        ),
+    ];
+    for (request, status) in cases {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let answer = read_until_closed(&mut stream, Duration::from_secs(10))
+            .await
+            .expect("the server closes the connection");
+        let answer = String::from_utf8(answer).unwrap();
+        // The refusal is the connection's one 4xx answer, and its last.
+        let refusal = &answer[answer
+            .find("HTTP/1.1 4")
+            .unwrap_or_else(|| panic!("{status}: {answer:?}"))..];
+        let (head, body) = refusal.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with(&format!("HTTP/1.1 {status} ")), "{head}");
+        assert!(head.contains("content-type: application/problem+json"), "{head}");
+        assert!(head.contains(&format!("content-length: {}", body.len())), "{head}");
+        let problem: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(problem["status"], status);
+        assert!(!problem["detail"].as_str().unwrap().is_empty());
+        if request.contains("GARBAGE") {
+            assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+            assert!(answer.contains("\r\n\r\nOK\n"), "{answer}");
+        }
+    }
+}
