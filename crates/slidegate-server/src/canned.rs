@@ -43,13 +43,14 @@ fn replacement(head: &[u8]) -> Option<Vec<u8>> {
         return None;
     }
     let at = head.windows(EMPTY.len()).position(|w| w == EMPTY)?;
+    let (before, after) = (head.get(..at)?, head.get(at + EMPTY.len()..)?);
     let body = crate::http::problem_json(*status, detail);
     let mut out = Vec::with_capacity(head.len() + body.len() + 64);
-    out.extend_from_slice(&head[..at]);
+    out.extend_from_slice(before);
     out.extend_from_slice(b"\r\ncontent-type: application/problem+json\r\ncontent-length: ");
     out.extend_from_slice(body.len().to_string().as_bytes());
     out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(&head[at + EMPTY.len()..]);
+    out.extend_from_slice(after);
     out.extend_from_slice(body.as_bytes());
     Some(out)
 }
@@ -74,12 +75,13 @@ impl<T: AsyncWrite + Unpin> ProblemAnswers<T> {
     /// Writes what is pending; ready when nothing is.
     fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         while let Some((bytes, written)) = &mut self.pending {
-            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &bytes[*written..]))?;
+            let rest = bytes.get(*written..).unwrap_or_default();
+            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, rest))?;
             if n == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
             *written += n;
-            if *written == bytes.len() {
+            if *written >= bytes.len() {
                 self.pending = None;
             }
         }
