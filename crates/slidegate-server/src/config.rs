@@ -279,6 +279,7 @@ impl Config {
                 .warnings
                 .extend(parse::name_warnings(&names.names, &names.replaces));
         }
+        config.index_now();
         Ok(config)
     }
 
@@ -297,6 +298,7 @@ impl Config {
                 .warnings
                 .extend(parse::name_warnings(&names.names, &names.replaces));
         }
+        config.index_now();
         Ok(config)
     }
 
@@ -415,7 +417,15 @@ impl Config {
                 }
             }
         }
+        config.index_now();
         Ok(config)
+    }
+
+    /// Indexes every domain's larger levels, on this thread (a load's).
+    fn index_now(&self) {
+        for domain in self.domains.values() {
+            domain.index_now();
+        }
     }
 
     /// The domain called `name`.
@@ -524,6 +534,93 @@ pub struct Domain {
     pub name: String,
     /// The top-level `descriptors`, in file order.
     pub rules: Vec<Rule>,
+    /// The rules of its larger levels by key and value, made by the
+    /// first [`Domain::find`] (a config loaded from files has it made at
+    /// load).
+    index: Index,
+}
+
+/// The levels of a domain's rule tree with at least [`INDEXED`] rules, by
+/// the address of their first rule: each level's rules by key, and by
+/// value for exact values, so that a lookup in a level of 100,000 rules
+/// costs two hash lookups rather than a scan.
+#[derive(Default)]
+struct Index(std::sync::OnceLock<HashMap<usize, Level>>);
+
+/// A level of rules with fewer is scanned.
+const INDEXED: usize = 16;
+
+/// One level's rules (by their place in the level) under one key.
+#[derive(Default)]
+struct KeyRules {
+    /// The rules with an exact value, by value (the first of each).
+    exact: HashMap<String, usize>,
+    /// The rules with a wildcard value or none, in file order.
+    rest: Vec<usize>,
+}
+
+/// One indexed level.
+struct Level {
+    /// Its number of rules, to tell it from a level since changed.
+    len: usize,
+    by_key: HashMap<String, KeyRules>,
+}
+
+impl Index {
+    fn levels(&self, rules: &[Rule]) -> &HashMap<usize, Level> {
+        self.0.get_or_init(|| {
+            let mut levels = HashMap::new();
+            index_levels(rules, &mut levels);
+            levels
+        })
+    }
+}
+
+/// Indexes `rules` and the levels below it, the large ones.
+fn index_levels(rules: &[Rule], levels: &mut HashMap<usize, Level>) {
+    if rules.len() >= INDEXED {
+        let mut by_key: HashMap<String, KeyRules> = HashMap::new();
+        for (i, rule) in rules.iter().enumerate() {
+            let slot = by_key.entry(rule.key.clone()).or_default();
+            match &rule.value {
+                Some(ValuePattern::Exact(value)) => {
+                    slot.exact.entry(value.clone()).or_insert(i);
+                }
+                _ => slot.rest.push(i),
+            }
+        }
+        levels.insert(
+            rules.as_ptr() as usize,
+            Level {
+                len: rules.len(),
+                by_key,
+            },
+        );
+    }
+    for rule in rules {
+        index_levels(&rule.children, levels);
+    }
+}
+
+impl Clone for Index {
+    /// A copy is indexed again when first used.
+    fn clone(&self) -> Self {
+        Index::default()
+    }
+}
+
+impl PartialEq for Index {
+    /// An index is what the rules make it.
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl fmt::Debug for Index {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let levels = self.0.get().map_or(0, HashMap::len);
+        write!(f, "Index({levels} levels)")
+    }
 }
 
 /// One descriptor of the config: a key, maybe a value, its limits and its
@@ -743,6 +840,8 @@ pub struct Match<'a> {
     pub rule: &'a Rule,
     /// The domain's top-level rules, to find the patterns of shared levels.
     root: &'a [Rule],
+    /// The domain's index of its larger levels.
+    levels: &'a HashMap<usize, Level>,
     /// Bit `i`: entry `i` was matched by a wildcard with `share_threshold`.
     shared: u64,
 }
@@ -777,7 +876,7 @@ impl Match<'_> {
                 push_part(&mut out, ':', value);
                 continue;
             }
-            let step = step(rules, key, value);
+            let step = step(rules, key, value, self.levels.get(&(rules.as_ptr() as usize)));
             match step {
                 Some((rule, true)) if level < 64 && self.shared & (1 << level) != 0 => {
                     let pattern = rule.value.as_ref().map_or(value, ValuePattern::as_str);
@@ -823,8 +922,13 @@ impl Match<'_> {
         let capacity = entries.iter().map(|(k, v)| k.len() + v.len() + 2).sum::<usize>();
         let mut out = String::with_capacity(capacity);
         let detailed = self.rule.detailed_metric;
-        let any_shared = detailed && metric_levels(self.root, entries).any(|l| shared_pattern(l).is_some());
-        for (i, (&(key, value), level)) in entries.iter().zip(metric_levels(self.root, entries)).enumerate() {
+        let any_shared =
+            detailed && metric_levels(self.root, self.levels, entries).any(|l| shared_pattern(l).is_some());
+        for (i, (&(key, value), level)) in entries
+            .iter()
+            .zip(metric_levels(self.root, self.levels, entries))
+            .enumerate()
+        {
             if i > 0 {
                 out.push('.');
             }
@@ -896,12 +1000,17 @@ struct MetricLevel<'a> {
 
 /// The rule of each entry along the walk of [`Domain::find`] (`None` from
 /// a level the walk cannot step, which a [`Match`] never has).
-fn metric_levels<'a>(root: &'a [Rule], entries: &'a [(&str, &str)]) -> impl Iterator<Item = Option<MetricLevel<'a>>> {
+fn metric_levels<'a>(
+    root: &'a [Rule],
+    levels: &'a HashMap<usize, Level>,
+    entries: &'a [(&str, &str)],
+) -> impl Iterator<Item = Option<MetricLevel<'a>>> {
     entries.iter().scan(root, |rules, &(key, value)| {
-        let level = step(rules, key, value).map(|(rule, wildcard)| MetricLevel {
-            rule,
-            wildcard: wildcard && rule.value.as_ref().is_none_or(|p| p.as_str() != value),
-        });
+        let level =
+            step(rules, key, value, levels.get(&(rules.as_ptr() as usize))).map(|(rule, wildcard)| MetricLevel {
+                rule,
+                wildcard: wildcard && rule.value.as_ref().is_none_or(|p| p.as_str() != value),
+            });
         *rules = level.map_or(&[], |l| l.rule.children.as_slice());
         Some(level)
     })
@@ -927,7 +1036,22 @@ fn push_part(out: &mut String, separator: char, text: &str) {
 /// The rule among `rules` for one entry: the exact `key`+`value` rule, else
 /// the first wildcard (in file order) that matches `value`, else the rule
 /// with the key alone. The flag tells a wildcard match.
-fn step<'a>(rules: &'a [Rule], key: &str, value: &str) -> Option<(&'a Rule, bool)> {
+fn step<'a>(rules: &'a [Rule], key: &str, value: &str, level: Option<&Level>) -> Option<(&'a Rule, bool)> {
+    if let Some(level) = level.filter(|l| l.len == rules.len()) {
+        let under = level.by_key.get(key)?;
+        if let Some(&i) = under.exact.get(value) {
+            return rules.get(i).map(|r| (r, false));
+        }
+        let mut key_only = None;
+        for rule in under.rest.iter().filter_map(|&i| rules.get(i)) {
+            match &rule.value {
+                Some(pattern) if pattern.matches(value) => return Some((rule, true)),
+                Some(_) => {}
+                None => key_only = key_only.or(Some(rule)),
+            }
+        }
+        return key_only.map(|r| (r, false));
+    }
     let mut wildcard = None;
     let mut key_only = None;
     for rule in rules.iter().filter(|r| r.key == key) {
@@ -953,6 +1077,22 @@ fn step<'a>(rules: &'a [Rule], key: &str, value: &str) -> Option<(&'a Rule, bool
 }
 
 impl Domain {
+    /// A domain of these rules. Its larger levels are indexed by the first
+    /// [`Domain::find`]: the rules are not to change after it.
+    pub fn new(name: String, rules: Vec<Rule>) -> Domain {
+        Domain {
+            name,
+            rules,
+            index: Index::default(),
+        }
+    }
+
+    /// Makes the index [`Domain::find`] uses now, rather than on the
+    /// first request (at load, off the request path).
+    fn index_now(&self) {
+        self.index.levels(&self.rules);
+    }
+
     /// Matches a request descriptor: walks the rule tree one level per
     /// entry; at each level an exact key+value rule wins, then a wildcard
     /// value rule (the first in file order that matches), then a rule with
@@ -967,11 +1107,13 @@ impl Domain {
         if entries.len() > MAX_DEPTH {
             return None;
         }
+        let levels = self.index.levels(&self.rules);
         let mut rules = self.rules.as_slice();
         let mut shared = 0u64;
         let mut found = None;
         for (level, &(key, value)) in entries.iter().enumerate() {
-            let (rule, wildcard) = step(rules, key, value)?;
+            let indexed = levels.get(&(rules.as_ptr() as usize));
+            let (rule, wildcard) = step(rules, key, value, indexed)?;
             if wildcard && rule.share_threshold {
                 shared |= 1 << level;
             }
@@ -981,6 +1123,7 @@ impl Domain {
         found.map(|rule| Match {
             rule,
             root: &self.rules,
+            levels,
             shared,
         })
     }
@@ -996,6 +1139,38 @@ mod tests {
             value: value.map(ValuePattern::new),
             children,
             ..Rule::at(0, 0)
+        }
+    }
+
+    proptest::proptest! {
+        /// The index finds what a scan of the level finds: exact values
+        /// first, then the first wildcard that matches, then the key alone,
+        /// on levels large enough to be indexed, nested too.
+        #[test]
+        fn the_index_finds_what_a_scan_finds(
+            level in proptest::collection::vec((0..4u8, proptest::option::of(0..6u8)), INDEXED..60),
+            lookups in proptest::collection::vec((0..5u8, 0..8u8), 1..40),
+        ) {
+            let values = ["a", "b", "ab", "*", "a*", "*b"];
+            let rules: Vec<Rule> = level
+                .iter()
+                .map(|&(k, v)| rule(&format!("k{k}"), v.map(|v| values[usize::from(v)]), Vec::new()))
+                .collect();
+            // The same level again under a parent, to index a nested level.
+            let domain = Domain::new("d".to_owned(), vec![rule("top", None, rules.clone())]);
+            let flat = Domain::new("f".to_owned(), rules.clone());
+            let asked = ["a", "b", "ab", "abb", "*", "", "ba", "x"];
+            for (k, v) in lookups {
+                let key = format!("k{k}");
+                let value = asked[usize::from(v)];
+                let scanned = step(&rules, &key, value, None).map(|(r, w)| (r.key.clone(), r.value.clone(), w));
+                let found = flat.find(&[(&key, value)]).map(|m| (m.rule.key.clone(), m.rule.value.clone()));
+                proptest::prop_assert_eq!(found, scanned.clone().map(|(k, v, _)| (k, v)));
+                let nested = domain.find(&[("top", "t"), (&key, value)]).map(|m| (m.rule.key.clone(), m.rule.value.clone()));
+                proptest::prop_assert_eq!(nested, scanned.map(|(k, v, _)| (k, v)));
+            }
+            let shown = format!("{:?}", flat.index);
+            proptest::prop_assert!(shown.contains("1 levels"), "{}", shown);
         }
     }
 
@@ -1072,15 +1247,15 @@ mod tests {
 
     #[test]
     fn precedence_and_depth() {
-        let domain = Domain {
-            name: "d".to_owned(),
-            rules: vec![
+        let domain = Domain::new(
+            "d".to_owned(),
+            vec![
                 rule("k", None, vec![]),
                 rule("k", Some("a*"), vec![rule("n", None, vec![])]),
                 rule("k", Some("ab"), vec![]),
                 rule("k", Some("*b"), vec![]),
             ],
-        };
+        );
         let at = |entries: &[(&str, &str)]| domain.find(entries).map(|m| (m.rule.key.clone(), m.rule.value.clone()));
         assert_eq!(at(&[("k", "ab")]).unwrap().1, Some(ValuePattern::new("ab")));
         assert_eq!(at(&[("k", "axb")]).unwrap().1, Some(ValuePattern::new("a*")));
@@ -1097,10 +1272,10 @@ mod tests {
     fn counter_keys_are_unambiguous() {
         let mut shared = rule("p", Some("/f/*"), vec![rule("q", None, vec![])]);
         shared.share_threshold = true;
-        let domain = Domain {
-            name: "d".to_owned(),
-            rules: vec![rule("a", None, vec![rule("b", None, vec![])]), shared],
-        };
+        let domain = Domain::new(
+            "d".to_owned(),
+            vec![rule("a", None, vec![rule("b", None, vec![])]), shared],
+        );
         let key = |entries: &[(&str, &str)]| domain.find(entries).unwrap().counter_key("d", entries);
         assert_eq!(key(&[("a", "x")]), "1:d1:a1:x");
         assert_ne!(key(&[("a", "x:1"), ("b", "y")]), key(&[("a", "x"), ("b", "1:y")]));

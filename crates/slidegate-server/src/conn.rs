@@ -203,6 +203,10 @@ pub(crate) async fn serve_http(
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
+                    // An answer goes out when written, not after the
+                    // client's delayed ACK (Nagle's algorithm): without
+                    // this, a head and body written apart wait up to 40 ms.
+                    let _ = stream.set_nodelay(true);
                     connections.spawn(serve_connection(stream, router.clone(), timeouts, connection_stop.clone()));
                 }
                 Err(e) => {

@@ -325,14 +325,17 @@ impl<C: Clock> Engine<C> {
     /// not yet synced); a changed unit, window, algorithm or parameter
     /// starts afresh.
     ///
+    /// Returns the config it replaced, for the caller to free where it
+    /// suits (a large config takes long to free: not on a request's
+    /// thread).
+    ///
     /// # Errors
     ///
     /// A [`ConfigError`] naming a limit the store cannot keep; the config
     /// in force stays.
-    pub fn replace_config(&self, config: Config) -> Result<(), ConfigError> {
+    pub fn replace_config(&self, config: Config) -> Result<Arc<Config>, ConfigError> {
         check_config(&config, &*self.store)?;
-        *self.config.write() = Arc::new(config);
-        Ok(())
+        Ok(std::mem::replace(&mut *self.config.write(), Arc::new(config)))
     }
 
     /// The store's figures.

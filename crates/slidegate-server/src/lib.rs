@@ -11,7 +11,7 @@
 //! - [`metrics`]: the Prometheus registry;
 //! - [`server`]: starting, reloading and graceful shutdown; [`conn`]: the
 //!   connections' timeouts.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 // No panics on the request path: the lints are off in unit tests only.
 #![cfg_attr(
     not(test),
@@ -36,3 +36,4 @@ pub mod metrics;
 pub mod proto;
 pub mod redis_store;
 pub mod server;
+mod trim;

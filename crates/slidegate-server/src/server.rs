@@ -230,18 +230,24 @@ impl<C: Clock> Shared<C> {
         self.reloads.subscribe()
     }
 
+    /// Loads and serves the config files again. What the parse and the old
+    /// config took goes back to the system before the outcome is logged.
     fn load_again(&self) -> Result<(), ConfigError> {
         let loaded = Config::load_with(&self.paths, &self.load_options).inspect(log_warnings);
-        let before = self.engine.config();
         match loaded.and_then(|config| self.engine.replace_config(config)) {
-            Ok(()) => {
+            Ok(before) => {
                 self.metrics.reload(true);
                 let after = self.engine.config();
                 let changes = crate::config::ConfigChanges::between(&before, &after);
-                tracing::info!(domains = after.domains().count(), changes = %changes, "config reloaded");
+                let domains = after.domains().count();
+                drop(after);
+                free_here(before);
+                crate::trim::give_back_free_memory();
+                tracing::info!(domains, changes = %changes, "config reloaded");
                 Ok(())
             }
             Err(e) => {
+                crate::trim::give_back_free_memory();
                 self.metrics.reload(false);
                 tracing::error!(error = %e, "config reload failed; the previous config stays in force");
                 Err(e)
@@ -403,7 +409,14 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
         // timeout and is closed after the idle timeout without a byte.
         let incoming = tokio_stream::StreamExt::map(
             tokio_stream::wrappers::TcpListenerStream::new(grpc_listener),
-            move |accepted| accepted.map(|stream| Guarded::new(stream, HTTP2_PREFACE_LEN, timeouts)),
+            move |accepted| {
+                accepted.map(|stream| {
+                    // An answer goes out when written, not after the
+                    // client's delayed ACK (Nagle's algorithm).
+                    let _ = stream.set_nodelay(true);
+                    Guarded::new(stream, HTTP2_PREFACE_LEN, timeouts)
+                })
+            },
         );
         let served = tonic::transport::Server::builder()
             .timeout(timeouts.request)
@@ -525,6 +538,20 @@ pub fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
     Ok(async {
         let _ = tokio::signal::ctrl_c().await;
     })
+}
+
+/// Frees `config` on this thread (a reload's, off the runtime) rather than
+/// on a request's: a large config takes long to free. Requests hold a
+/// config for one decision; after 100 ms of waiting for them, the last of
+/// them frees it.
+fn free_here(config: Arc<Config>) {
+    for _ in 0..100 {
+        if Arc::strong_count(&config) == 1 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(config);
 }
 
 /// How the config files are read.

@@ -529,7 +529,7 @@ impl Parser<'_> {
         let mut rules = rules;
         name_counts(&mut rules);
         Ok(Parsed {
-            domain: Domain { name, rules },
+            domain: Domain::new(name, rules),
             line: pos.line,
             column: pos.column,
             names: std::mem::take(&mut self.names),
