@@ -1,13 +1,17 @@
 //! Starting, reloading and stopping the service.
 
 use crate::config::{Config, ConfigError, LoadOptions};
+use crate::conn::HTTP2_PREFACE_LEN;
 pub use crate::conn::Timeouts;
-use crate::conn::{Guarded, HTTP2_PREFACE_LEN};
 use crate::engine::Settings;
 use crate::engine::{Engine, InputLimits};
 use crate::grpc::{Grpc, HeaderOptions, ResponseHeaderNames};
+pub use crate::listen::Endpoint;
+use crate::listen::Listener;
 use crate::metrics::Metrics;
 use crate::redis_store::{RedisConnectError, RedisOptions};
+use crate::tls::{Alpn, Tls};
+pub use crate::tls::{TlsError, TlsOptions};
 use slidegate_core::Clock;
 use slidegate_memory::Budget;
 use slidegate_tower::LegacyReset;
@@ -16,7 +20,6 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -26,10 +29,13 @@ pub struct Options {
     /// Config files or directories of them; none serves only the ad-hoc
     /// API.
     pub config: Vec<PathBuf>,
-    /// The HTTP address.
-    pub http: SocketAddr,
-    /// The gRPC address.
-    pub grpc: SocketAddr,
+    /// Where HTTP listens.
+    pub http: Endpoint,
+    /// Where gRPC listens.
+    pub grpc: Endpoint,
+    /// TLS on both front ends (on TCP; a Unix socket is served in the
+    /// clear); `None` serves in the clear.
+    pub tls: Option<TlsOptions>,
     /// The budget of the counters of sliding windows of up to 8 buckets
     /// (the default algorithm).
     pub budget: Budget,
@@ -81,8 +87,9 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             config: Vec::new(),
-            http: SocketAddr::from(([127, 0, 0, 1], 8080)),
-            grpc: SocketAddr::from(([127, 0, 0, 1], 8081)),
+            http: SocketAddr::from(([127, 0, 0, 1], 8080)).into(),
+            grpc: SocketAddr::from(([127, 0, 0, 1], 8081)).into(),
+            tls: None,
             budget: Budget::bytes(256 << 20),
             other_budget: Budget::bytes(32 << 20),
             input: InputLimits::default(),
@@ -116,6 +123,9 @@ pub enum StartError {
     /// The near-limit ratio is out of range.
     #[error(transparent)]
     NearLimitRatio(#[from] crate::metrics::NearLimitRatioError),
+    /// A TLS file cannot be read or used.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
     /// The admin token is empty.
     #[error("the admin token is empty: give a token, or none to turn `POST /v1/reset` off")]
     EmptyAdminToken,
@@ -123,7 +133,7 @@ pub enum StartError {
     #[error("cannot listen on {addr}")]
     Bind {
         /// The address.
-        addr: SocketAddr,
+        addr: Endpoint,
         /// Why.
         source: std::io::Error,
     },
@@ -144,6 +154,8 @@ pub struct Shared<C> {
     pub(crate) draining: std::sync::atomic::AtomicBool,
     /// Reloads tried so far, good or bad.
     reloads: watch::Sender<u64>,
+    /// TLS, when on.
+    tls: Option<Arc<Tls>>,
 }
 
 impl<C: Clock> Shared<C> {
@@ -172,7 +184,20 @@ impl<C: Clock> Shared<C> {
             load_options: load_options(options),
             draining: std::sync::atomic::AtomicBool::new(false),
             reloads: watch::Sender::new(0),
+            tls: None,
         }
+    }
+
+    /// Reads the TLS files again (blocking: call it off the async
+    /// runtime's threads) and, if they are good, serves new handshakes
+    /// with them; if not, the old ones stay in force. Either way the
+    /// outcome is logged. Without TLS, does nothing.
+    ///
+    /// # Errors
+    ///
+    /// The [`TlsError`] of the new files.
+    pub fn reload_tls(&self) -> Result<(), TlsError> {
+        self.tls.as_ref().map_or(Ok(()), |tls| tls.reload())
     }
 
     /// Loads the config files again and, if they are valid, serves them
@@ -230,10 +255,10 @@ impl<C: Clock> Shared<C> {
 
 /// A running service.
 pub struct Running<C> {
-    /// Where HTTP listens.
-    pub http: SocketAddr,
+    /// Where HTTP listens (with the port the system chose for port 0).
+    pub http: Endpoint,
     /// Where gRPC listens.
-    pub grpc: SocketAddr,
+    pub grpc: Endpoint,
     shared: Arc<Shared<C>>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
@@ -246,6 +271,16 @@ pub struct Running<C> {
 const HEALTH_NAMES: [&str; 2] = ["", "ratelimit"];
 
 impl<C: Clock> Running<C> {
+    /// The HTTP address, when HTTP listens on TCP.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http.tcp()
+    }
+
+    /// The gRPC address, when gRPC listens on TCP.
+    pub fn grpc_addr(&self) -> Option<SocketAddr> {
+        self.grpc.tcp()
+    }
+
     /// What the front ends share (the engine, the metrics, `reload`).
     pub fn shared(&self) -> &Arc<Shared<C>> {
         &self.shared
@@ -283,9 +318,12 @@ impl<C: Clock> Running<C> {
     }
 }
 
-/// A fingerprint of the config files: their names, lengths and
-/// modification times, to notice a change.
-fn fingerprint(paths: &[PathBuf]) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
+/// A file's name, length and modification time.
+pub(crate) type FileStamp = (PathBuf, u64, Option<SystemTime>);
+
+/// A fingerprint of files (or folders of them, one level): their names,
+/// lengths and modification times, to notice a change.
+pub(crate) fn fingerprint(paths: &[PathBuf]) -> Vec<FileStamp> {
     let mut out = Vec::new();
     for path in paths {
         let mut files = vec![path.clone()];
@@ -309,8 +347,8 @@ fn fingerprint(paths: &[PathBuf]) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
 /// # Errors
 ///
 /// [`StartError`] if the config does not load (or, with Redis, has a
-/// limit without a Redis form), Redis cannot be reached, or an address
-/// cannot be bound.
+/// limit without a Redis form), Redis cannot be reached, a TLS file is
+/// bad, or an address cannot be bound.
 pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C) -> Result<Running<C>, StartError> {
     if options.admin_token.as_deref().is_some_and(|t| t.trim().is_empty()) {
         return Err(StartError::EmptyAdminToken);
@@ -325,21 +363,21 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
             Engine::with_store(config, store, true, options.input)?
         }
     };
-    let http_listener = TcpListener::bind(options.http)
-        .await
-        .map_err(|source| StartError::Bind {
-            addr: options.http,
-            source,
-        })?;
-    let grpc_listener = TcpListener::bind(options.grpc)
-        .await
-        .map_err(|source| StartError::Bind {
-            addr: options.grpc,
-            source,
-        })?;
-    let http = http_listener.local_addr().unwrap_or(options.http);
-    let grpc = grpc_listener.local_addr().unwrap_or(options.grpc);
-    let shared = Arc::new(Shared::new(engine, &options));
+    let tls = match options.tls.clone() {
+        Some(files) => Some(Arc::new(Tls::load_blocking(files).await?)),
+        None => None,
+    };
+    let bind = |addr: Endpoint| async move {
+        match Listener::bind(&addr).await {
+            Ok(listener) => Ok((listener.local(&addr), listener)),
+            Err(source) => Err(StartError::Bind { addr, source }),
+        }
+    };
+    let (http, http_listener) = bind(options.http.clone()).await?;
+    let (grpc, grpc_listener) = bind(options.grpc.clone()).await?;
+    let mut shared = Shared::new(engine, &options);
+    shared.tls = tls.clone();
+    let shared = Arc::new(shared);
     let (stop, stopped) = watch::channel(false);
     let until_stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|&s| s).await;
@@ -350,6 +388,7 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
     let router = crate::http::router(Arc::clone(&shared));
     tasks.push(tokio::spawn(crate::conn::serve_http(
         http_listener,
+        tls.clone(),
         router,
         timeouts,
         stopped.clone(),
@@ -362,14 +401,33 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
             .set_service_status(name, tonic_health::ServingStatus::Serving)
             .await;
     }
+    // Connections are accepted (and their TLS handshakes made) by the
+    // shared accept loop, each in its own task, and handed to tonic once
+    // open. Every connection must send the HTTP/2 preface within the
+    // header timeout (the handshake included) and is closed after the
+    // idle timeout without a byte.
+    let (opened, incoming) = tokio::sync::mpsc::unbounded_channel();
+    let grpc_tls = tls.clone().map(|tls| (tls, Alpn::H2));
+    let accepting = stopped.clone();
+    tasks.push(tokio::spawn(async move {
+        let hand_over = move |stream| {
+            let _ = opened.send(Ok::<_, std::io::Error>(stream));
+            std::future::ready(())
+        };
+        // Handshakes still under way when the server stops are dropped.
+        let _ = crate::conn::accept(
+            grpc_listener,
+            grpc_tls,
+            HTTP2_PREFACE_LEN,
+            timeouts,
+            accepting,
+            hand_over,
+        )
+        .await;
+    }));
     let grpc_stop = until_stopped(stopped.clone());
     tasks.push(tokio::spawn(async move {
-        // Every connection must send the HTTP/2 preface within the header
-        // timeout and is closed after the idle timeout without a byte.
-        let incoming = tokio_stream::StreamExt::map(
-            tokio_stream::wrappers::TcpListenerStream::new(grpc_listener),
-            move |accepted| accepted.map(|stream| Guarded::new(stream, HTTP2_PREFACE_LEN, timeouts)),
-        );
+        let incoming = tokio_stream::wrappers::UnboundedReceiverStream::new(incoming);
         let served = tonic::transport::Server::builder()
             .timeout(timeouts.request)
             .add_service(health_service)
@@ -380,6 +438,24 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
             tracing::error!(error = %e, "the gRPC server stopped");
         }
     }));
+
+    if let (Some(tls), Some(every)) = (tls, options.reload_every) {
+        // New certificates are picked up when their files change, checked
+        // (and read) on a blocking thread.
+        let mut stopped = stopped.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = stopped.wait_for(|&s| s) => return,
+                }
+                let tls = Arc::clone(&tls);
+                let _ = tokio::task::spawn_blocking(move || tls.reload_if_changed()).await;
+            }
+        }));
+    }
 
     if let Some(redis) = &options.redis {
         // The store's health in the log: a warning when Redis starts
