@@ -375,6 +375,11 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
     };
     let (http, http_listener) = bind(options.http.clone()).await?;
     let (grpc, grpc_listener) = bind(options.grpc.clone()).await?;
+    if tls.is_some() {
+        for endpoint in [&http, &grpc].into_iter().filter(|e| e.tcp().is_none()) {
+            tracing::warn!(%endpoint, "TLS is on, but a Unix socket is served in the clear");
+        }
+    }
     let mut shared = Shared::new(engine, &options);
     shared.tls = tls.clone();
     let shared = Arc::new(shared);
@@ -442,16 +447,9 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
     if let (Some(tls), Some(every)) = (tls, options.reload_every) {
         // New certificates are picked up when their files change, checked
         // (and read) on a blocking thread.
-        let mut stopped = stopped.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => {}
-                    _ = stopped.wait_for(|&s| s) => return,
-                }
-                let tls = Arc::clone(&tls);
+        tasks.push(spawn_every(every, stopped.clone(), move || {
+            let tls = Arc::clone(&tls);
+            async move {
                 let _ = tokio::task::spawn_blocking(move || tls.reload_if_changed()).await;
             }
         }));
@@ -462,48 +460,35 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
         // failing, a line when it is back; never one per request.
         let watched = Arc::clone(&shared);
         let policy = crate::redis_store::policy_name(redis.failure);
-        let mut stopped = stopped.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut log = crate::redis_store::OutageLog::default();
-            let mut tick = tokio::time::interval(Duration::from_secs(1));
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => {}
-                    _ = stopped.wait_for(|&s| s) => return,
+        let mut log = crate::redis_store::OutageLog::default();
+        tasks.push(spawn_every(Duration::from_secs(1), stopped.clone(), move || {
+            match log.observe(&watched.engine.stats().failover) {
+                Some(crate::redis_store::Transition::Failing(calls)) => tracing::warn!(
+                    calls,
+                    policy = %policy,
+                    "Redis is failing: decisions follow the failure policy until it answers again"
+                ),
+                Some(crate::redis_store::Transition::Recovered) => {
+                    tracing::info!("Redis answers again: decisions come from Redis");
                 }
-                match log.observe(&watched.engine.stats().failover) {
-                    Some(crate::redis_store::Transition::Failing(calls)) => tracing::warn!(
-                        calls,
-                        policy = %policy,
-                        "Redis is failing: decisions follow the failure policy until it answers again"
-                    ),
-                    Some(crate::redis_store::Transition::Recovered) => {
-                        tracing::info!("Redis answers again: decisions come from Redis");
-                    }
-                    None => {}
-                }
+                None => {}
             }
+            std::future::ready(())
         }));
     }
 
     if let Some(every) = options.reload_every.filter(|_| !options.config.is_empty()) {
         let watched = Arc::clone(&shared);
-        let mut stopped = stopped.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut seen = fingerprint(&watched.paths);
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => {}
-                    _ = stopped.wait_for(|&s| s) => return,
-                }
-                let now = fingerprint(&watched.paths);
-                if now != seen {
-                    seen = now;
+        let mut seen = fingerprint(&watched.paths);
+        tasks.push(spawn_every(every, stopped.clone(), move || {
+            let now = fingerprint(&watched.paths);
+            let changed = now != seen;
+            seen = now;
+            let shared = Arc::clone(&watched);
+            async move {
+                if changed {
                     // Parsing a large config takes time: off the runtime's
                     // threads, the old config serving meanwhile.
-                    let shared = Arc::clone(&watched);
                     let _ = tokio::task::spawn_blocking(move || shared.reload()).await;
                 }
             }
@@ -518,6 +503,26 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
         tasks,
         health,
         drain_delay: options.drain_delay,
+    })
+}
+
+/// Runs `work` every `every`, the first time at once, until `stopped`
+/// turns true; a late round delays the next rather than bunching them.
+fn spawn_every<F, Fut>(every: Duration, mut stopped: watch::Receiver<bool>, mut work: F) -> JoinHandle<()>
+where
+    F: FnMut() -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stopped.wait_for(|&s| s) => return,
+            }
+            work().await;
+        }
     })
 }
 
