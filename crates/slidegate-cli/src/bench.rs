@@ -263,9 +263,12 @@ fn bench_service(time: Duration, concurrency: usize, progress: &dyn Fn(&str)) ->
         };
         let running = server::start(options, MonotonicClock::new()).await?;
         progress("service HTTP /v1/check");
-        let http = crate::bench_clients::http(running.http, time, concurrency).await?;
+        let (Some(http), Some(grpc)) = (running.http_addr(), running.grpc_addr()) else {
+            anyhow::bail!("the service listens on TCP");
+        };
+        let http = crate::bench_clients::http(http, time, concurrency).await?;
         progress("service gRPC ShouldRateLimit");
-        let grpc = crate::bench_clients::grpc(running.grpc, time, concurrency).await?;
+        let grpc = crate::bench_clients::grpc(grpc, time, concurrency).await?;
         running.shutdown().await;
         let _ = std::fs::remove_dir_all(&dir);
         let case = |name: &str, (count, mut latencies): (u64, Vec<Duration>)| {

@@ -8,10 +8,10 @@ use slidegate_memory::Budget;
 use slidegate_server::engine::{InputLimits, Settings};
 use slidegate_server::grpc::ResponseHeaderNames;
 use slidegate_server::redis_store::RedisOptions;
-use slidegate_server::server::{self, Options, Timeouts};
+use slidegate_server::server::{self, Endpoint, Options, StartError, Timeouts, TlsOptions};
+use slidegate_server::tls::TlsFile;
 use slidegate_store::FailurePolicy;
 use slidegate_tower::LegacyReset;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -25,13 +25,44 @@ pub(crate) struct Args {
     #[arg(long, env = "SLIDEGATE_CONFIG", value_delimiter = ':')]
     config: Vec<PathBuf>,
     /// The HTTP address (`POST /json`, `/v1/check`, `/v1/reset`, `GET
-    /// /healthz`, `/metrics`). Nothing in it authenticates but `/v1/reset`:
-    /// keep it on a private network.
-    #[arg(long, env = "SLIDEGATE_HTTP", default_value = "127.0.0.1:8080")]
-    http: SocketAddr,
-    /// The gRPC address (Envoy's `RateLimitService`).
-    #[arg(long, env = "SLIDEGATE_GRPC", default_value = "127.0.0.1:8081")]
-    grpc: SocketAddr,
+    /// /healthz`, `/metrics`): IP:PORT, or `unix:PATH` for a Unix domain
+    /// socket. Nothing in it authenticates but `/v1/reset` (and mutual
+    /// TLS, with `--tls-client-ca`): keep it on a private network. A Unix
+    /// socket is served in the clear, even with `--tls-cert`; a socket
+    /// file left at PATH by a process that is gone is replaced (anything
+    /// else there is an error), and the file is removed on exit.
+    #[arg(
+        long,
+        env = "SLIDEGATE_HTTP",
+        default_value = "127.0.0.1:8080",
+        value_name = "ADDRESS"
+    )]
+    http: Endpoint,
+    /// The gRPC address (Envoy's `RateLimitService`): IP:PORT, or
+    /// `unix:PATH` as for `--http`.
+    #[arg(
+        long,
+        env = "SLIDEGATE_GRPC",
+        default_value = "127.0.0.1:8081",
+        value_name = "ADDRESS"
+    )]
+    grpc: Endpoint,
+    /// Serve TLS on both listeners with this certificate chain (PEM, the
+    /// server's certificate first); needs `--tls-key`. gRPC negotiates
+    /// ALPN `h2`, HTTP `http/1.1`. TCP only: Unix sockets stay in the
+    /// clear. The TLS files are read again when they change (checked every
+    /// `--reload-every`) and on SIGHUP: new connections get the new files;
+    /// a bad new file is logged and the previous ones keep serving.
+    #[arg(long, env = "SLIDEGATE_TLS_CERT", value_name = "PATH")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of `--tls-cert` (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, env = "SLIDEGATE_TLS_KEY", value_name = "PATH")]
+    tls_key: Option<PathBuf>,
+    /// Mutual TLS: clients must present a certificate signed by one of
+    /// these CA certificates (PEM); one without a certificate, or with
+    /// another, is refused at the handshake. Needs `--tls-cert`.
+    #[arg(long, env = "SLIDEGATE_TLS_CLIENT_CA", value_name = "PATH")]
+    tls_client_ca: Option<PathBuf>,
     /// Memory for the counters of sliding windows of up to 8 buckets (the
     /// default algorithm), in MiB; never more is held (the soonest-expiring
     /// counters are evicted to make room).
@@ -56,7 +87,9 @@ pub(crate) struct Args {
     /// HTTP: the longest wait for a request's headers, from when the
     /// connection opens or the previous answer is sent (so also the longest
     /// a kept-alive connection may sit idle between requests); gRPC: the
-    /// longest wait for the HTTP/2 preface. The connection is then closed.
+    /// longest wait for the HTTP/2 preface. With TLS, the handshake must
+    /// finish within it too (gRPC: the handshake and the preface together).
+    /// The connection is then closed.
     #[arg(long, env = "SLIDEGATE_HEADER_TIMEOUT", default_value = "10s", value_parser = parse_timeout, value_name = "DURATION")]
     header_timeout: Duration,
     /// A connection (HTTP or gRPC) on which no byte is read or written for
@@ -258,6 +291,22 @@ impl Args {
             "--redis-instances {}: must be at least 1",
             self.redis_instances
         );
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(TlsOptions {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: self.tls_client_ca.clone(),
+            }),
+            (None, None) => {
+                anyhow::ensure!(
+                    self.tls_client_ca.is_none(),
+                    "--tls-client-ca needs --tls-cert and --tls-key"
+                );
+                None
+            }
+            (Some(_), None) => anyhow::bail!("--tls-cert needs --tls-key (the certificate's private key)"),
+            (None, Some(_)) => anyhow::bail!("--tls-key needs --tls-cert (the certificate of the key)"),
+        };
         let redis = (!self.redis.is_empty()).then(|| RedisOptions {
             urls: self.redis.clone(),
             cluster: self.redis_cluster,
@@ -276,8 +325,9 @@ impl Args {
         Ok(Options {
             redis,
             config: self.config.clone(),
-            http: self.http,
-            grpc: self.grpc,
+            http: self.http.clone(),
+            grpc: self.grpc.clone(),
+            tls,
             budget: Budget::bytes(bytes),
             other_budget: Budget::bytes(other_bytes),
             input: InputLimits {
@@ -343,16 +393,22 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
         let signal = server::shutdown_signal().context("cannot install the SIGTERM and SIGINT handlers")?;
         let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
             .context("cannot install the SIGHUP handler")?;
-        let running = server::start(options, MonotonicClock::new()).await?;
-        // SIGHUP reloads the config now, through the watcher's path (which
-        // logs the outcome and counts it).
+        let running = server::start(options, MonotonicClock::new())
+            .await
+            .map_err(name_the_flag)?;
+        // SIGHUP reloads the config and the TLS files now, through the
+        // watchers' paths (which log the outcome; the config's is counted).
         let shared = std::sync::Arc::clone(running.shared());
         tokio::spawn(async move {
             while hangup.recv().await.is_some() {
                 tracing::info!("SIGHUP: reloading the config");
                 // Off the runtime's threads, as the watcher's reloads.
                 let shared = std::sync::Arc::clone(&shared);
-                let _ = tokio::task::spawn_blocking(move || shared.reload()).await;
+                let _ = tokio::task::spawn_blocking(move || {
+                    let _ = shared.reload();
+                    let _ = shared.reload_tls();
+                })
+                .await;
             }
         });
         match args.log_format {
@@ -362,6 +418,21 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
         running.run_until(signal).await;
         anyhow::Ok(())
     })
+}
+
+/// A start error, a TLS file's named by its flag.
+fn name_the_flag(error: StartError) -> anyhow::Error {
+    match error {
+        StartError::Tls(e) => {
+            let flag = match e.file() {
+                TlsFile::Key => "--tls-key",
+                TlsFile::ClientCa => "--tls-client-ca",
+                _ => "--tls-cert",
+            };
+            anyhow::anyhow!("{flag} {}: {}", e.path().display(), e.reason())
+        }
+        e => e.into(),
+    }
 }
 
 /// A header name for `--limit-*-header`.

@@ -1,15 +1,18 @@
-//! Connections with deadlines: the HTTP/1.1 serving loop (hyper's
-//! connection builder, which has the header timeout `axum::serve` lacks)
-//! and the socket wrapper both front ends share, which closes a connection
-//! that says nothing in time.
+//! Connections with deadlines: the accept loop both front ends share
+//! (each connection's TLS handshake in its own task, within the header
+//! timeout), the HTTP/1.1 serving of a connection (hyper's connection
+//! builder, which has the header timeout `axum::serve` lacks) and the
+//! socket wrapper that closes a connection that says nothing in time.
 
+use crate::listen::{Listener, Stream};
+use crate::tls::{Alpn, Tls};
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, Sleep};
@@ -20,7 +23,10 @@ pub struct Timeouts {
     /// HTTP/1.1: the longest wait for a request's headers, counted from
     /// when the connection opens or the previous answer is sent (so also
     /// the longest idle time between requests on a kept-alive connection);
-    /// gRPC: the longest wait for the 24 bytes of the HTTP/2 preface.
+    /// gRPC: the longest wait for the 24 bytes of the HTTP/2 preface. With
+    /// TLS the handshake must also finish within it (for gRPC, the
+    /// handshake and the preface together, counted from the connection
+    /// opening).
     pub header: Duration,
     /// The longest time a connection may go without a byte read or
     /// written; it is then closed.
@@ -60,14 +66,14 @@ pub(crate) struct Guarded<T> {
 }
 
 impl<T> Guarded<T> {
-    /// Wraps `inner`, opened now.
-    pub(crate) fn new(inner: T, opening: usize, timeouts: Timeouts) -> Self {
+    /// Wraps `inner`, opened at `opened` (when it was accepted).
+    pub(crate) fn new(inner: T, opening: usize, timeouts: Timeouts, opened: Instant) -> Self {
         let now = Instant::now();
         let mut guarded = Guarded {
             inner,
             timer: Box::pin(tokio::time::sleep_until(now)),
             opening,
-            opened: now,
+            opened,
             last: now,
             header: timeouts.header,
             idle: timeouts.idle,
@@ -176,25 +182,35 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
     }
 }
 
-impl tonic::transport::server::Connected for Guarded<TcpStream> {
-    type ConnectInfo = <TcpStream as tonic::transport::server::Connected>::ConnectInfo;
+impl tonic::transport::server::Connected for Guarded<Stream> {
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
         self.inner.connect_info()
     }
 }
 
-/// Serves HTTP/1.1 on `listener` until `stopped` turns true, then stops
-/// accepting (the listener is closed at once) and lets every connection
-/// finish the request in flight.
-pub(crate) async fn serve_http(
-    listener: TcpListener,
-    router: axum::Router,
+/// Accepts on `listener` until `stopped` turns true, then closes it (a
+/// Unix socket's file is removed) and returns the connections' tasks still
+/// running. Each connection gets a task of its own, in which it is opened
+/// (the TLS handshake, with `tls`, on TCP only, within the header timeout
+/// from when it was accepted; one that fails or is late is dropped) and
+/// then handed to `serve`, guarded: its first `opening` bytes within the
+/// header timeout of its acceptance, never the idle timeout without a
+/// byte.
+pub(crate) async fn accept<F, Fut>(
+    listener: Listener,
+    tls: Option<(Arc<Tls>, Alpn)>,
+    opening: usize,
     timeouts: Timeouts,
     mut stopped: watch::Receiver<bool>,
-) {
+    serve: F,
+) -> JoinSet<()>
+where
+    F: Fn(Guarded<Stream>) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     let mut connections = JoinSet::new();
-    let connection_stop = stopped.clone();
     let stop = async move {
         let _ = stopped.wait_for(|&s| s).await;
     };
@@ -202,17 +218,23 @@ pub(crate) async fn serve_http(
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    // An answer goes out when written, not after the
-                    // client's delayed ACK (Nagle's algorithm): without
-                    // this, a head and body written apart wait up to 40 ms.
-                    let _ = stream.set_nodelay(true);
-                    connections.spawn(serve_connection(stream, router.clone(), timeouts, connection_stop.clone()));
+                Ok(stream) => {
+                    let opened = Instant::now();
+                    let acceptor = tls.as_ref().map(|(tls, alpn)| tls.acceptor(*alpn));
+                    let serve = serve.clone();
+                    connections.spawn(async move {
+                        let deadline = opened.checked_add(timeouts.header).unwrap_or(opened);
+                        match open(stream, acceptor, deadline).await {
+                            Ok(stream) => serve(Guarded::new(stream, opening, timeouts, opened)).await,
+                            // A client's business, as in serving.
+                            Err(e) => tracing::debug!(error = %e, "a TLS handshake failed"),
+                        }
+                    });
                 }
                 Err(e) => {
                     // Out of file descriptors, most likely: wait a little
                     // rather than spin, as axum::serve does.
-                    tracing::warn!(error = %e, "cannot accept an HTTP connection");
+                    tracing::warn!(error = %e, "cannot accept a connection");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             },
@@ -221,6 +243,38 @@ pub(crate) async fn serve_http(
         }
     }
     drop(listener);
+    connections
+}
+
+/// The TLS handshake of a TCP connection, if `acceptor`, by `deadline`.
+async fn open(stream: Stream, acceptor: Option<tokio_rustls::TlsAcceptor>, deadline: Instant) -> io::Result<Stream> {
+    match (stream, acceptor) {
+        (Stream::Tcp(tcp), Some(acceptor)) => match tokio::time::timeout_at(deadline, acceptor.accept(tcp)).await {
+            Ok(Ok(tls)) => Ok(Stream::Tls(Box::new(tls))),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the TLS handshake did not finish within the header timeout",
+            )),
+        },
+        (stream, _) => Ok(stream),
+    }
+}
+
+/// Serves HTTP/1.1 on `listener` until `stopped` turns true, then stops
+/// accepting (the listener is closed at once) and lets every connection
+/// finish the request in flight.
+pub(crate) async fn serve_http(
+    listener: Listener,
+    tls: Option<Arc<Tls>>,
+    router: axum::Router,
+    timeouts: Timeouts,
+    stopped: watch::Receiver<bool>,
+) {
+    let connection_stop = stopped.clone();
+    let serve = move |stream| serve_connection(stream, router.clone(), timeouts, connection_stop.clone());
+    let tls = tls.map(|tls| (tls, Alpn::Http1));
+    let mut connections = accept(listener, tls, 0, timeouts, stopped, serve).await;
     tracing::info!(
         connections = connections.len(),
         "the HTTP listener is closed: its open connections finish their requests"
@@ -229,12 +283,12 @@ pub(crate) async fn serve_http(
 }
 
 async fn serve_connection(
-    stream: TcpStream,
+    stream: Guarded<Stream>,
     router: axum::Router,
     timeouts: Timeouts,
     mut stopped: watch::Receiver<bool>,
 ) {
-    let io = hyper_util::rt::TokioIo::new(crate::canned::ProblemAnswers::new(Guarded::new(stream, 0, timeouts)));
+    let io = hyper_util::rt::TokioIo::new(crate::canned::ProblemAnswers::new(stream));
     let service = hyper_util::service::TowerToHyperService::new(router);
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder

@@ -10,7 +10,9 @@
 //! - [`grpc`] and [`http`](mod@http): the front ends; [`proto`]: the wire types;
 //! - [`metrics`]: the Prometheus registry;
 //! - [`server`]: starting, reloading and graceful shutdown; [`conn`]: the
-//!   connections' timeouts.
+//!   connections' timeouts; [`listen`]: TCP addresses and Unix sockets;
+//!   [`tls`]: TLS and mutual TLS with rustls, reloaded when the files
+//!   change.
 #![deny(unsafe_code)]
 // No panics on the request path: the lints are off in unit tests only.
 #![cfg_attr(
@@ -32,8 +34,10 @@ pub mod conn;
 pub mod engine;
 pub mod grpc;
 pub mod http;
+pub mod listen;
 pub mod metrics;
 pub mod proto;
 pub mod redis_store;
 pub mod server;
+pub mod tls;
 mod trim;

@@ -1,13 +1,17 @@
 //! Starting, reloading and stopping the service.
 
 use crate::config::{Config, ConfigError, LoadOptions};
+use crate::conn::HTTP2_PREFACE_LEN;
 pub use crate::conn::Timeouts;
-use crate::conn::{Guarded, HTTP2_PREFACE_LEN};
 use crate::engine::Settings;
 use crate::engine::{Engine, InputLimits};
 use crate::grpc::{Grpc, HeaderOptions, ResponseHeaderNames};
+pub use crate::listen::Endpoint;
+use crate::listen::Listener;
 use crate::metrics::Metrics;
 use crate::redis_store::{RedisConnectError, RedisOptions};
+use crate::tls::{Alpn, Tls};
+pub use crate::tls::{TlsError, TlsOptions};
 use slidegate_core::Clock;
 use slidegate_memory::Budget;
 use slidegate_tower::LegacyReset;
@@ -16,7 +20,6 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -26,10 +29,13 @@ pub struct Options {
     /// Config files or directories of them; none serves only the ad-hoc
     /// API.
     pub config: Vec<PathBuf>,
-    /// The HTTP address.
-    pub http: SocketAddr,
-    /// The gRPC address.
-    pub grpc: SocketAddr,
+    /// Where HTTP listens.
+    pub http: Endpoint,
+    /// Where gRPC listens.
+    pub grpc: Endpoint,
+    /// TLS on both front ends (on TCP; a Unix socket is served in the
+    /// clear); `None` serves in the clear.
+    pub tls: Option<TlsOptions>,
     /// The budget of the counters of sliding windows of up to 8 buckets
     /// (the default algorithm).
     pub budget: Budget,
@@ -84,8 +90,9 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             config: Vec::new(),
-            http: SocketAddr::from(([127, 0, 0, 1], 8080)),
-            grpc: SocketAddr::from(([127, 0, 0, 1], 8081)),
+            http: SocketAddr::from(([127, 0, 0, 1], 8080)).into(),
+            grpc: SocketAddr::from(([127, 0, 0, 1], 8081)).into(),
+            tls: None,
             budget: Budget::bytes(256 << 20),
             other_budget: Budget::bytes(32 << 20),
             input: InputLimits::default(),
@@ -120,6 +127,9 @@ pub enum StartError {
     /// The near-limit ratio is out of range.
     #[error(transparent)]
     NearLimitRatio(#[from] crate::metrics::NearLimitRatioError),
+    /// A TLS file cannot be read or used.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
     /// The admin token is empty.
     #[error("the admin token is empty: give a token, or none to turn `POST /v1/reset` off")]
     EmptyAdminToken,
@@ -127,7 +137,7 @@ pub enum StartError {
     #[error("cannot listen on {addr}")]
     Bind {
         /// The address.
-        addr: SocketAddr,
+        addr: Endpoint,
         /// Why.
         source: std::io::Error,
     },
@@ -151,6 +161,8 @@ pub struct Shared<C> {
     pub(crate) redis_down: std::sync::atomic::AtomicBool,
     /// Reloads tried so far, good or bad.
     reloads: watch::Sender<u64>,
+    /// TLS, when on.
+    tls: Option<Arc<Tls>>,
 }
 
 impl<C: Clock> Shared<C> {
@@ -180,7 +192,20 @@ impl<C: Clock> Shared<C> {
             draining: std::sync::atomic::AtomicBool::new(false),
             redis_down: std::sync::atomic::AtomicBool::new(false),
             reloads: watch::Sender::new(0),
+            tls: None,
         }
+    }
+
+    /// Reads the TLS files again (blocking: call it off the async
+    /// runtime's threads) and, if they are good, serves new handshakes
+    /// with them; if not, the old ones stay in force. Either way the
+    /// outcome is logged. Without TLS, does nothing.
+    ///
+    /// # Errors
+    ///
+    /// The [`TlsError`] of the new files.
+    pub fn reload_tls(&self) -> Result<(), TlsError> {
+        self.tls.as_ref().map_or(Ok(()), |tls| tls.reload())
     }
 
     /// Loads the config files again and, if they are valid, serves them
@@ -268,10 +293,10 @@ impl<C: Clock> Shared<C> {
 
 /// A running service.
 pub struct Running<C> {
-    /// Where HTTP listens.
-    pub http: SocketAddr,
+    /// Where HTTP listens (with the port the system chose for port 0).
+    pub http: Endpoint,
     /// Where gRPC listens.
-    pub grpc: SocketAddr,
+    pub grpc: Endpoint,
     shared: Arc<Shared<C>>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
@@ -284,6 +309,16 @@ pub struct Running<C> {
 const HEALTH_NAMES: [&str; 2] = ["", "ratelimit"];
 
 impl<C: Clock> Running<C> {
+    /// The HTTP address, when HTTP listens on TCP.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http.tcp()
+    }
+
+    /// The gRPC address, when gRPC listens on TCP.
+    pub fn grpc_addr(&self) -> Option<SocketAddr> {
+        self.grpc.tcp()
+    }
+
     /// What the front ends share (the engine, the metrics, `reload`).
     pub fn shared(&self) -> &Arc<Shared<C>> {
         &self.shared
@@ -321,9 +356,12 @@ impl<C: Clock> Running<C> {
     }
 }
 
-/// A fingerprint of the config files: their names, lengths and
-/// modification times, to notice a change.
-fn fingerprint(paths: &[PathBuf]) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
+/// A file's name, length and modification time.
+pub(crate) type FileStamp = (PathBuf, u64, Option<SystemTime>);
+
+/// A fingerprint of files (or folders of them, one level): their names,
+/// lengths and modification times, to notice a change.
+pub(crate) fn fingerprint(paths: &[PathBuf]) -> Vec<FileStamp> {
     let mut out = Vec::new();
     for path in paths {
         let mut files = vec![path.clone()];
@@ -347,8 +385,8 @@ fn fingerprint(paths: &[PathBuf]) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
 /// # Errors
 ///
 /// [`StartError`] if the config does not load (or, with Redis, has a
-/// limit without a Redis form), Redis cannot be reached, or an address
-/// cannot be bound.
+/// limit without a Redis form), Redis cannot be reached, a TLS file is
+/// bad, or an address cannot be bound.
 pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C) -> Result<Running<C>, StartError> {
     if options.admin_token.as_deref().is_some_and(|t| t.trim().is_empty()) {
         return Err(StartError::EmptyAdminToken);
@@ -366,21 +404,26 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
             (Engine::with_store(config, store, true, options.input)?, Some(probe))
         }
     };
-    let http_listener = TcpListener::bind(options.http)
-        .await
-        .map_err(|source| StartError::Bind {
-            addr: options.http,
-            source,
-        })?;
-    let grpc_listener = TcpListener::bind(options.grpc)
-        .await
-        .map_err(|source| StartError::Bind {
-            addr: options.grpc,
-            source,
-        })?;
-    let http = http_listener.local_addr().unwrap_or(options.http);
-    let grpc = grpc_listener.local_addr().unwrap_or(options.grpc);
-    let shared = Arc::new(Shared::new(engine, &options));
+    let tls = match options.tls.clone() {
+        Some(files) => Some(Arc::new(Tls::load_blocking(files).await?)),
+        None => None,
+    };
+    let bind = |addr: Endpoint| async move {
+        match Listener::bind(&addr).await {
+            Ok(listener) => Ok((listener.local(&addr), listener)),
+            Err(source) => Err(StartError::Bind { addr, source }),
+        }
+    };
+    let (http, http_listener) = bind(options.http.clone()).await?;
+    let (grpc, grpc_listener) = bind(options.grpc.clone()).await?;
+    if tls.is_some() {
+        for endpoint in [&http, &grpc].into_iter().filter(|e| e.tcp().is_none()) {
+            tracing::warn!(%endpoint, "TLS is on, but a Unix socket is served in the clear");
+        }
+    }
+    let mut shared = Shared::new(engine, &options);
+    shared.tls = tls.clone();
+    let shared = Arc::new(shared);
     let (stop, stopped) = watch::channel(false);
     let until_stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|&s| s).await;
@@ -391,6 +434,7 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
     let router = crate::http::router(Arc::clone(&shared));
     tasks.push(tokio::spawn(crate::conn::serve_http(
         http_listener,
+        tls.clone(),
         router,
         timeouts,
         stopped.clone(),
@@ -403,21 +447,33 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
             .set_service_status(name, tonic_health::ServingStatus::Serving)
             .await;
     }
+    // Connections are accepted (and their TLS handshakes made) by the
+    // shared accept loop, each in its own task, and handed to tonic once
+    // open. Every connection must send the HTTP/2 preface within the
+    // header timeout (the handshake included) and is closed after the
+    // idle timeout without a byte.
+    let (opened, incoming) = tokio::sync::mpsc::unbounded_channel();
+    let grpc_tls = tls.clone().map(|tls| (tls, Alpn::H2));
+    let accepting = stopped.clone();
+    tasks.push(tokio::spawn(async move {
+        let hand_over = move |stream| {
+            let _ = opened.send(Ok::<_, std::io::Error>(stream));
+            std::future::ready(())
+        };
+        // Handshakes still under way when the server stops are dropped.
+        let _ = crate::conn::accept(
+            grpc_listener,
+            grpc_tls,
+            HTTP2_PREFACE_LEN,
+            timeouts,
+            accepting,
+            hand_over,
+        )
+        .await;
+    }));
     let grpc_stop = until_stopped(stopped.clone());
     tasks.push(tokio::spawn(async move {
-        // Every connection must send the HTTP/2 preface within the header
-        // timeout and is closed after the idle timeout without a byte.
-        let incoming = tokio_stream::StreamExt::map(
-            tokio_stream::wrappers::TcpListenerStream::new(grpc_listener),
-            move |accepted| {
-                accepted.map(|stream| {
-                    // An answer goes out when written, not after the
-                    // client's delayed ACK (Nagle's algorithm).
-                    let _ = stream.set_nodelay(true);
-                    Guarded::new(stream, HTTP2_PREFACE_LEN, timeouts)
-                })
-            },
-        );
+        let incoming = tokio_stream::wrappers::UnboundedReceiverStream::new(incoming);
         let served = tonic::transport::Server::builder()
             .timeout(timeouts.request)
             .add_service(health_service)
@@ -429,35 +485,41 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
         }
     }));
 
+    if let (Some(tls), Some(every)) = (tls, options.reload_every) {
+        // New certificates are picked up when their files change, checked
+        // (and read) on a blocking thread.
+        tasks.push(spawn_every(every, stopped.clone(), move || {
+            let tls = Arc::clone(&tls);
+            async move {
+                let _ = tokio::task::spawn_blocking(move || tls.reload_if_changed()).await;
+            }
+        }));
+    }
+
     if let Some(redis) = &options.redis {
         // The store's health in the log: a warning when Redis starts
         // failing, a line when it is back; never one per request.
         let watched = Arc::clone(&shared);
         let policy = crate::redis_store::policy_name(redis.failure);
-        let mut stopped = stopped.clone();
         let readiness = probe.filter(|_| options.ready_requires_redis);
         let health = health.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut log = crate::redis_store::OutageLog::default();
-            let mut tick = tokio::time::interval(Duration::from_secs(1));
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => {}
-                    _ = stopped.wait_for(|&s| s) => return,
+        let mut log = crate::redis_store::OutageLog::default();
+        tasks.push(spawn_every(Duration::from_secs(1), stopped.clone(), move || {
+            match log.observe(&watched.engine.stats().failover) {
+                Some(crate::redis_store::Transition::Failing(calls)) => tracing::warn!(
+                    calls,
+                    policy = %policy,
+                    "Redis is failing: decisions follow the failure policy until it answers again"
+                ),
+                Some(crate::redis_store::Transition::Recovered) => {
+                    tracing::info!("Redis answers again: decisions come from Redis");
                 }
-                if let Some(probe) = &readiness {
+                None => {}
+            }
+            let (watched, readiness, health) = (Arc::clone(&watched), readiness.clone(), health.clone());
+            async move {
+                if let Some(probe) = readiness {
                     watched.redis_readiness(probe.answers().await, &health).await;
-                }
-                match log.observe(&watched.engine.stats().failover) {
-                    Some(crate::redis_store::Transition::Failing(calls)) => tracing::warn!(
-                        calls,
-                        policy = %policy,
-                        "Redis is failing: decisions follow the failure policy until it answers again"
-                    ),
-                    Some(crate::redis_store::Transition::Recovered) => {
-                        tracing::info!("Redis answers again: decisions come from Redis");
-                    }
-                    None => {}
                 }
             }
         }));
@@ -465,22 +527,16 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
 
     if let Some(every) = options.reload_every.filter(|_| !options.config.is_empty()) {
         let watched = Arc::clone(&shared);
-        let mut stopped = stopped.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut seen = fingerprint(&watched.paths);
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => {}
-                    _ = stopped.wait_for(|&s| s) => return,
-                }
-                let now = fingerprint(&watched.paths);
-                if now != seen {
-                    seen = now;
+        let mut seen = fingerprint(&watched.paths);
+        tasks.push(spawn_every(every, stopped.clone(), move || {
+            let now = fingerprint(&watched.paths);
+            let changed = now != seen;
+            seen = now;
+            let shared = Arc::clone(&watched);
+            async move {
+                if changed {
                     // Parsing a large config takes time: off the runtime's
                     // threads, the old config serving meanwhile.
-                    let shared = Arc::clone(&watched);
                     let _ = tokio::task::spawn_blocking(move || shared.reload()).await;
                 }
             }
@@ -495,6 +551,26 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
         tasks,
         health,
         drain_delay: options.drain_delay,
+    })
+}
+
+/// Runs `work` every `every`, the first time at once, until `stopped`
+/// turns true; a late round delays the next rather than bunching them.
+fn spawn_every<F, Fut>(every: Duration, mut stopped: watch::Receiver<bool>, mut work: F) -> JoinHandle<()>
+where
+    F: FnMut() -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stopped.wait_for(|&s| s) => return,
+            }
+            work().await;
+        }
     })
 }
 

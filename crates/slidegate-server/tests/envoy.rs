@@ -562,7 +562,7 @@ async fn health_turns_not_serving_before_the_listeners_close() {
     }
     assert_eq!(h.get("/readyz").await.0, http::StatusCode::OK);
     let shared = std::sync::Arc::clone(h.running.shared());
-    let http = h.running.http;
+    let http = h.http_addr();
     let Harness { running, mut grpc, .. } = h;
     let stopping = tokio::spawn(running.shutdown());
     // Bounded: the health answer turns within the drain delay.

@@ -630,7 +630,7 @@ async fn health_and_metrics() {
 #[tokio::test]
 async fn shutdown_finishes_requests_in_flight() {
     let h = Harness::start("").await;
-    let addr = h.running.http;
+    let addr = h.http_addr();
     // A request whose body is still on its way.
     let body = r#"{"key":"k","limit":5,"window":"1m"}"#;
     let mut stream = TcpStream::connect(addr).await.unwrap();
@@ -704,7 +704,7 @@ async fn reset_needs_the_admin_token() {
         "Bearer ",
         "Basic dGVzdC1hZG1pbi10b2tlbg==",
     ] {
-        let (status, _, text) = http_post_with(on.running.http, "/v1/reset", body, &[("authorization", wrong)]).await;
+        let (status, _, text) = http_post_with(on.http_addr(), "/v1/reset", body, &[("authorization", wrong)]).await;
         assert!(
             status == StatusCode::FORBIDDEN || status == StatusCode::UNAUTHORIZED,
             "{wrong}: {status} {text}"
@@ -714,7 +714,7 @@ async fn reset_needs_the_admin_token() {
     assert_eq!(on.post("/v1/check", body).await.0, StatusCode::TOO_MANY_REQUESTS);
     // The scheme is case-insensitive.
     let lower = format!("bearer {ADMIN}");
-    let (status, _, text) = http_post_with(on.running.http, "/v1/reset", body, &[("authorization", &lower)]).await;
+    let (status, _, text) = http_post_with(on.http_addr(), "/v1/reset", body, &[("authorization", &lower)]).await;
     assert_eq!((status, text.as_str()), (StatusCode::OK, r#"{"reset":1}"#));
     assert_eq!(on.post("/v1/check", body).await.0, StatusCode::OK);
 
@@ -838,7 +838,7 @@ async fn read_until_closed(stream: &mut TcpStream, deadline: Duration) -> Option
 #[tokio::test]
 async fn silent_and_slow_http_connections_are_closed() {
     let h = Harness::start_with("", short_timeouts).await;
-    let addr = h.running.http;
+    let addr = h.http_addr();
     let bound = Duration::from_secs(5);
 
     let opened = tokio::time::Instant::now();
@@ -921,7 +921,7 @@ async fn silent_and_slow_http_connections_are_closed() {
 async fn silent_and_idle_grpc_connections_are_closed() {
     let mut h = Harness::start_with(BASIC, short_timeouts).await;
     assert_eq!(h.rls(one("d", &[("a", "1")])).await.unwrap().overall_code(), Code::Ok);
-    let addr = h.running.grpc;
+    let addr = h.running.grpc_addr().unwrap();
     let bound = Duration::from_secs(5);
     const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -983,7 +983,7 @@ async fn unknown_paths_and_methods_are_problem_documents() {
 #[tokio::test]
 async fn requests_hyper_refuses_get_problem_documents() {
     let h = Harness::start(BASIC).await;
-    let addr = h.running.http;
+    let addr = h.http_addr();
     let huge_header = format!(
         "GET /healthz HTTP/1.1\r\nhost: x\r\nx-big: {}\r\n\r\n",
         "a".repeat(500_000)

@@ -65,6 +65,11 @@ impl Harness {
         }
     }
 
+    /// The HTTP address.
+    pub fn http_addr(&self) -> SocketAddr {
+        self.running.http_addr().unwrap()
+    }
+
     pub async fn rls(&mut self, request: RateLimitRequest) -> Result<RateLimitResponse, tonic::Status> {
         self.grpc
             .should_rate_limit(request)
@@ -73,17 +78,17 @@ impl Harness {
     }
 
     pub async fn post(&self, path: &str, body: &str) -> (StatusCode, HeaderMap, String) {
-        http_post(self.running.http, path, body).await
+        http_post(self.http_addr(), path, body).await
     }
 
     /// `POST /v1/reset` with the admin token of [`ADMIN`].
     pub async fn reset(&self, body: &str) -> (StatusCode, HeaderMap, String) {
         let bearer = format!("Bearer {ADMIN}");
-        http_post_with(self.running.http, "/v1/reset", body, &[("authorization", &bearer)]).await
+        http_post_with(self.http_addr(), "/v1/reset", body, &[("authorization", &bearer)]).await
     }
 
     pub async fn get(&self, path: &str) -> (StatusCode, String) {
-        http_get(self.running.http, path).await
+        http_get(self.http_addr(), path).await
     }
 
     /// The value of one metric line, as written in /metrics.

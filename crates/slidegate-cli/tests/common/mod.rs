@@ -1,0 +1,113 @@
+//! Running `slidegate serve` as a process, for the process tests: spawn it,
+//! read its log as it comes, wait on its lines, stop it.
+#![allow(dead_code, unreachable_pub)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::Receiver;
+use std::time::Duration;
+
+/// `slidegate serve` on free loopback ports, then `extra`.
+pub fn serve_command(extra: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_slidegate"));
+    command
+        .args(["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
+        .args(extra);
+    command
+}
+
+/// Waits (bounded: 20 s) for the child to exit; kills it if it does not.
+pub fn exit_code(mut child: Child) -> Option<i32> {
+    let pid = child.id();
+    let (done, exited) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(child.wait().ok().and_then(|s| s.code()));
+    });
+    match exited.recv_timeout(Duration::from_secs(20)) {
+        Ok(code) => code,
+        Err(_) => {
+            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+            None
+        }
+    }
+}
+
+/// Runs `slidegate serve` on free loopback ports with `extra` flags to its
+/// end (a start that fails); its exit code and stderr.
+pub fn serve_fails(extra: &[&str]) -> (Option<i32>, String) {
+    let out = serve_command(extra).output().unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// Starts `slidegate serve` on free loopback ports with `extra` flags, its
+/// log at `RUST_LOG=info` (and no drain delay); the child and its log,
+/// line by line, as it comes.
+pub fn serve_logging(extra: &[&str]) -> (Child, Receiver<String>) {
+    let drain: &[&str] = if extra.contains(&"--drain-delay") {
+        &[]
+    } else {
+        &["--drain-delay", "0s"]
+    };
+    spawn_logging(serve_command(drain).args(extra))
+}
+
+/// Spawns `command` (a `slidegate serve`) with its log at `RUST_LOG=info`;
+/// the child and its log, line by line, as it comes.
+pub fn spawn_logging(command: &mut Command) -> (Child, Receiver<String>) {
+    let mut child = command
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    (child, lines)
+}
+
+/// The first log line that `pick` maps to something, the lines before it
+/// kept in `log`; bounded (20 s without a line fails).
+pub fn next_line<T>(lines: &Receiver<String>, log: &mut Vec<String>, mut pick: impl FnMut(&str) -> Option<T>) -> T {
+    loop {
+        let line = lines
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("the log stopped: {log:#?}"));
+        let picked = pick(&line);
+        log.push(line);
+        if let Some(found) = picked {
+            return found;
+        }
+    }
+}
+
+/// The HTTP address from the text log's line saying where it listens.
+pub fn listening(line: &str) -> Option<String> {
+    listening_on(line).map(|(http, _)| http)
+}
+
+/// The HTTP and gRPC addresses from the text log's line saying where it
+/// listens.
+pub fn listening_on(line: &str) -> Option<(String, String)> {
+    let (http, grpc) = line.strip_prefix("slidegate: HTTP on ")?.split_once(", gRPC on ")?;
+    Some((http.to_owned(), grpc.to_owned()))
+}
+
+/// Sends SIGTERM and checks the clean exit.
+pub fn terminate(child: Child) {
+    signal("TERM", &child);
+    assert_eq!(exit_code(child), Some(0));
+}
+
+/// Sends the signal `name` (`HUP`, `TERM`) to `child`.
+pub fn signal(name: &str, child: &Child) {
+    let sent = Command::new("kill")
+        .args([format!("-{name}"), child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+}
