@@ -10,7 +10,9 @@
 //! - [`grpc`] and [`http`](mod@http): the front ends; [`proto`]: the wire types;
 //! - [`metrics`]: the Prometheus registry;
 //! - [`server`]: starting, reloading and graceful shutdown; [`conn`]: the
-//!   connections' timeouts.
+//!   connections' timeouts;
+//! - [`trace`]: each decision's span, continued from the W3C or B3 trace
+//!   context of the request.
 #![forbid(unsafe_code)]
 // No panics on the request path: the lints are off in unit tests only.
 #![cfg_attr(
@@ -36,3 +38,4 @@ pub mod metrics;
 pub mod proto;
 pub mod redis_store;
 pub mod server;
+pub mod trace;
