@@ -67,6 +67,7 @@ impl Otlp {
             .with_tracer(self.provider.tracer("slidegate"))
             .with_location(false)
             .with_threads(false)
+            .with_tracked_inactivity(false)
             .with_filter(
                 Targets::new()
                     .with_default(LevelFilter::OFF)
@@ -97,6 +98,9 @@ impl SpanExporter for LoggedExporter {
     async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
         let spans = batch.len();
         let result = self.inner.export(batch).await;
+        if let Err(e) = &result {
+            tracing::debug!("span export failed: {e}");
+        }
         match &result {
             Err(e) if !self.failing.swap(true, Ordering::Relaxed) => tracing::warn!(
                 "cannot export spans to the OTLP collector at {}: {e}; {spans} spans dropped, and until an export succeeds, \
