@@ -56,21 +56,16 @@ impl Extractor for Headers<'_> {
     }
 }
 
-/// The span of one decision; disabled (and free) when no subscriber wants
-/// [`DECISION_TARGET`].
-pub(crate) struct DecisionSpan(tracing::Span);
+/// The span of one decision; disabled (and free: no header read, nothing
+/// allocated) when no subscriber wants [`DECISION_TARGET`].
+#[derive(Debug)]
+pub struct DecisionSpan(tracing::Span);
 
 impl DecisionSpan {
     /// Opens the span of a decision of `api` on `descriptors` descriptors
     /// of `domain` (none for an ad-hoc key) in the store named `store`,
     /// its parent the trace context of `headers`.
-    pub(crate) fn start(
-        headers: &HeaderMap,
-        api: Api,
-        domain: Option<&str>,
-        descriptors: usize,
-        store: &'static str,
-    ) -> Self {
+    pub fn start(headers: &HeaderMap, api: Api, domain: Option<&str>, descriptors: usize, store: &'static str) -> Self {
         let span = tracing::info_span!(
             target: DECISION_TARGET,
             "ratelimit.decide",
@@ -90,8 +85,13 @@ impl DecisionSpan {
         DecisionSpan(span)
     }
 
+    /// Whether no subscriber wants the span (so it records nothing).
+    pub fn is_disabled(&self) -> bool {
+        self.0.is_disabled()
+    }
+
     /// Records the decision's outcome and closes the span.
-    pub(crate) fn finish(self, outcome: Outcome) {
+    pub fn finish(self, outcome: Outcome) {
         if self.0.is_disabled() {
             return;
         }
@@ -489,6 +489,27 @@ mod tests {
         B3Propagator::new().inject_context(&Context::new().with_remote_span_context(denied()), &mut out);
         assert_eq!(out.get("b3").map(String::as_str), Some("0"));
         assert!(B3Propagator::new().fields().any(|f| f == "x-b3-sampled"));
+    }
+
+    /// Under an OpenTelemetry layer the span is made, its parent the
+    /// request's span (`tests/trace_off.rs` has the case without one).
+    #[test]
+    fn the_span_continues_the_requests_trace() {
+        use opentelemetry::trace::TracerProvider as _;
+        use tracing_subscriber::layer::SubscriberExt as _;
+        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
+        let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("test"));
+        let traced = headers(&[("x-b3-traceid", TRACE), ("x-b3-spanid", SPAN), ("x-b3-sampled", "1")]);
+        tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+            let span = DecisionSpan::start(&traced, Api::Grpc, Some("d"), 2, "redis");
+            assert!(!span.is_disabled());
+            let cx = span.0.context();
+            let context = cx.span().span_context().clone();
+            assert_eq!(context.trace_id(), TraceId::from(T));
+            assert_ne!(context.span_id(), SpanId::from(S));
+            assert!(context.is_sampled());
+            span.finish(Outcome::OverLimit);
+        });
     }
 
     #[test]
