@@ -37,8 +37,16 @@ impl Otlp {
     ///
     /// # Errors
     ///
-    /// If `endpoint` is not a URL the exporter can use.
+    /// If `endpoint` is not an `http://` URL with a host (TLS is not built
+    /// in).
     pub(crate) fn start(endpoint: &str, service_name: &str) -> anyhow::Result<Self> {
+        let uri: http::Uri = endpoint
+            .parse()
+            .with_context(|| format!("--otlp-endpoint {endpoint}: not a URL"))?;
+        anyhow::ensure!(
+            uri.scheme_str() == Some("http") && uri.host().is_some(),
+            "--otlp-endpoint {endpoint}: must be http://HOST:PORT (TLS is not built in)"
+        );
         let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_tonic()
             .with_endpoint(endpoint)

@@ -345,7 +345,9 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let otlp = match &args.otlp_endpoint {
+    // An empty `OTEL_EXPORTER_OTLP_ENDPOINT` is no endpoint.
+    let endpoint = args.otlp_endpoint.as_deref().filter(|e| !e.trim().is_empty());
+    let otlp = match endpoint {
         Some(endpoint) => {
             let _inside = runtime.enter();
             Some(Otlp::start(endpoint, &args.otel_service_name)?)
@@ -353,6 +355,9 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
         None => None,
     };
     init_log(args.log_format, otlp.as_ref())?;
+    if let Some(endpoint) = endpoint {
+        tracing::info!("exporting a span per decision over OTLP to {endpoint}");
+    }
     let served = runtime.block_on(async {
         let signal = server::shutdown_signal().context("cannot install the SIGTERM and SIGINT handlers")?;
         let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())

@@ -21,7 +21,7 @@ use slidegate_server::proto::rls::rate_limit_service_client::RateLimitServiceCli
 use std::collections::HashMap;
 use std::sync::mpsc;
 use std::time::Duration;
-use support::{listening_both, next_line, request, request_with, serve_logging_with, terminate};
+use support::{listening_both, next_line, request, request_with, serve_fails, serve_logging_with, terminate};
 
 /// A span as received, with the service name of its resource.
 struct Received {
@@ -317,4 +317,18 @@ fn an_absent_collector_costs_no_decision_and_is_logged_once() {
     assert!(warnings[0].contains("WARN"), "{}", warnings[0]);
     assert!(!log.iter().any(|l| l.contains("panicked")), "{log:#?}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_endpoint_that_cannot_work_stops_it_with_the_reason() {
+    for (endpoint, reason) in [
+        ("collector:4317", "must be http://HOST:PORT"),
+        ("https://127.0.0.1:4317", "TLS is not built in"),
+        ("http://[::1", "not a URL"),
+    ] {
+        let (code, stderr) = serve_fails(&["--otlp-endpoint", endpoint]);
+        assert_eq!(code, Some(1), "{endpoint}: {stderr}");
+        assert!(stderr.contains(reason), "{endpoint}: {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    }
 }

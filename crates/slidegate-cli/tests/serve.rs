@@ -11,7 +11,9 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::Duration;
-use support::{exit_code, listening, listening_both, next_line, request, request_with, serve_logging, terminate};
+use support::{
+    exit_code, listening, listening_both, next_line, request, request_with, serve_fails, serve_logging, terminate,
+};
 
 /// Starts `slidegate serve` on free loopback ports; returns the child and
 /// its HTTP address, read from the line it prints once it listens.
@@ -51,17 +53,6 @@ fn spawn_serve(mut command: Command) -> (std::process::Child, String) {
 
 fn get(addr: &str, path: &str) -> String {
     request(addr, "GET", path, "")
-}
-
-/// Runs `slidegate serve` on free loopback ports with `extra` flags to its
-/// end (a start that fails); its exit code and stderr.
-fn serve_fails(extra: &[&str]) -> (Option<i32>, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
-        .args(["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
-        .args(extra)
-        .output()
-        .unwrap();
-    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 /// What the gRPC health service at `grpc` answers for `name`, by the

@@ -45,6 +45,17 @@ pub(crate) fn exit_code(mut child: std::process::Child) -> Option<i32> {
     }
 }
 
+/// Runs `slidegate serve` on free loopback ports with `extra` flags to its
+/// end (a start that fails); its exit code and stderr.
+pub(crate) fn serve_fails(extra: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        .args(["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
+        .args(extra)
+        .output()
+        .unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
 /// Starts `slidegate serve` on free loopback ports with `extra` flags, its
 /// log at `RUST_LOG=info` (and no drain delay unless `extra` sets one); the child and its log,
 /// line by line, as it comes.
