@@ -18,6 +18,7 @@ mod bench_clients;
 mod bench_hybrid;
 mod bench_redis;
 mod check;
+mod otlp;
 mod plots;
 mod progress;
 mod serve;

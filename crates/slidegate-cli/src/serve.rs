@@ -1,5 +1,6 @@
 //! `slidegate serve`: the rate limit service.
 
+use crate::otlp::Otlp;
 use anyhow::Context as _;
 use clap::{Args as ClapArgs, ValueEnum};
 use slidegate_core::MonotonicClock;
@@ -10,6 +11,7 @@ use slidegate_server::grpc::ResponseHeaderNames;
 use slidegate_server::redis_store::RedisOptions;
 use slidegate_server::server::{self, Endpoint, Options, StartError, Timeouts, TlsOptions};
 use slidegate_server::tls::TlsFile;
+use slidegate_server::trace::DECISION_TARGET;
 use slidegate_store::FailurePolicy;
 use slidegate_tower::LegacyReset;
 use std::path::PathBuf;
@@ -116,6 +118,23 @@ pub(crate) struct Args {
     /// too).
     #[arg(long, env = "SLIDEGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// Export a span per decision over OTLP/gRPC to the collector at URL
+    /// (say `http://127.0.0.1:4317`): `ratelimit.decide`, of kind SERVER,
+    /// with the domain, the outcome (`OK`, `OVER_LIMIT`,
+    /// `INVALID_ARGUMENT`, `UNAVAILABLE`), the store and the number of
+    /// descriptors, in the trace of the request's W3C `traceparent` or B3
+    /// headers (`x-b3-*` or `b3`, as Envoy sends them) when it has one,
+    /// and not made if they say it is not sampled. Spans go out in batches,
+    /// off the request path, and the last ones at shutdown (waiting at
+    /// most 5 s); a collector that cannot be reached loses spans, never
+    /// decisions, and is logged once until it answers. The SDK's
+    /// `OTEL_BSP_*` and `OTEL_EXPORTER_OTLP_TIMEOUT` variables apply.
+    /// Without it no span is made.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", value_name = "URL")]
+    otlp_endpoint: Option<String>,
+    /// The service name of the exported spans.
+    #[arg(long, env = "OTEL_SERVICE_NAME", default_value = "slidegate", value_name = "NAME")]
+    otel_service_name: String,
     /// Most descriptors in one request.
     #[arg(long, env = "SLIDEGATE_MAX_DESCRIPTORS", default_value_t = 64)]
     max_descriptors: usize,
@@ -372,24 +391,24 @@ impl Args {
 /// Serves until SIGTERM or SIGINT.
 pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
     let options = args.options()?;
-    let filter = || tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    match args.log_format {
-        LogFormat::Text => tracing_subscriber::fmt()
-            .with_env_filter(filter())
-            .with_writer(std::io::stderr)
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .init(),
-        LogFormat::Json => tracing_subscriber::fmt()
-            .json()
-            .with_env_filter(filter())
-            .with_writer(std::io::stderr)
-            .init(),
-    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(async {
+    // An empty `OTEL_EXPORTER_OTLP_ENDPOINT` is no endpoint.
+    let endpoint = args.otlp_endpoint.as_deref().filter(|e| !e.trim().is_empty());
+    let otlp = match endpoint {
+        Some(endpoint) => {
+            let _inside = runtime.enter();
+            Some(Otlp::start(endpoint, &args.otel_service_name)?)
+        }
+        None => None,
+    };
+    init_log(args.log_format, otlp.as_ref())?;
+    if let Some(endpoint) = endpoint {
+        tracing::info!("exporting a span per decision over OTLP to {endpoint}");
+    }
+    let served = runtime.block_on(async {
         let signal = server::shutdown_signal().context("cannot install the SIGTERM and SIGINT handlers")?;
         let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
             .context("cannot install the SIGHUP handler")?;
@@ -417,7 +436,37 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
         }
         running.run_until(signal).await;
         anyhow::Ok(())
-    })
+    });
+    // The runtime still runs: it carries the last export.
+    if let Some(otlp) = otlp {
+        otlp.shutdown();
+    }
+    served
+}
+
+/// The log on stderr at `RUST_LOG` (by default `info`), as `format` says;
+/// with `otlp`, its layer for the decision spans beside it.
+fn init_log(format: LogFormat, otlp: Option<&Otlp>) -> anyhow::Result<()> {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "info".into())
+        // The decision spans carry what a request does: never in the log
+        // (and, without `--otlp-endpoint`, never made at all).
+        .add_directive(format!("{DECISION_TARGET}=off").parse()?);
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let fmt = match format {
+        LogFormat::Text => fmt
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .boxed(),
+        LogFormat::Json => fmt.json().boxed(),
+    };
+    tracing_subscriber::registry()
+        .with(fmt.with_filter(filter))
+        .with(otlp.map(Otlp::layer))
+        .try_init()
+        .context("cannot start the log")
 }
 
 /// A start error, a TLS file's named by its flag.

@@ -63,6 +63,16 @@ fn probe(stream: &mut TcpStream) -> Duration {
     started.elapsed()
 }
 
+/// Kills the process of this id when dropped: a server left by a test
+/// that failed.
+struct Reaper(u32);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-KILL", &self.0.to_string()]).status();
+    }
+}
+
 #[test]
 fn a_large_reload_stalls_no_request_and_gives_its_memory_back() {
     let dir = std::env::temp_dir().join(format!("slidegate-cli-reload-{}", std::process::id()));
@@ -89,6 +99,8 @@ fn a_large_reload_stalls_no_request_and_gives_its_memory_back() {
         .spawn()
         .unwrap();
     let pid = child.id();
+    // Killed if the test fails before it stops the server.
+    let reaper = Reaper(pid);
     let (tx, lines) = std::sync::mpsc::channel();
     let stderr = child.stderr.take().unwrap();
     std::thread::spawn(move || {
@@ -185,5 +197,7 @@ fn a_large_reload_stalls_no_request_and_gives_its_memory_back() {
             .success()
     );
     assert_eq!(child.wait().unwrap().code(), Some(0));
+    // Gone: its id may be another process's from now on.
+    std::mem::forget(reaper);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -9,9 +9,10 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::Duration;
-
 mod common;
-use common::{exit_code, listening, next_line, serve_fails, serve_logging, terminate};
+use common::{
+    exit_code, listening, listening_on, next_line, request, request_with, serve_fails, serve_logging, terminate,
+};
 
 /// Starts `slidegate serve` on free loopback ports; returns the child and
 /// its HTTP address, read from the line it prints once it listens.
@@ -51,32 +52,6 @@ fn spawn_serve(mut command: Command) -> (std::process::Child, String) {
 
 fn get(addr: &str, path: &str) -> String {
     request(addr, "GET", path, "")
-}
-
-/// One HTTP/1.1 request on a connection of its own; the whole answer.
-fn request(addr: &str, method: &str, path: &str, body: &str) -> String {
-    request_with(addr, method, path, "", body)
-}
-
-/// [`request`] with `extra` header lines (each ending in `\r\n`).
-fn request_with(addr: &str, method: &str, path: &str, extra: &str, body: &str) -> String {
-    let mut stream = TcpStream::connect(addr).expect("the server accepts");
-    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\n{extra}content-length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).unwrap();
-    answer
-}
-
-/// The HTTP and gRPC addresses from the line saying where it listens.
-fn listening_both(line: &str) -> Option<(String, String)> {
-    let (http, grpc) = line.strip_prefix("slidegate: HTTP on ")?.split_once(", gRPC on ")?;
-    Some((http.to_owned(), grpc.to_owned()))
 }
 
 /// What the gRPC health service at `grpc` answers for `name`, by the
@@ -460,7 +435,7 @@ fn readiness_follows_redis_with_the_flag() {
     let url = redis.url();
     let (child, lines) = serve_logging(&["--redis", &url, "--ready-requires-redis"]);
     let mut log = Vec::new();
-    let (http, grpc) = next_line(&lines, &mut log, listening_both);
+    let (http, grpc) = next_line(&lines, &mut log, listening_on);
     let ready = |expected: &str, health: ServingStatus| {
         let answer = get(&http, "/readyz");
         assert_eq!(status_line(&answer), expected, "{answer}");
@@ -505,7 +480,7 @@ fn a_drain_answers_in_flight_requests_after_the_listeners_close() {
     .unwrap();
     let (child, lines) = serve_logging(&["--config", file.to_str().unwrap(), "--drain-delay", "3s"]);
     let mut log = Vec::new();
-    let (http, grpc) = next_line(&lines, &mut log, listening_both);
+    let (http, grpc) = next_line(&lines, &mut log, listening_on);
     assert_eq!(grpc_health(&grpc, "ratelimit"), ServingStatus::Serving);
     // A request in flight: its headers sent, its body held back.
     let body = r#"{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}"#;

@@ -252,6 +252,8 @@ pub struct Engine<C> {
     store: Arc<dyn DynStore>,
     /// Whether the store is shared with other instances (Redis).
     shared: bool,
+    /// What the store is, for the decision spans.
+    store_name: &'static str,
     limits: InputLimits,
     settings: Settings,
     clock: PhantomData<fn() -> C>,
@@ -269,6 +271,7 @@ impl<C: Clock> Engine<C> {
             config: RwLock::new(Arc::new(config)),
             store: Arc::new(MemoryStore::with_clock(budget, other_budget, clock)),
             shared: false,
+            store_name: "memory",
             limits,
             settings: Settings::default(),
             clock: PhantomData,
@@ -293,6 +296,7 @@ impl<C: Clock> Engine<C> {
             config: RwLock::new(Arc::new(config)),
             store,
             shared,
+            store_name: "custom",
             limits,
             settings: Settings::default(),
             clock: PhantomData,
@@ -341,6 +345,19 @@ impl<C: Clock> Engine<C> {
     /// The store's figures.
     pub fn stats(&self) -> StoreStats {
         self.store.stats()
+    }
+
+    /// Names the store (`redis`, `hybrid`) for the decision spans; an
+    /// engine of [`Engine::new`] is `memory`, one of [`Engine::with_store`]
+    /// `custom` until named.
+    pub fn with_store_name(mut self, name: &'static str) -> Self {
+        self.store_name = name;
+        self
+    }
+
+    /// The store's name, as [`Engine::with_store_name`] set it.
+    pub fn store_name(&self) -> &'static str {
+        self.store_name
     }
 
     /// Whether the store is shared with other instances (Redis).

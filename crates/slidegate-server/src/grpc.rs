@@ -10,6 +10,7 @@ use crate::proto::rls::rate_limit_response::{self, DescriptorStatus, RateLimit, 
 use crate::proto::rls::rate_limit_service_server::{RateLimitService, RateLimitServiceServer};
 use crate::proto::rls::{RateLimitRequest, RateLimitResponse};
 use crate::server::Shared;
+use crate::trace::DecisionSpan;
 use http::HeaderMap;
 use slidegate_core::Clock;
 use slidegate_tower::{LegacyReset, LimitOutcome};
@@ -307,11 +308,26 @@ pub(crate) fn outcome(result: &Result<Answer, EngineError>) -> Outcome {
     }
 }
 
-/// Decides a wire request, counting it in the metrics.
-pub(crate) async fn decide<C: Clock>(shared: &Shared<C>, api: Api, request: &Request) -> Result<Answer, EngineError> {
+/// Decides a wire request, counting it in the metrics, in a decision span
+/// continued from the trace context of `headers`.
+pub(crate) async fn decide<C: Clock>(
+    shared: &Shared<C>,
+    api: Api,
+    request: &Request,
+    headers: &HeaderMap,
+) -> Result<Answer, EngineError> {
+    let span = DecisionSpan::start(
+        headers,
+        api,
+        Some(&request.domain),
+        request.descriptors.len(),
+        shared.engine.store_name(),
+    );
     let start = Instant::now();
     let result = shared.engine.decide(request).await;
-    shared.metrics.request(api, outcome(&result), start.elapsed());
+    let outcome = outcome(&result);
+    shared.metrics.request(api, outcome, start.elapsed());
+    span.finish(outcome);
     if let Ok(answer) = &result {
         let config = shared.engine.config();
         let domain = if config.domain(&request.domain).is_some() {
@@ -342,8 +358,9 @@ impl<C: Clock + Send + Sync + 'static> RateLimitService for Grpc<C> {
         &self,
         request: tonic::Request<RateLimitRequest>,
     ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
-        let request = request_from_wire(request.into_inner());
-        match decide(&self.shared, Api::Grpc, &request).await {
+        let (metadata, _, message) = request.into_parts();
+        let request = request_from_wire(message);
+        match decide(&self.shared, Api::Grpc, &request, metadata.as_ref()).await {
             Ok(answer) => Ok(tonic::Response::new(answer_to_wire(
                 &request,
                 &answer,

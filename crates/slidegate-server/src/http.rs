@@ -8,6 +8,7 @@ use crate::metrics::{Api, Outcome};
 use crate::proto::descriptor::RateLimitDescriptor;
 use crate::proto::rls::RateLimitRequest;
 use crate::server::Shared;
+use crate::trace::DecisionSpan;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
@@ -251,7 +252,7 @@ async fn json<C: Clock + Send + Sync + 'static>(
         Problem::bad_request(format!("the body is not a RateLimitRequest in proto3 JSON: {e}"))
     })?;
     let request = request_from_wire(wire);
-    let answer = decide(&shared, Api::Json, &request).await?;
+    let answer = decide(&shared, Api::Json, &request, &headers).await?;
     let wire = answer_to_wire(
         &request,
         &answer,
@@ -514,7 +515,7 @@ async fn check<C: Clock + Send + Sync + 'static>(
     })?;
     match parsed {
         CheckBody::Descriptors(request) => {
-            let answer = decide(&shared, Api::Check, &request).await?;
+            let answer = decide(&shared, Api::Check, &request, &headers).await?;
             Ok(json_response(
                 status_of(&answer),
                 &answer_json(&answer),
@@ -531,6 +532,7 @@ async fn check<C: Clock + Send + Sync + 'static>(
                 policy,
                 cost: body.cost.unwrap_or(1),
             };
+            let span = DecisionSpan::start(&headers, Api::AdHoc, None, 1, shared.engine.store_name());
             let result = shared.engine.decide_ad_hoc(&ad_hoc).await;
             let outcome = match &result {
                 Ok(d) if d.allowed() => Outcome::Ok,
@@ -539,6 +541,7 @@ async fn check<C: Clock + Send + Sync + 'static>(
                 Err(_) => Outcome::Unavailable,
             };
             shared.metrics.request(Api::AdHoc, outcome, start.elapsed());
+            span.finish(outcome);
             let decision = result?;
             let mut headers = HeaderMap::new();
             if shared.http_headers.draft || shared.http_headers.legacy.is_some() {

@@ -12,7 +12,9 @@
 //! - [`server`]: starting, reloading and graceful shutdown; [`conn`]: the
 //!   connections' timeouts; [`listen`]: TCP addresses and Unix sockets;
 //!   [`tls`]: TLS and mutual TLS with rustls, reloaded when the files
-//!   change.
+//!   change;
+//! - [`trace`]: each decision's span, continued from the W3C or B3 trace
+//!   context of the request.
 #![deny(unsafe_code)]
 // No panics on the request path: the lints are off in unit tests only.
 #![cfg_attr(
@@ -40,4 +42,5 @@ pub mod proto;
 pub mod redis_store;
 pub mod server;
 pub mod tls;
+pub mod trace;
 mod trim;

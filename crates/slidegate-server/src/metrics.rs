@@ -797,14 +797,22 @@ impl Drop for InFlight {
     }
 }
 
-/// Label values in snake case, as Prometheus names go.
+/// Label values in snake case, as Prometheus names go (also the value's
+/// `as_str`, which the decision spans share).
 macro_rules! label_values {
     ($($t:ty { $($variant:ident => $text:literal),* $(,)? })*) => {$(
+        impl $t {
+            /// The label value.
+            pub(crate) fn as_str(&self) -> &'static str {
+                match self {
+                    $(Self::$variant => $text,)*
+                }
+            }
+        }
+
         impl EncodeLabelValue for $t {
             fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
-                encoder.write_str(match self {
-                    $(Self::$variant => $text,)*
-                })
+                encoder.write_str(self.as_str())
             }
         }
     )*};

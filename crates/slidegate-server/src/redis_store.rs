@@ -72,6 +72,18 @@ pub struct RedisOptions {
     pub sync_interval: Option<Duration>,
 }
 
+impl RedisOptions {
+    /// What the decision spans call the store: `hybrid` with a sync
+    /// interval, else `redis`.
+    pub fn store_name(&self) -> &'static str {
+        if self.sync_interval.is_some() {
+            "hybrid"
+        } else {
+            "redis"
+        }
+    }
+}
+
 impl Default for RedisOptions {
     fn default() -> Self {
         RedisOptions {

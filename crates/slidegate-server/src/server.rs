@@ -401,7 +401,8 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
         ),
         Some(redis) => {
             let (store, probe) = crate::redis_store::connect_probed(&redis).await?;
-            (Engine::with_store(config, store, true, options.input)?, Some(probe))
+            let engine = Engine::with_store(config, store, true, options.input)?.with_store_name(redis.store_name());
+            (engine, Some(probe))
         }
     };
     let tls = match options.tls.clone() {

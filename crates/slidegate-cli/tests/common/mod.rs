@@ -2,7 +2,8 @@
 //! read its log as it comes, wait on its lines, stop it.
 #![allow(dead_code, unreachable_pub)]
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::Receiver;
 use std::time::Duration;
@@ -14,6 +15,26 @@ pub fn serve_command(extra: &[&str]) -> Command {
         .args(["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
         .args(extra);
     command
+}
+
+/// One HTTP/1.1 request on a connection of its own; the whole answer.
+pub fn request(addr: &str, method: &str, path: &str, body: &str) -> String {
+    request_with(addr, method, path, "", body)
+}
+
+/// [`request`] with `extra` header lines (each ending in `\r\n`).
+pub fn request_with(addr: &str, method: &str, path: &str, extra: &str, body: &str) -> String {
+    let mut stream = TcpStream::connect(addr).expect("the server accepts");
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\n{extra}content-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer
 }
 
 /// Waits (bounded: 20 s) for the child to exit; kills it if it does not.
@@ -43,23 +64,27 @@ pub fn serve_fails(extra: &[&str]) -> (Option<i32>, String) {
 /// log at `RUST_LOG=info` (and no drain delay); the child and its log,
 /// line by line, as it comes.
 pub fn serve_logging(extra: &[&str]) -> (Child, Receiver<String>) {
+    serve_logging_with(extra, &[])
+}
+
+/// [`serve_logging`] with `env` set for the process too.
+pub fn serve_logging_with(extra: &[&str], env: &[(&str, &str)]) -> (Child, Receiver<String>) {
     let drain: &[&str] = if extra.contains(&"--drain-delay") {
         &[]
     } else {
         &["--drain-delay", "0s"]
     };
-    spawn_logging(serve_command(drain).args(extra))
+    spawn_logging(serve_command(drain).args(extra).envs(env.iter().copied()))
 }
 
-/// Spawns `command` (a `slidegate serve`) with its log at `RUST_LOG=info`;
+/// Spawns `command` (a `slidegate serve`) with its log at `RUST_LOG=info`
+/// (unless `command` sets it);
 /// the child and its log, line by line, as it comes.
 pub fn spawn_logging(command: &mut Command) -> (Child, Receiver<String>) {
-    let mut child = command
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    if !command.get_envs().any(|(name, _)| name == "RUST_LOG") {
+        command.env("RUST_LOG", "info");
+    }
+    let mut child = command.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     let stderr = child.stderr.take().unwrap();
     let (tx, lines) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
