@@ -100,3 +100,40 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A boolean flag alone means `true`, as a user writes it; `=false`,
+    /// a separate value and the environment's forms still work.
+    #[test]
+    fn boolean_flags_stand_alone() {
+        let parse = |args: &[&str]| match Cli::try_parse_from(args).map(|cli| cli.command) {
+            Ok(Command::Serve(serve)) => serve.switches(),
+            other => panic!("{other:?}"),
+        };
+        let base = ["slidegate", "serve"];
+        assert_eq!(parse(&base), [false, false, false, false, true]);
+        let all = [
+            "--shadow-mode",
+            "--quota-mode",
+            "--merge-domain-config",
+            "--response-dynamic-metadata",
+            "--stop-cache-key-increment-when-overlimit",
+            "--grpc",
+            "127.0.0.1:0",
+        ];
+        assert_eq!(parse(&[&base[..], &all].concat()), [true; 5]);
+        let off = [
+            "--shadow-mode=false",
+            "--quota-mode",
+            "0",
+            "--stop-cache-key-increment-when-overlimit",
+            "false",
+        ];
+        assert_eq!(parse(&[&base[..], &off].concat()), [false, false, false, false, false]);
+        let check = Cli::try_parse_from(["slidegate", "check", "--config", "x.yaml", "--merge-domain-config"]);
+        assert!(check.is_ok(), "{check:?}");
+    }
+}

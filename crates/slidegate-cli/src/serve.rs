@@ -152,24 +152,24 @@ pub(crate) struct Args {
     /// envoyproxy/ratelimit does by default. A descriptor's own
     /// `hits_addend` (Envoy's debit when a stream ends) is counted either
     /// way.
-    #[arg(long, env = "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", default_value_t = true, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
+    #[arg(long, env = "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
     stop_cache_key_increment_when_overlimit: bool,
     /// Answer every request OK overall; the descriptors' statuses still say
     /// what each limit decided (counted in `slidegate_global_shadow_mode_total`).
-    #[arg(long, env = "SHADOW_MODE", action = clap::ArgAction::Set, default_value_t = false, value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
+    #[arg(long, env = "SHADOW_MODE", action = clap::ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
     shadow_mode: bool,
     /// Every rule in quota mode: the answer is over the limit only when
     /// every limited descriptor is.
-    #[arg(long, env = "QUOTA_MODE", action = clap::ArgAction::Set, default_value_t = false, value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
+    #[arg(long, env = "QUOTA_MODE", action = clap::ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
     quota_mode: bool,
     /// Return the request's descriptors and the matched rules' `metadata`
     /// to Envoy as the answer's dynamic metadata.
-    #[arg(long, env = "RESPONSE_DYNAMIC_METADATA", action = clap::ArgAction::Set, default_value_t = false, value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
+    #[arg(long, env = "RESPONSE_DYNAMIC_METADATA", action = clap::ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
     response_dynamic_metadata: bool,
     /// Add envoyproxy/ratelimit's three headers (limit, remaining, seconds
     /// to reset of the descriptor closest to its limit) to gRPC and
     /// `/json` answers' `response_headers_to_add`.
-    #[arg(long, env = "LIMIT_RESPONSE_HEADERS_ENABLED", action = clap::ArgAction::Set, default_value_t = false, value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
+    #[arg(long, env = "LIMIT_RESPONSE_HEADERS_ENABLED", action = clap::ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
     limit_response_headers_enabled: bool,
     /// Admitted hits above this share of a limit count as near the limit
     /// (`slidegate_rule_near_limit_hits_total`), from 0 to 1.
@@ -178,7 +178,7 @@ pub(crate) struct Args {
     /// Merge the files of one domain into one (a top-level descriptor
     /// defined in two is an error); without it, a domain in two files is
     /// an error.
-    #[arg(long, env = "MERGE_DOMAIN_CONFIG", action = clap::ArgAction::Set, default_value_t = false, value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
+    #[arg(long, env = "MERGE_DOMAIN_CONFIG", action = clap::ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
     merge_domain_config: bool,
     /// The name of the limit header of `--limit-response-headers-enabled`.
     #[arg(long, env = "LIMIT_LIMIT_HEADER", default_value = "RateLimit-Limit", value_parser = parse_header_name, value_name = "NAME")]
@@ -274,6 +274,19 @@ fn parse_interval(s: &str) -> Result<Duration, String> {
 }
 
 impl Args {
+    /// The boolean switches: shadow mode, quota mode, merging domains,
+    /// dynamic metadata, stopping increments over the limit.
+    #[cfg(test)]
+    pub(crate) fn switches(&self) -> [bool; 5] {
+        [
+            self.shadow_mode,
+            self.quota_mode,
+            self.merge_domain_config,
+            self.response_dynamic_metadata,
+            self.stop_cache_key_increment_when_overlimit,
+        ]
+    }
+
     fn options(&self) -> anyhow::Result<Options> {
         let mib = |flag: &str, mib: usize| {
             mib.checked_mul(1 << 20)
