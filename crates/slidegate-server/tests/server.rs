@@ -984,9 +984,11 @@ async fn unknown_paths_and_methods_are_problem_documents() {
 async fn requests_hyper_refuses_get_problem_documents() {
     let h = Harness::start(BASIC).await;
     let addr = h.http_addr();
+    // Well over hyper's buffer (about 400 KiB): a header a little over it
+    // may arrive in one read and be parsed whole.
     let huge_header = format!(
         "GET /healthz HTTP/1.1\r\nhost: x\r\nx-big: {}\r\n\r\n",
-        "a".repeat(500_000)
+        "a".repeat(2 << 20)
     );
     let many_headers: String = (0..200).map(|i| format!("x-h{i}: v\r\n")).collect();
     let many_headers = format!("GET /healthz HTTP/1.1\r\nhost: x\r\n{many_headers}\r\n");
@@ -1004,10 +1006,12 @@ async fn requests_hyper_refuses_get_problem_documents() {
     ];
     for (request, status) in cases {
         let mut stream = TcpStream::connect(addr).await.unwrap();
-        stream.write_all(request.as_bytes()).await.unwrap();
+        // The server may answer and close before it has read all of a
+        // request too large: the write then fails, the answer is there.
+        let _ = stream.write_all(request.as_bytes()).await;
         let answer = read_until_closed(&mut stream, Duration::from_secs(10))
             .await
-            .expect("the server closes the connection");
+            .unwrap_or_else(|| panic!("{status}: the connection stays open after {:?}", &request[..40]));
         let answer = String::from_utf8(answer).unwrap();
         // The refusal is the connection's one 4xx answer, and its last.
         let refusal = &answer[answer
