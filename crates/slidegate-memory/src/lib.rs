@@ -86,6 +86,7 @@ mod memory_store;
 mod prefetch;
 mod state;
 mod store;
+mod summary;
 mod table;
 
 pub use key::Key;

@@ -1,10 +1,13 @@
 //! One shard's table: open addressing with linear probing over a fixed
-//! array, deletion by backward shift (no tombstones), and a sweep cursor.
+//! array, deletion by backward shift (no tombstones), a sweep cursor, and
+//! the summary of what evicted keys held.
 
 use crate::key::Key;
 use crate::state::KeyState;
-use slidegate_core::Policy;
+use crate::summary::{Summary, width_for};
+use slidegate_core::{Algorithm, Policy};
 use std::borrow::Borrow;
+use std::hash::BuildHasher;
 use std::num::NonZeroU16;
 
 /// The most slots a shard has: a slot's home is the low 15 bits of its
@@ -46,6 +49,14 @@ pub(crate) struct Table<K, St> {
     cursor: usize,
     pub(crate) evictions: u64,
     pub(crate) reclaimed: u64,
+    /// What the live keys evicted from here still held.
+    pub(crate) summary: Summary,
+    /// The store's hasher, to find an evicted key's cells.
+    hasher: foldhash::fast::RandomState,
+    /// New keys that started from the summary's estimate.
+    pub(crate) seeded: u64,
+    /// The latest time this shard was told of (for the summary's fill).
+    pub(crate) now: u64,
 }
 
 /// Where a key is, or the empty slot where it would go.
@@ -56,8 +67,9 @@ pub(crate) enum Probe {
 
 impl<K: Key, St: KeyState> Table<K, St> {
     /// A table of `slots` slots (a power of two, at most [`MAX_SLOTS`])
-    /// holding at most `max_len` keys and `max_heap` heap bytes.
-    pub(crate) fn new(slots: usize, max_len: usize, max_heap: usize) -> Self {
+    /// holding at most `max_len` keys and `max_heap` heap bytes, whose
+    /// keys are hashed with `hasher`.
+    pub(crate) fn new(slots: usize, max_len: usize, max_heap: usize, hasher: foldhash::fast::RandomState) -> Self {
         Table {
             slots: std::iter::repeat_with(|| None).take(slots).collect(),
             mask: slots - 1,
@@ -68,7 +80,38 @@ impl<K: Key, St: KeyState> Table<K, St> {
             cursor: 0,
             evictions: 0,
             reclaimed: 0,
+            summary: Summary::new(width_for(slots)),
+            hasher,
+            seeded: 0,
+            now: 0,
         }
+    }
+
+    /// The state a key that is not held starts from at `now` (`hash` being
+    /// the key's), and whether it was seeded: fresh, unless the summary
+    /// says the key may still hold counts from before an eviction.
+    ///
+    /// A seeded state has counted the summary's whole estimate at once, at
+    /// the latest instant the key's own counts can have been made (one
+    /// window before the estimate's expiry, and never after `now`): every
+    /// unit it held is then moved later, or kept, and never dropped, so it
+    /// refuses whatever the key's evicted state would have refused. A
+    /// `gcra` state gets its `TAT` at (or just past) the estimate's expiry,
+    /// which is at least the evicted `TAT`.
+    pub(crate) fn start(&mut self, hash: u64, policy: &Policy, now: u64) -> (St, bool) {
+        let mut state = St::fresh(policy);
+        self.now = self.now.max(now);
+        let seed = self.summary.estimate(hash, now);
+        let (at, cost) = match policy.algorithm() {
+            Algorithm::Gcra { .. } => (now, seed.until.saturating_sub(now).div_ceil(policy.step_ns().max(1))),
+            _ => (seed.until.saturating_sub(policy.window_ns()).min(now), seed.count),
+        };
+        if cost == 0 {
+            return (state, false);
+        }
+        state.record(policy, at, cost);
+        self.seeded += 1;
+        (state, true)
     }
 
     /// The address of the first slot, for prefetching.
@@ -237,16 +280,21 @@ impl<K: Key, St: KeyState> Table<K, St> {
         }
     }
 
-    /// Evicts the entry expiring soonest among the [`EVICTION_SAMPLE`]
-    /// occupied slots from `from` on, never the one at `keep`. Returns where
-    /// the entry at `keep` is afterwards, or `None` if nothing was evicted.
+    /// Evicts the entry whose loss costs least among the
+    /// [`EVICTION_SAMPLE`] occupied slots from `from` on, never the one at
+    /// `keep`: an idle one if any (nothing is lost), else the one holding
+    /// fewest units ([`KeyState::held`]: it raises the summary least), the
+    /// soonest-expiring of those. A live entry evicted is folded into the
+    /// summary. Returns where the entry at `keep` is afterwards, or `None`
+    /// if nothing was evicted.
     ///
     /// The sweep looks at slots from its cursor, so it can miss idle keys
     /// stored behind the cursor (most often in a sparse shard, where the
     /// slots swept hold few keys). If the entry chosen here is idle, it is
     /// counted as reclaimed: only a live key dropped is an eviction.
     fn evict_near(&mut self, from: usize, keep: Option<usize>, policy: &Policy, now: u64) -> Option<usize> {
-        let mut victim: Option<(usize, u64)> = None;
+        // (live, held, expiry): the least is evicted.
+        let mut victim: Option<(usize, (bool, u64, u64))> = None;
         let (mut i, mut seen) = (from, 0);
         for _ in 0..self.slots.len() {
             if seen == EVICTION_SAMPLE {
@@ -257,17 +305,24 @@ impl<K: Key, St: KeyState> Table<K, St> {
             {
                 seen += 1;
                 let when = e.state.expires(policy);
-                if victim.is_none_or(|(_, w)| when < w) {
-                    victim = Some((i, when));
+                let live = when > now;
+                let rank = (live, if live { e.state.held() } else { 0 }, when);
+                if victim.is_none_or(|(_, r)| rank < r) {
+                    victim = Some((i, rank));
                 }
             }
             i = self.next(i);
         }
-        let (v, when) = victim?;
-        if when <= now {
-            self.reclaimed += 1;
-        } else {
+        let (v, (live, held, when)) = victim?;
+        self.now = self.now.max(now);
+        if live {
             self.evictions += 1;
+            if let Some(e) = &self.slots[v] {
+                let hash = self.hasher.hash_one(&e.key);
+                self.summary.fold(hash, held, when, now);
+            }
+        } else {
+            self.reclaimed += 1;
         }
         Some(self.remove_tracking(v, keep).unwrap_or(v))
     }
@@ -279,6 +334,10 @@ mod tests {
     use crate::state::{Ring2, Ring8};
     use slidegate_core::{Algorithm, FixedWindow, Gcra, Weighting};
     use std::time::Duration;
+
+    fn hasher() -> foldhash::fast::RandomState {
+        foldhash::fast::RandomState::default()
+    }
 
     fn two_buckets(limit: u64) -> Policy {
         let algorithm = Algorithm::SlidingWindow {
@@ -304,7 +363,7 @@ mod tests {
     fn removal_keeps_probe_runs_whole() {
         let p = two_buckets(10);
         for victim in 0..6u64 {
-            let mut t: Table<u64, Ring2<u16>> = Table::new(8, 7, usize::MAX);
+            let mut t: Table<u64, Ring2<u16>> = Table::new(8, 7, usize::MAX, hasher());
             // Homes 6, 6, 7, 7, 0, 6: runs wrap around the end.
             let homes = [6u64, 6, 7, 7, 0, 6];
             for (k, &h) in homes.iter().enumerate() {
@@ -329,7 +388,7 @@ mod tests {
     #[test]
     fn full_of_live_keys_evicts_and_counts() {
         let p = two_buckets(10);
-        let mut t: Table<u64, Ring2<u16>> = Table::new(16, 14, usize::MAX);
+        let mut t: Table<u64, Ring2<u16>> = Table::new(16, 14, usize::MAX, hasher());
         for k in 0..100u64 {
             let mut s = Ring2::fresh(&p);
             s.check(&p, k, 1);
@@ -344,7 +403,7 @@ mod tests {
     #[test]
     fn idle_keys_are_swept_before_evicting() {
         let p = two_buckets(10);
-        let mut t: Table<u64, Ring2<u16>> = Table::new(16, 14, usize::MAX);
+        let mut t: Table<u64, Ring2<u16>> = Table::new(16, 14, usize::MAX, hasher());
         for k in 0..14u64 {
             let mut s = Ring2::fresh(&p);
             s.check(&p, 0, 1);
@@ -369,7 +428,7 @@ mod tests {
     #[test]
     fn an_idle_key_dropped_by_the_eviction_step_is_reclaimed() {
         let p = two_buckets(3);
-        let mut t: Table<u64, Ring2<u16>> = Table::new(64, 56, usize::MAX);
+        let mut t: Table<u64, Ring2<u16>> = Table::new(64, 56, usize::MAX, hasher());
         // Key k at time 300·k (three windows apart) and home slot k: the
         // cursor is at 4·(k + 1) when key k is stored, past its slot.
         let at = |k: u64| 300 * k;
@@ -397,7 +456,7 @@ mod tests {
     #[test]
     fn heap_allowance_holds() {
         let p = two_buckets(10);
-        let mut t: Table<String, Ring2<u16>> = Table::new(64, 56, 100);
+        let mut t: Table<String, Ring2<u16>> = Table::new(64, 56, 100, hasher());
         let mut s = Ring2::fresh(&p);
         s.check(&p, 0, 1);
         assert!(!t.insert(tag(1), "x".repeat(101), s, &p, 0, false));
