@@ -147,7 +147,9 @@ macro_rules! ring_methods {
         }
 
         fn held(&self) -> u64 {
-            self.slots[..self.len()].iter().fold(0u64, |sum, s| sum.saturating_add(s.get()))
+            self.slots[..self.len()]
+                .iter()
+                .fold(0u64, |sum, s| sum.saturating_add(s.get()))
         }
 
         fn check_expiring(&mut self, policy: &Policy, now: u64, cost: u64) -> (Decision, u64) {

@@ -86,6 +86,10 @@ pub struct Stats {
     /// instead of from nothing, since the store was built: evicted keys
     /// coming back, and keys whose cells all collide with evicted ones.
     pub seeded: u64,
+    /// Of those, keys not stored: refused (or peeked at) with nothing more
+    /// to count, or kept in the summary alone because their shard was full
+    /// (a key vouched for by the summary never evicts a live key).
+    pub summarised: u64,
     /// Cells in the summaries of evicted keys' counts (4 rows per shard).
     pub summary_cells: usize,
     /// Of those, cells still holding counts, at each shard's latest time.
@@ -286,11 +290,24 @@ impl<K: Key, St: KeyState> Store<K, St> {
         let (mut state, seeded) = table.start(hash, policy, now);
         let seed = seeded.then(|| (state.held(), state.expires(policy)));
         let out = f(&mut state);
-        // A seeded key that counted nothing more (a refusal, a peek) is not
-        // stored: the summary still holds what it was seeded with, so it
-        // need not evict a key to keep it.
-        if seed.is_some_and(|s| s == (state.held(), state.expires(policy))) {
-            return Ok(out);
+        if let Some(seed) = seed {
+            // A seeded key that counted nothing more (a refusal, a peek) is
+            // not stored: the summary still holds what it was seeded with.
+            let now_holds = (state.held(), state.expires(policy));
+            if seed == now_holds {
+                table.summarised += 1;
+                return Ok(out);
+            }
+            // Nor does one that counted more evict a live key to come back
+            // in: it stays in the summary, which now holds all it counted.
+            // (Keys held are never pushed out by keys the summary vouches
+            // for, such as a flood of keys whose cells are all taken; a
+            // flood can evict only with keys it has not yet filled.)
+            if table.len() >= table.max_len() || self.keys.load(Ordering::Relaxed) >= self.max_keys {
+                table.summary.fold(hash, now_holds.0, now_holds.1, now);
+                table.summarised += 1;
+                return Ok(out);
+            }
         }
         let before = table.len();
         let inserted = self.insert(table, tag, key, state, policy, now);
@@ -485,6 +502,7 @@ impl<K: Key, St: KeyState> Store<K, St> {
             stats.reclaimed += table.reclaimed;
             stats.bytes += table.slot_count() * self.slot_bytes + table.heap() + table.summary.bytes();
             stats.seeded += table.seeded;
+            stats.summarised += table.summarised;
             stats.summary_cells += table.summary.cells();
             stats.summary_live += table.summary.live(table.now);
         }

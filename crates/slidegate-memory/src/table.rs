@@ -55,6 +55,8 @@ pub(crate) struct Table<K, St> {
     hasher: foldhash::fast::RandomState,
     /// New keys that started from the summary's estimate.
     pub(crate) seeded: u64,
+    /// Seeded keys not stored (see `Stats::summarised`).
+    pub(crate) summarised: u64,
     /// The latest time this shard was told of (for the summary's fill).
     pub(crate) now: u64,
 }
@@ -83,6 +85,7 @@ impl<K: Key, St: KeyState> Table<K, St> {
             summary: Summary::new(width_for(slots)),
             hasher,
             seeded: 0,
+            summarised: 0,
             now: 0,
         }
     }
@@ -280,19 +283,8 @@ impl<K: Key, St: KeyState> Table<K, St> {
         }
     }
 
-    /// Evicts the entry whose loss costs least among the
-    /// [`EVICTION_SAMPLE`] occupied slots from `from` on, never the one at
-    /// `keep`: an idle one if any (nothing is lost), else the one holding
-    /// fewest units ([`KeyState::held`]: it raises the summary least), the
-    /// soonest-expiring of those. A live entry evicted is folded into the
-    /// summary. Returns where the entry at `keep` is afterwards, or `None`
-    /// if nothing was evicted.
-    ///
-    /// The sweep looks at slots from its cursor, so it can miss idle keys
-    /// stored behind the cursor (most often in a sparse shard, where the
-    /// slots swept hold few keys). If the entry chosen here is idle, it is
-    /// counted as reclaimed: only a live key dropped is an eviction.
-    fn evict_near(&mut self, from: usize, keep: Option<usize>, policy: &Policy, now: u64) -> Option<usize> {
+    /// The entry [`Table::evict_near`] evicts, and its rank.
+    fn victim(&self, from: usize, keep: Option<usize>, policy: &Policy, now: u64) -> Option<(usize, (bool, u64, u64))> {
         // (live, held, expiry): the least is evicted.
         let mut victim: Option<(usize, (bool, u64, u64))> = None;
         let (mut i, mut seen) = (from, 0);
@@ -313,7 +305,23 @@ impl<K: Key, St: KeyState> Table<K, St> {
             }
             i = self.next(i);
         }
-        let (v, (live, held, when)) = victim?;
+        victim
+    }
+
+    /// Evicts the entry whose loss costs least among the
+    /// [`EVICTION_SAMPLE`] occupied slots from `from` on, never the one at
+    /// `keep`: an idle one if any (nothing is lost), else the one holding
+    /// fewest units ([`KeyState::held`]: it raises the summary least), the
+    /// soonest-expiring of those. A live entry evicted is folded into the
+    /// summary. Returns where the entry at `keep` is afterwards, or `None`
+    /// if nothing was evicted.
+    ///
+    /// The sweep looks at slots from its cursor, so it can miss idle keys
+    /// stored behind the cursor (most often in a sparse shard, where the
+    /// slots swept hold few keys). If the entry chosen here is idle, it is
+    /// counted as reclaimed: only a live key dropped is an eviction.
+    fn evict_near(&mut self, from: usize, keep: Option<usize>, policy: &Policy, now: u64) -> Option<usize> {
+        let (v, (live, held, when)) = self.victim(from, keep, policy, now)?;
         self.now = self.now.max(now);
         if live {
             self.evictions += 1;
