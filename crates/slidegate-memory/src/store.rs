@@ -3,7 +3,7 @@
 use crate::key::Key;
 use crate::state::KeyState;
 use crate::summary;
-use crate::table::{Entry, MAX_SLOTS, Probe, Table, tag};
+use crate::table::{Entry, Evicted, MAX_SLOTS, Probe, Table, tag};
 use parking_lot::Mutex;
 use slidegate_core::{Decision, Policy};
 use std::borrow::Borrow;
@@ -175,7 +175,7 @@ impl<K: Key, St: KeyState> Store<K, St> {
         // so do the summaries: at most 3 bytes a slot, or the smallest one
         // (8 cells a row) per shard.
         let most_shards = budget.bytes / (MAX_SLOTS * slot_bytes) + MIN_SHARDS + 1;
-        let smallest_summary = summary::bytes_for(summary::width_for(0));
+        let smallest_summary = summary::bytes_for(summary::width_for(0)) + size_of::<Evicted>();
         let overhead = most_shards * (size_of::<Shard<K, St>>() + smallest_summary) + size_of::<Self>();
         let table_bytes = budget.bytes.saturating_sub(heap_share).saturating_sub(overhead);
         let slots_by_bytes = (table_bytes / (slot_bytes + SUMMARY_PER_SLOT)).max(MIN_SLOTS);
@@ -295,7 +295,7 @@ impl<K: Key, St: KeyState> Store<K, St> {
             // not stored: the summary still holds what it was seeded with.
             let now_holds = (state.held(), state.expires(policy));
             if seed == now_holds {
-                table.summarised += 1;
+                table.evicted.summarised += 1;
                 return Ok(out);
             }
             // Nor does one that counted more evict a live key to come back
@@ -304,8 +304,8 @@ impl<K: Key, St: KeyState> Store<K, St> {
             // for, such as a flood of keys whose cells are all taken; a
             // flood can evict only with keys it has not yet filled.)
             if table.len() >= table.max_len() || self.keys.load(Ordering::Relaxed) >= self.max_keys {
-                table.summary.fold(hash, now_holds.0, now_holds.1, now);
-                table.summarised += 1;
+                table.evicted.summary.fold(hash, now_holds.0, now_holds.1, now);
+                table.evicted.summarised += 1;
                 return Ok(out);
             }
         }
@@ -444,8 +444,9 @@ impl<K: Key, St: KeyState> Store<K, St> {
         }
     }
 
-    /// Forgets `key`: its next request starts from a fresh state. Returns
-    /// whether the key was held.
+    /// Forgets `key`: its next request starts from a fresh state (or, if
+    /// the key was evicted while live before, from what the summary of
+    /// evicted keys still holds for it). Returns whether the key was held.
     pub fn reset<Q>(&self, key: &Q) -> bool
     where
         K: Borrow<Q>,
@@ -500,11 +501,11 @@ impl<K: Key, St: KeyState> Store<K, St> {
             stats.capacity += table.max_len();
             stats.evictions += table.evictions;
             stats.reclaimed += table.reclaimed;
-            stats.bytes += table.slot_count() * self.slot_bytes + table.heap() + table.summary.bytes();
-            stats.seeded += table.seeded;
-            stats.summarised += table.summarised;
-            stats.summary_cells += table.summary.cells();
-            stats.summary_live += table.summary.live(table.now);
+            stats.bytes += table.slot_count() * self.slot_bytes + table.heap() + table.evicted.bytes();
+            stats.seeded += table.evicted.seeded;
+            stats.summarised += table.evicted.summarised;
+            stats.summary_cells += table.evicted.summary.cells();
+            stats.summary_live += table.evicted.summary.live(table.evicted.now);
         }
         stats.capacity = stats.capacity.min(self.max_keys);
         stats.bytes += size_of_val(&*self.shards) + size_of::<Self>();

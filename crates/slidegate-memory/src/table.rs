@@ -49,6 +49,14 @@ pub(crate) struct Table<K, St> {
     cursor: usize,
     pub(crate) evictions: u64,
     pub(crate) reclaimed: u64,
+    /// The summary of evicted keys and its figures, off the table's own
+    /// cache lines (only new keys and evictions reach it).
+    pub(crate) evicted: Box<Evicted>,
+}
+
+/// A shard's summary of evicted keys, and what it has done.
+#[derive(Debug)]
+pub(crate) struct Evicted {
     /// What the live keys evicted from here still held.
     pub(crate) summary: Summary,
     /// The store's hasher, to find an evicted key's cells.
@@ -59,6 +67,13 @@ pub(crate) struct Table<K, St> {
     pub(crate) summarised: u64,
     /// The latest time this shard was told of (for the summary's fill).
     pub(crate) now: u64,
+}
+
+impl Evicted {
+    /// Bytes taken: the sketch and this.
+    pub(crate) fn bytes(&self) -> usize {
+        self.summary.bytes() + size_of::<Self>()
+    }
 }
 
 /// Where a key is, or the empty slot where it would go.
@@ -82,11 +97,13 @@ impl<K: Key, St: KeyState> Table<K, St> {
             cursor: 0,
             evictions: 0,
             reclaimed: 0,
-            summary: Summary::new(width_for(slots)),
-            hasher,
-            seeded: 0,
-            summarised: 0,
-            now: 0,
+            evicted: Box::new(Evicted {
+                summary: Summary::new(width_for(slots)),
+                hasher,
+                seeded: 0,
+                summarised: 0,
+                now: 0,
+            }),
         }
     }
 
@@ -103,8 +120,8 @@ impl<K: Key, St: KeyState> Table<K, St> {
     /// which is at least the evicted `TAT`.
     pub(crate) fn start(&mut self, hash: u64, policy: &Policy, now: u64) -> (St, bool) {
         let mut state = St::fresh(policy);
-        self.now = self.now.max(now);
-        let seed = self.summary.estimate(hash, now);
+        self.evicted.now = self.evicted.now.max(now);
+        let seed = self.evicted.summary.estimate(hash, now);
         let (at, cost) = match policy.algorithm() {
             Algorithm::Gcra { .. } => (now, seed.until.saturating_sub(now).div_ceil(policy.step_ns().max(1))),
             _ => (seed.until.saturating_sub(policy.window_ns()).min(now), seed.count),
@@ -113,7 +130,7 @@ impl<K: Key, St: KeyState> Table<K, St> {
             return (state, false);
         }
         state.record(policy, at, cost);
-        self.seeded += 1;
+        self.evicted.seeded += 1;
         (state, true)
     }
 
@@ -322,12 +339,12 @@ impl<K: Key, St: KeyState> Table<K, St> {
     /// counted as reclaimed: only a live key dropped is an eviction.
     fn evict_near(&mut self, from: usize, keep: Option<usize>, policy: &Policy, now: u64) -> Option<usize> {
         let (v, (live, held, when)) = self.victim(from, keep, policy, now)?;
-        self.now = self.now.max(now);
+        self.evicted.now = self.evicted.now.max(now);
         if live {
             self.evictions += 1;
             if let Some(e) = &self.slots[v] {
-                let hash = self.hasher.hash_one(&e.key);
-                self.summary.fold(hash, held, when, now);
+                let hash = self.evicted.hasher.hash_one(&e.key);
+                self.evicted.summary.fold(hash, held, when, now);
             }
         } else {
             self.reclaimed += 1;
