@@ -476,6 +476,31 @@ mod tests {
         assert!(matches!(t.find(tag(0), &0), Probe::Vacant));
     }
 
+    /// A full table evicts the live key holding least, folds it into the
+    /// summary, and the key comes back seeded with what it held.
+    #[test]
+    fn an_evicted_live_key_is_folded_and_seeded() {
+        let p = two_buckets(3);
+        let h = hasher();
+        let mut t: Table<u64, Ring2<u16>> = Table::new(8, 2, usize::MAX, h.clone());
+        // Key 0 holds 3, key 1 holds 2; key 2 (holding 1) takes key 1's room.
+        for k in 0..3u64 {
+            let mut s = Ring2::fresh(&p);
+            s.check(&p, 0, 3 - k);
+            assert!(t.insert(tag(h.hash_one(k)), k, s, &p, 0, false));
+        }
+        assert_eq!((t.len(), t.evictions), (2, 1));
+        assert!(matches!(t.find(tag(h.hash_one(1u64)), &1), Probe::Vacant));
+        assert!(matches!(t.find(tag(h.hash_one(0u64)), &0), Probe::Found(_)));
+        let (mut s, seeded) = t.start(h.hash_one(1u64), &p, 5);
+        assert!(seeded && t.evicted.seeded == 1);
+        assert!(!s.check(&p, 5, 2).allowed(), "it held 2 of 3");
+        assert!(s.check(&p, 5, 1).allowed());
+        // Two windows later the summary holds nothing for it.
+        let (_, seeded) = t.start(h.hash_one(1u64), &p, 300);
+        assert!(!seeded);
+    }
+
     /// Keys larger than the heap allowance are refused; the allowance is
     /// never exceeded.
     #[test]
