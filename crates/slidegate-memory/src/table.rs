@@ -112,8 +112,8 @@ impl<K: Key, St: KeyState> Table<K, St> {
     /// says the key may still hold counts from before an eviction.
     ///
     /// A seeded state has counted the summary's whole estimate at once, at
-    /// the latest instant the key's own counts can have been made (one
-    /// window before the estimate's expiry, and never after `now`): every
+    /// the latest instant the key's own counts can have been made (a count's
+    /// lifetime before the estimate's expiry, and never after `now`): every
     /// unit it held is then moved later, or kept, and never dropped, so it
     /// refuses whatever the key's evicted state would have refused. A
     /// `gcra` state gets its `TAT` at (or just past) the estimate's expiry,
@@ -124,6 +124,15 @@ impl<K: Key, St: KeyState> Table<K, St> {
         let seed = self.evicted.summary.estimate(hash, now);
         let (at, cost) = match policy.algorithm() {
             Algorithm::Gcra { .. } => (now, seed.until.saturating_sub(now).div_ceil(policy.step_ns().max(1))),
+            // A count lasts `n` buckets in a ring (from its bucket's start),
+            // one window in a log or a histogram, and to the end of its
+            // window in a fixed one: so no own count is later than this.
+            Algorithm::SlidingWindow { buckets, .. } => (
+                seed.until
+                    .saturating_sub(policy.step_ns().saturating_mul(u64::from(buckets)))
+                    .min(now),
+                seed.count,
+            ),
             _ => (seed.until.saturating_sub(policy.window_ns()).min(now), seed.count),
         };
         if cost == 0 {
