@@ -28,6 +28,12 @@ impl FixedWindow {
         Self::default()
     }
 
+    /// The count of the window last counted in: the ring never counts more
+    /// at any later instant.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
     /// The count of window `idx` (0 for a later window, which starts empty).
     fn count_in(&self, idx: u64) -> u64 {
         if idx > self.window { 0 } else { self.count }

@@ -72,6 +72,12 @@ impl ExponentialHistogram {
         self.buckets.capacity() * core::mem::size_of::<Bucket>()
     }
 
+    /// The sum of the bucket sizes, expired or not: the histogram never
+    /// counts more at any later instant.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
     /// Number of buckets held.
     pub fn buckets(&self) -> usize {
         self.buckets.len()

@@ -40,6 +40,12 @@ impl SlidingLog {
         self.entries.capacity() * core::mem::size_of::<(u64, u64)>()
     }
 
+    /// The sum of the costs logged, expired or not: the log never counts
+    /// more at any later instant.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
     /// Number of logged entries (distinct timestamps), expired or not.
     pub fn len(&self) -> usize {
         self.entries.len()

@@ -243,6 +243,12 @@ impl<S: Slot, R: AsRef<[S]> + AsMut<[S]>> SlidingWindow<S, R> {
         self.newest
     }
 
+    /// The sum of all slots: every unit the ring holds, whether or not it
+    /// still counts. It never counts more at any later instant.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
     fn n(&self) -> u64 {
         self.slots.as_ref().len() as u64
     }

@@ -46,12 +46,44 @@
 //!   hold idle keys not yet swept (the keys stored since the cursor last
 //!   passed); they are dropped before any live key is evicted.
 //! - **Eviction**: when a shard is full of live keys, the key evicted is
-//!   the one whose counts expire soonest among the 8 keys from the new
-//!   key's home slot on (the one holding the least of the future). Every
+//!   the one whose loss costs least among the 8 keys from the new key's
+//!   home slot on: an idle one if there is one, else the one holding fewest
+//!   units ([`KeyState::held`]), the soonest-expiring of those. Every
 //!   eviction is counted in [`Stats::evictions`]; a key dropped this way
 //!   that was idle after all (the sweep had not reached it) is counted in
-//!   [`Stats::reclaimed`] instead. An evicted key starts
-//!   afresh on its next request; size the budget so that this is rare.
+//!   [`Stats::reclaimed`] instead.
+//! - **The summary of evicted keys**: an evicted live key does not start
+//!   afresh (a flood of new keys would otherwise reset a key at its limit).
+//!   What it held and until when are folded into its shard's summary, a
+//!   count-min sketch of 4 rows of up to 256 cells (one per 16 slots), each
+//!   cell the most units still held by the keys folded into it and the
+//!   latest instant they count until; a key that is not held starts from
+//!   the least of its cells, an expired cell reading as empty. The estimate
+//!   is never below what the key held while that still counts: collisions
+//!   only over-count. The key starts as if it had counted the whole
+//!   estimate at once, at the latest instant its own counts can be from
+//!   (`gcra`: its `TAT` at the estimate's expiry), so it refuses whatever
+//!   its evicted state would have refused:
+//!   - `sliding_log`, conservative `sliding_window` (any `n`) and
+//!     `fixed_window` (per fixed window) are never over their limit in any
+//!     window because of eviction; `gcra` never past `burst + elapsed / T`;
+//!   - interpolated `sliding_window` and `exponential_histogram` keep their
+//!     own stated bounds (within the oldest bucket's count, within ε): the
+//!     seeded state's estimate is never below the evicted one's.
+//!
+//!   The price is refusals of keys under their limits: a key whose cells
+//!   are all taken by keys that held more (about [`Stats::false_seed_rate`]
+//!   of new keys), and an evicted key coming back with all it held in one
+//!   instant. A key started from the summary is not stored when it counted
+//!   nothing more, nor when its shard is full (its new count is folded
+//!   into the summary instead): keys the summary vouches for never evict
+//!   live keys. Under a flood of new keys many times the capacity per
+//!   window, the summary fills, and new keys start from high estimates
+//!   (each seeded key's counts fold back in, so the level climbs towards
+//!   the limits); keys held keep their counts. [`Stats::seeded`],
+//!   [`Stats::summarised`] and [`Stats::summary_fill`] show it; size the
+//!   budget so that live evictions are rare. [`Store::reset`] forgets a
+//!   held key, but not what the summary holds for it.
 //! - One shard holds `1/shards` of the budget, so a shard can fill (and
 //!   evict) a little before the whole store does.
 //!
@@ -86,6 +118,7 @@ mod memory_store;
 mod prefetch;
 mod state;
 mod store;
+mod summary;
 mod table;
 
 pub use key::Key;

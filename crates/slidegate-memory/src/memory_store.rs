@@ -72,6 +72,10 @@ impl<C: Clock> MemoryStore<C> {
             evictions: a.evictions + b.evictions,
             reclaimed: a.reclaimed + b.reclaimed,
             bytes: a.bytes + b.bytes,
+            seeded: a.seeded + b.seeded,
+            summarised: a.summarised + b.summarised,
+            summary_cells: a.summary_cells + b.summary_cells,
+            summary_live: a.summary_live + b.summary_live,
         }
     }
 

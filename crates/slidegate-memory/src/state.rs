@@ -66,6 +66,18 @@ pub trait KeyState: Send + 'static {
     fn heap_bytes(&self) -> usize {
         0
     }
+
+    /// Every unit the state holds, whether or not it still counts: it
+    /// never counts more at any later instant, whatever its policy. When
+    /// the store evicts a live key it keeps this (and [`KeyState::expires`])
+    /// in its summary, and a key arriving that is not held starts from the
+    /// summary's estimate instead of from nothing. The states of this crate
+    /// all say; the default, 0, opts a state out (an evicted one starts
+    /// afresh). A `gcra` state holds its backlog as its expiry (`TAT`), so
+    /// it says 0 too and is seeded from the expiry.
+    fn held(&self) -> u64 {
+        0
+    }
 }
 
 /// The number of buckets of a `sliding_window` policy, if it is one.
@@ -132,6 +144,12 @@ macro_rules! ring_methods {
 
         fn expires(&self, policy: &Policy) -> u64 {
             ring_expiry(policy, self.newest, &self.slots[..self.len()])
+        }
+
+        fn held(&self) -> u64 {
+            self.slots[..self.len()]
+                .iter()
+                .fold(0u64, |sum, s| sum.saturating_add(s.get()))
         }
 
         fn check_expiring(&mut self, policy: &Policy, now: u64, cost: u64) -> (Decision, u64) {
@@ -256,6 +274,10 @@ impl KeyState for FixedWindow {
         matches!(policy.algorithm(), Algorithm::FixedWindow)
     }
 
+    fn held(&self) -> u64 {
+        self.count()
+    }
+
     fn fresh(_policy: &Policy) -> Self {
         FixedWindow::new()
     }
@@ -317,6 +339,17 @@ impl KeyState for State {
     fn heap_bytes(&self) -> usize {
         self.bytes() - core::mem::size_of::<State>()
     }
+
+    fn held(&self) -> u64 {
+        match self {
+            State::SlidingWindow(s) => s.total(),
+            State::SlidingWindowWide(s) => s.total(),
+            State::FixedWindow(s) => s.count(),
+            State::SlidingLog(s) => s.total(),
+            State::ExponentialHistogram(s) => s.total(),
+            State::Gcra(_) => 0,
+        }
+    }
 }
 
 /// A state that records when it expires, under the policy of its last
@@ -368,5 +401,9 @@ impl<St: KeyState> KeyState for Timed<St> {
 
     fn heap_bytes(&self) -> usize {
         self.state.heap_bytes()
+    }
+
+    fn held(&self) -> u64 {
+        self.state.held()
     }
 }

@@ -2,7 +2,8 @@
 
 use crate::key::Key;
 use crate::state::KeyState;
-use crate::table::{Entry, MAX_SLOTS, Probe, Table, tag};
+use crate::summary;
+use crate::table::{Entry, Evicted, MAX_SLOTS, Probe, Table, tag};
 use parking_lot::Mutex;
 use slidegate_core::{Decision, Policy};
 use std::borrow::Borrow;
@@ -78,9 +79,41 @@ pub struct Stats {
     pub evictions: u64,
     /// Idle keys dropped, since the store was built.
     pub reclaimed: u64,
-    /// Bytes in use: the table (allocated whole when the store is built)
-    /// plus what keys and states hold on the heap.
+    /// Bytes in use: the table and the summaries (allocated whole when the
+    /// store is built) plus what keys and states hold on the heap.
     pub bytes: usize,
+    /// New keys that started from the summary of evicted keys' counts
+    /// instead of from nothing, since the store was built: evicted keys
+    /// coming back, and keys whose cells all collide with evicted ones.
+    pub seeded: u64,
+    /// Of those, keys not stored: refused (or peeked at) with nothing more
+    /// to count, or kept in the summary alone because their shard was full
+    /// (a key vouched for by the summary never evicts a live key).
+    pub summarised: u64,
+    /// Cells in the summaries of evicted keys' counts (4 rows per shard).
+    pub summary_cells: usize,
+    /// Of those, cells still holding counts, at each shard's latest time.
+    pub summary_live: usize,
+}
+
+impl Stats {
+    /// The share of the summaries' cells that still hold counts.
+    pub fn summary_fill(&self) -> f64 {
+        if self.summary_cells == 0 {
+            0.0
+        } else {
+            self.summary_live as f64 / self.summary_cells as f64
+        }
+    }
+
+    /// About the chance that a key never evicted starts from a non-zero
+    /// estimate (all of its cells taken): the summary's fill to the power
+    /// of its rows, if cells fill independently. Such a key may be refused
+    /// early, by at most what the keys sharing its cells held; a key that
+    /// was evicted starts from at least its own counts, as it should.
+    pub fn false_seed_rate(&self) -> f64 {
+        self.summary_fill().powi(crate::summary::ROWS as i32)
+    }
 }
 
 /// Fewest shards when the budget allows: enough that two threads seldom
@@ -91,6 +124,10 @@ const MIN_SLOTS: usize = 8;
 /// Fewest slots in a shard when the budget pays for them: shards of a few
 /// slots would need much more room for keys spreading unevenly.
 const SHARD_SLOTS: usize = 64;
+
+/// The most bytes a slot's share of its shard's summary takes (a row of
+/// 12-byte cells for every 16 slots, 4 rows).
+const SUMMARY_PER_SLOT: usize = 3;
 
 /// One shard on its own cache line: its lock, and where its slots are.
 #[repr(align(64))]
@@ -134,11 +171,14 @@ impl<K: Key, St: KeyState> Store<K, St> {
     pub fn new(budget: Budget) -> Self {
         let slot_bytes = size_of::<Option<Entry<K, St>>>();
         let heap_share = if K::HEAP || St::HEAP { budget.bytes / 2 } else { 0 };
-        // The shards' locks and bookkeeping come out of the budget too.
+        // The shards' locks and bookkeeping come out of the budget too, and
+        // so do the summaries: at most 3 bytes a slot, or the smallest one
+        // (8 cells a row) per shard.
         let most_shards = budget.bytes / (MAX_SLOTS * slot_bytes) + MIN_SHARDS + 1;
-        let overhead = most_shards * size_of::<Shard<K, St>>() + size_of::<Self>();
+        let smallest_summary = summary::bytes_for(summary::width_for(0)) + size_of::<Evicted>();
+        let overhead = most_shards * (size_of::<Shard<K, St>>() + smallest_summary) + size_of::<Self>();
         let table_bytes = budget.bytes.saturating_sub(heap_share).saturating_sub(overhead);
-        let slots_by_bytes = (table_bytes / slot_bytes).max(MIN_SLOTS);
+        let slots_by_bytes = (table_bytes / (slot_bytes + SUMMARY_PER_SLOT)).max(MIN_SLOTS);
         // A key budget gets slots for its keys at 3/4 load, so that shards
         // filling unevenly still hold all of them (each shard may fill to
         // 7/8); a byte budget gets as many slots as it pays for.
@@ -160,9 +200,10 @@ impl<K: Key, St: KeyState> Store<K, St> {
         } else {
             heap_share / shards
         };
+        let hasher = foldhash::fast::RandomState::default();
         let shards = (0..shards)
             .map(|_| {
-                let table = Table::new(per_shard, max_len, max_heap);
+                let table = Table::new(per_shard, max_len, max_heap, hasher.clone());
                 Shard {
                     base: table.base(),
                     mask: table.slot_count() - 1,
@@ -172,7 +213,7 @@ impl<K: Key, St: KeyState> Store<K, St> {
             .collect();
         Store {
             shards,
-            hasher: foldhash::fast::RandomState::default(),
+            hasher,
             slot_bytes,
             keys: AtomicUsize::new(0),
             max_keys,
@@ -246,8 +287,28 @@ impl<K: Key, St: KeyState> Store<K, St> {
             }
             return Ok(out);
         }
-        let mut state = St::fresh(policy);
+        let (mut state, seeded) = table.start(hash, policy, now);
+        let seed = seeded.then(|| (state.held(), state.expires(policy)));
         let out = f(&mut state);
+        if let Some(seed) = seed {
+            // A seeded key that counted nothing more (a refusal, a peek) is
+            // not stored: the summary still holds what it was seeded with.
+            let now_holds = (state.held(), state.expires(policy));
+            if seed == now_holds {
+                table.evicted.summarised += 1;
+                return Ok(out);
+            }
+            // Nor does one that counted more evict a live key to come back
+            // in: it stays in the summary, which now holds all it counted.
+            // (Keys held are never pushed out by keys the summary vouches
+            // for, such as a flood of keys whose cells are all taken; a
+            // flood can evict only with keys it has not yet filled.)
+            if table.len() >= table.max_len() || self.keys.load(Ordering::Relaxed) >= self.max_keys {
+                table.evicted.summary.fold(hash, now_holds.0, now_holds.1, now);
+                table.evicted.summarised += 1;
+                return Ok(out);
+            }
+        }
         let before = table.len();
         let inserted = self.insert(table, tag, key, state, policy, now);
         let after = table.len();
@@ -383,8 +444,9 @@ impl<K: Key, St: KeyState> Store<K, St> {
         }
     }
 
-    /// Forgets `key`: its next request starts from a fresh state. Returns
-    /// whether the key was held.
+    /// Forgets `key`: its next request starts from a fresh state (or, if
+    /// the key was evicted while live before, from what the summary of
+    /// evicted keys still holds for it). Returns whether the key was held.
     pub fn reset<Q>(&self, key: &Q) -> bool
     where
         K: Borrow<Q>,
@@ -439,7 +501,11 @@ impl<K: Key, St: KeyState> Store<K, St> {
             stats.capacity += table.max_len();
             stats.evictions += table.evictions;
             stats.reclaimed += table.reclaimed;
-            stats.bytes += table.slot_count() * self.slot_bytes + table.heap();
+            stats.bytes += table.slot_count() * self.slot_bytes + table.heap() + table.evicted.bytes();
+            stats.seeded += table.evicted.seeded;
+            stats.summarised += table.evicted.summarised;
+            stats.summary_cells += table.evicted.summary.cells();
+            stats.summary_live += table.evicted.summary.live(table.evicted.now);
         }
         stats.capacity = stats.capacity.min(self.max_keys);
         stats.bytes += size_of_val(&*self.shards) + size_of::<Self>();

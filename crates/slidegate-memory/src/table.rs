@@ -1,10 +1,13 @@
 //! One shard's table: open addressing with linear probing over a fixed
-//! array, deletion by backward shift (no tombstones), and a sweep cursor.
+//! array, deletion by backward shift (no tombstones), a sweep cursor, and
+//! the summary of what evicted keys held.
 
 use crate::key::Key;
 use crate::state::KeyState;
-use slidegate_core::Policy;
+use crate::summary::{Summary, width_for};
+use slidegate_core::{Algorithm, Policy};
 use std::borrow::Borrow;
+use std::hash::BuildHasher;
 use std::num::NonZeroU16;
 
 /// The most slots a shard has: a slot's home is the low 15 bits of its
@@ -46,6 +49,31 @@ pub(crate) struct Table<K, St> {
     cursor: usize,
     pub(crate) evictions: u64,
     pub(crate) reclaimed: u64,
+    /// The summary of evicted keys and its figures, off the table's own
+    /// cache lines (only new keys and evictions reach it).
+    pub(crate) evicted: Box<Evicted>,
+}
+
+/// A shard's summary of evicted keys, and what it has done.
+#[derive(Debug)]
+pub(crate) struct Evicted {
+    /// What the live keys evicted from here still held.
+    pub(crate) summary: Summary,
+    /// The store's hasher, to find an evicted key's cells.
+    hasher: foldhash::fast::RandomState,
+    /// New keys that started from the summary's estimate.
+    pub(crate) seeded: u64,
+    /// Seeded keys not stored (see `Stats::summarised`).
+    pub(crate) summarised: u64,
+    /// The latest time this shard was told of (for the summary's fill).
+    pub(crate) now: u64,
+}
+
+impl Evicted {
+    /// Bytes taken: the sketch and this.
+    pub(crate) fn bytes(&self) -> usize {
+        self.summary.bytes() + size_of::<Self>()
+    }
 }
 
 /// Where a key is, or the empty slot where it would go.
@@ -56,8 +84,9 @@ pub(crate) enum Probe {
 
 impl<K: Key, St: KeyState> Table<K, St> {
     /// A table of `slots` slots (a power of two, at most [`MAX_SLOTS`])
-    /// holding at most `max_len` keys and `max_heap` heap bytes.
-    pub(crate) fn new(slots: usize, max_len: usize, max_heap: usize) -> Self {
+    /// holding at most `max_len` keys and `max_heap` heap bytes, whose
+    /// keys are hashed with `hasher`.
+    pub(crate) fn new(slots: usize, max_len: usize, max_heap: usize, hasher: foldhash::fast::RandomState) -> Self {
         Table {
             slots: std::iter::repeat_with(|| None).take(slots).collect(),
             mask: slots - 1,
@@ -68,7 +97,50 @@ impl<K: Key, St: KeyState> Table<K, St> {
             cursor: 0,
             evictions: 0,
             reclaimed: 0,
+            evicted: Box::new(Evicted {
+                summary: Summary::new(width_for(slots)),
+                hasher,
+                seeded: 0,
+                summarised: 0,
+                now: 0,
+            }),
         }
+    }
+
+    /// The state a key that is not held starts from at `now` (`hash` being
+    /// the key's), and whether it was seeded: fresh, unless the summary
+    /// says the key may still hold counts from before an eviction.
+    ///
+    /// A seeded state has counted the summary's whole estimate at once, at
+    /// the latest instant the key's own counts can have been made (a count's
+    /// lifetime before the estimate's expiry, and never after `now`): every
+    /// unit it held is then moved later, or kept, and never dropped, so it
+    /// refuses whatever the key's evicted state would have refused. A
+    /// `gcra` state gets its `TAT` at (or just past) the estimate's expiry,
+    /// which is at least the evicted `TAT`.
+    pub(crate) fn start(&mut self, hash: u64, policy: &Policy, now: u64) -> (St, bool) {
+        let mut state = St::fresh(policy);
+        self.evicted.now = self.evicted.now.max(now);
+        let seed = self.evicted.summary.estimate(hash, now);
+        let (at, cost) = match policy.algorithm() {
+            Algorithm::Gcra { .. } => (now, seed.until.saturating_sub(now).div_ceil(policy.step_ns().max(1))),
+            // A count lasts `n` buckets in a ring (from its bucket's start),
+            // one window in a log or a histogram, and to the end of its
+            // window in a fixed one: so no own count is later than this.
+            Algorithm::SlidingWindow { buckets, .. } => (
+                seed.until
+                    .saturating_sub(policy.step_ns().saturating_mul(u64::from(buckets)))
+                    .min(now),
+                seed.count,
+            ),
+            _ => (seed.until.saturating_sub(policy.window_ns()).min(now), seed.count),
+        };
+        if cost == 0 {
+            return (state, false);
+        }
+        state.record(policy, at, cost);
+        self.evicted.seeded += 1;
+        (state, true)
     }
 
     /// The address of the first slot, for prefetching.
@@ -237,16 +309,10 @@ impl<K: Key, St: KeyState> Table<K, St> {
         }
     }
 
-    /// Evicts the entry expiring soonest among the [`EVICTION_SAMPLE`]
-    /// occupied slots from `from` on, never the one at `keep`. Returns where
-    /// the entry at `keep` is afterwards, or `None` if nothing was evicted.
-    ///
-    /// The sweep looks at slots from its cursor, so it can miss idle keys
-    /// stored behind the cursor (most often in a sparse shard, where the
-    /// slots swept hold few keys). If the entry chosen here is idle, it is
-    /// counted as reclaimed: only a live key dropped is an eviction.
-    fn evict_near(&mut self, from: usize, keep: Option<usize>, policy: &Policy, now: u64) -> Option<usize> {
-        let mut victim: Option<(usize, u64)> = None;
+    /// The entry [`Table::evict_near`] evicts, and its rank.
+    fn victim(&self, from: usize, keep: Option<usize>, policy: &Policy, now: u64) -> Option<(usize, (bool, u64, u64))> {
+        // (live, held, expiry): the least is evicted.
+        let mut victim: Option<(usize, (bool, u64, u64))> = None;
         let (mut i, mut seen) = (from, 0);
         for _ in 0..self.slots.len() {
             if seen == EVICTION_SAMPLE {
@@ -257,17 +323,40 @@ impl<K: Key, St: KeyState> Table<K, St> {
             {
                 seen += 1;
                 let when = e.state.expires(policy);
-                if victim.is_none_or(|(_, w)| when < w) {
-                    victim = Some((i, when));
+                let live = when > now;
+                let rank = (live, if live { e.state.held() } else { 0 }, when);
+                if victim.is_none_or(|(_, r)| rank < r) {
+                    victim = Some((i, rank));
                 }
             }
             i = self.next(i);
         }
-        let (v, when) = victim?;
-        if when <= now {
-            self.reclaimed += 1;
-        } else {
+        victim
+    }
+
+    /// Evicts the entry whose loss costs least among the
+    /// [`EVICTION_SAMPLE`] occupied slots from `from` on, never the one at
+    /// `keep`: an idle one if any (nothing is lost), else the one holding
+    /// fewest units ([`KeyState::held`]: it raises the summary least), the
+    /// soonest-expiring of those. A live entry evicted is folded into the
+    /// summary. Returns where the entry at `keep` is afterwards, or `None`
+    /// if nothing was evicted.
+    ///
+    /// The sweep looks at slots from its cursor, so it can miss idle keys
+    /// stored behind the cursor (most often in a sparse shard, where the
+    /// slots swept hold few keys). If the entry chosen here is idle, it is
+    /// counted as reclaimed: only a live key dropped is an eviction.
+    fn evict_near(&mut self, from: usize, keep: Option<usize>, policy: &Policy, now: u64) -> Option<usize> {
+        let (v, (live, held, when)) = self.victim(from, keep, policy, now)?;
+        self.evicted.now = self.evicted.now.max(now);
+        if live {
             self.evictions += 1;
+            if let Some(e) = &self.slots[v] {
+                let hash = self.evicted.hasher.hash_one(&e.key);
+                self.evicted.summary.fold(hash, held, when, now);
+            }
+        } else {
+            self.reclaimed += 1;
         }
         Some(self.remove_tracking(v, keep).unwrap_or(v))
     }
@@ -279,6 +368,10 @@ mod tests {
     use crate::state::{Ring2, Ring8};
     use slidegate_core::{Algorithm, FixedWindow, Gcra, Weighting};
     use std::time::Duration;
+
+    fn hasher() -> foldhash::fast::RandomState {
+        foldhash::fast::RandomState::default()
+    }
 
     fn two_buckets(limit: u64) -> Policy {
         let algorithm = Algorithm::SlidingWindow {
@@ -304,7 +397,7 @@ mod tests {
     fn removal_keeps_probe_runs_whole() {
         let p = two_buckets(10);
         for victim in 0..6u64 {
-            let mut t: Table<u64, Ring2<u16>> = Table::new(8, 7, usize::MAX);
+            let mut t: Table<u64, Ring2<u16>> = Table::new(8, 7, usize::MAX, hasher());
             // Homes 6, 6, 7, 7, 0, 6: runs wrap around the end.
             let homes = [6u64, 6, 7, 7, 0, 6];
             for (k, &h) in homes.iter().enumerate() {
@@ -329,7 +422,7 @@ mod tests {
     #[test]
     fn full_of_live_keys_evicts_and_counts() {
         let p = two_buckets(10);
-        let mut t: Table<u64, Ring2<u16>> = Table::new(16, 14, usize::MAX);
+        let mut t: Table<u64, Ring2<u16>> = Table::new(16, 14, usize::MAX, hasher());
         for k in 0..100u64 {
             let mut s = Ring2::fresh(&p);
             s.check(&p, k, 1);
@@ -344,7 +437,7 @@ mod tests {
     #[test]
     fn idle_keys_are_swept_before_evicting() {
         let p = two_buckets(10);
-        let mut t: Table<u64, Ring2<u16>> = Table::new(16, 14, usize::MAX);
+        let mut t: Table<u64, Ring2<u16>> = Table::new(16, 14, usize::MAX, hasher());
         for k in 0..14u64 {
             let mut s = Ring2::fresh(&p);
             s.check(&p, 0, 1);
@@ -369,7 +462,7 @@ mod tests {
     #[test]
     fn an_idle_key_dropped_by_the_eviction_step_is_reclaimed() {
         let p = two_buckets(3);
-        let mut t: Table<u64, Ring2<u16>> = Table::new(64, 56, usize::MAX);
+        let mut t: Table<u64, Ring2<u16>> = Table::new(64, 56, usize::MAX, hasher());
         // Key k at time 300·k (three windows apart) and home slot k: the
         // cursor is at 4·(k + 1) when key k is stored, past its slot.
         let at = |k: u64| 300 * k;
@@ -392,12 +485,37 @@ mod tests {
         assert!(matches!(t.find(tag(0), &0), Probe::Vacant));
     }
 
+    /// A full table evicts the live key holding least, folds it into the
+    /// summary, and the key comes back seeded with what it held.
+    #[test]
+    fn an_evicted_live_key_is_folded_and_seeded() {
+        let p = two_buckets(3);
+        let h = hasher();
+        let mut t: Table<u64, Ring2<u16>> = Table::new(8, 2, usize::MAX, h.clone());
+        // Key 0 holds 3, key 1 holds 2; key 2 (holding 1) takes key 1's room.
+        for k in 0..3u64 {
+            let mut s = Ring2::fresh(&p);
+            s.check(&p, 0, 3 - k);
+            assert!(t.insert(tag(h.hash_one(k)), k, s, &p, 0, false));
+        }
+        assert_eq!((t.len(), t.evictions), (2, 1));
+        assert!(matches!(t.find(tag(h.hash_one(1u64)), &1), Probe::Vacant));
+        assert!(matches!(t.find(tag(h.hash_one(0u64)), &0), Probe::Found(_)));
+        let (mut s, seeded) = t.start(h.hash_one(1u64), &p, 5);
+        assert!(seeded && t.evicted.seeded == 1);
+        assert!(!s.check(&p, 5, 2).allowed(), "it held 2 of 3");
+        assert!(s.check(&p, 5, 1).allowed());
+        // Two windows later the summary holds nothing for it.
+        let (_, seeded) = t.start(h.hash_one(1u64), &p, 300);
+        assert!(!seeded);
+    }
+
     /// Keys larger than the heap allowance are refused; the allowance is
     /// never exceeded.
     #[test]
     fn heap_allowance_holds() {
         let p = two_buckets(10);
-        let mut t: Table<String, Ring2<u16>> = Table::new(64, 56, 100);
+        let mut t: Table<String, Ring2<u16>> = Table::new(64, 56, 100, hasher());
         let mut s = Ring2::fresh(&p);
         s.check(&p, 0, 1);
         assert!(!t.insert(tag(1), "x".repeat(101), s, &p, 0, false));

@@ -2,10 +2,11 @@
 
 use slidegate_memory::Stats;
 
-/// Every key ever stored is held, was evicted, or was reclaimed.
+/// Every new key ever decided is held, was evicted, was reclaimed, or was
+/// kept in the summary of evicted keys alone (`Stats::summarised`).
 pub(crate) fn accounts_for(stats: Stats, stored: u64) {
     assert_eq!(
-        stats.keys as u64 + stats.evictions + stats.reclaimed,
+        stats.keys as u64 + stats.evictions + stats.reclaimed + stats.summarised,
         stored,
         "{stats:?}"
     );

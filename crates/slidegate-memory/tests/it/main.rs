@@ -9,6 +9,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod adversary;
 mod batches;
 mod budget;
 mod conformance;
