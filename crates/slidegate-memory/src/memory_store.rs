@@ -241,7 +241,12 @@ impl<C: Clock + Send + Sync> slidegate_store::Store for MemoryStore<C> {
 
     fn stats(&self) -> StoreStats {
         let s = self.memory_stats();
-        StoreStats::memory(s.keys, s.capacity, s.evictions, s.reclaimed, s.bytes)
+        StoreStats::memory(s.keys, s.capacity, s.evictions, s.reclaimed, s.bytes).with_summary(
+            s.seeded,
+            s.summarised,
+            s.summary_cells as u64,
+            s.summary_live as u64,
+        )
     }
 
     fn decide_now(&self, key: &str, quotas: &[Quota], cost: u64, out: &mut Decisions) -> Option<Result<(), Error>> {

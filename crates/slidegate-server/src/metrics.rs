@@ -159,6 +159,13 @@ pub struct Metrics {
     evictions: Counter,
     /// The store's eviction count at the last scrape.
     evictions_seen: Mutex<u64>,
+    /// Keys started from the summary of evicted counters, and keys it
+    /// vouched for that were not held; the last figures seen of each.
+    seeded: Counter,
+    summarised: Counter,
+    summary_seen: Mutex<(u64, u64)>,
+    /// The share of the summary's cells holding a count.
+    summary_fill: Gauge<f64, std::sync::atomic::AtomicU64>,
     store_errors: Counter,
     reloads: Family<ReloadLabels, Counter>,
     redis_errors: Counter,
@@ -347,6 +354,24 @@ impl Metrics {
             "Counters evicted before they expired, to make room",
             evictions.clone(),
         );
+        let seeded = Counter::default();
+        registry.register(
+            "keys_seeded",
+            "New counters started from the summary of evicted ones (never below what they may still hold)",
+            seeded.clone(),
+        );
+        let summarised = Counter::default();
+        registry.register(
+            "keys_summarised",
+            "New counters the summary of evicted ones vouched for, kept in it rather than in the table",
+            summarised.clone(),
+        );
+        let summary_fill = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "eviction_summary_fill",
+            "Share of the summary's cells holding a count: legitimate new keys are refused early at about its 4th power",
+            summary_fill.clone(),
+        );
         let store_errors = Counter::default();
         registry.register(
             "store_errors",
@@ -409,6 +434,10 @@ impl Metrics {
             bytes,
             evictions,
             evictions_seen: Mutex::new(0),
+            seeded,
+            summarised,
+            summary_seen: Mutex::new((0, 0)),
+            summary_fill,
             store_errors,
             reloads,
             redis_errors,
@@ -618,6 +647,19 @@ impl Metrics {
             self.evictions.inc_by(now.saturating_sub(*seen));
             *seen = (*seen).max(now);
         }
+        {
+            let mut seen = self.summary_seen.lock();
+            self.seeded.inc_by(stats.seeded.saturating_sub(seen.0));
+            self.summarised.inc_by(stats.summarised.saturating_sub(seen.1));
+            *seen = (seen.0.max(stats.seeded), seen.1.max(stats.summarised));
+        }
+        #[allow(clippy::cast_precision_loss)]
+        let fill = if stats.summary_cells == 0 {
+            0.0
+        } else {
+            stats.summary_live as f64 / stats.summary_cells as f64
+        };
+        self.summary_fill.set(fill);
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);

@@ -223,6 +223,17 @@ pub struct StoreStats {
     pub pending_keys: u64,
     /// The decisions of a [`FailOver`] by who made them.
     pub failover: FailOverStats,
+    /// New keys started from the summary of evicted counters (a count it
+    /// says they may still hold).
+    pub seeded: u64,
+    /// New keys the summary vouched for and the store did not hold (their
+    /// count went into the summary).
+    pub summarised: u64,
+    /// The summary's cells, and those holding an unexpired count: their
+    /// ratio is how full it is.
+    pub summary_cells: u64,
+    /// See [`StoreStats::summary_cells`].
+    pub summary_live: u64,
 }
 
 impl StoreStats {
@@ -236,6 +247,15 @@ impl StoreStats {
             bytes,
             ..StoreStats::default()
         }
+    }
+
+    /// These figures with the summary of evicted counters'.
+    pub fn with_summary(mut self, seeded: u64, summarised: u64, cells: u64, live: u64) -> Self {
+        self.seeded = seeded;
+        self.summarised = summarised;
+        self.summary_cells = cells;
+        self.summary_live = live;
+        self
     }
 }
 
@@ -254,6 +274,10 @@ impl std::ops::Add for StoreStats {
             sync_commands: self.sync_commands + other.sync_commands,
             pending_keys: self.pending_keys + other.pending_keys,
             failover: self.failover + other.failover,
+            seeded: self.seeded + other.seeded,
+            summarised: self.summarised + other.summarised,
+            summary_cells: self.summary_cells + other.summary_cells,
+            summary_live: self.summary_live + other.summary_live,
         }
     }
 }
