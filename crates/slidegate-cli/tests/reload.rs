@@ -6,9 +6,12 @@
 
 #![cfg(target_os = "linux")]
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod common;
+
+use common::{exit_code, listening, next_line, serve_logging, signal};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// A config of `n` descriptors (about 90 bytes each).
@@ -80,40 +83,20 @@ fn a_large_reload_stalls_no_request_and_gives_its_memory_back() {
     let file = dir.join("d.yaml");
     let small = config(1);
     std::fs::write(&file, &small).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_slidegate"))
-        .args([
-            "serve",
-            "--http",
-            "127.0.0.1:0",
-            "--grpc",
-            "127.0.0.1:0",
-            "--drain-delay",
-            "0s",
-        ])
-        .args(["--reload-every", "0s", "--memory-mib", "16", "--other-memory-mib", "4"])
-        .arg("--config")
-        .arg(&file)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (child, lines) = serve_logging(&[
+        "--reload-every",
+        "0s",
+        "--memory-mib",
+        "16",
+        "--other-memory-mib",
+        "4",
+        "--config",
+        file.to_str().unwrap(),
+    ]);
     let pid = child.id();
     // Killed if the test fails before it stops the server.
     let reaper = Reaper(pid);
-    let (tx, lines) = std::sync::mpsc::channel();
-    let stderr = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let addr = loop {
-        let line = lines.recv_timeout(Duration::from_secs(20)).expect("the server starts");
-        if let Some(rest) = line.strip_prefix("slidegate: HTTP on ") {
-            break rest.split(',').next().unwrap().to_owned();
-        }
-    };
+    let addr = next_line(&lines, &mut Vec::new(), listening);
     let mut stream = TcpStream::connect(&addr).unwrap();
     stream.set_nodelay(true).unwrap();
     stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
@@ -121,15 +104,7 @@ fn a_large_reload_stalls_no_request_and_gives_its_memory_back() {
         probe(&mut stream);
     }
     let before = rss(pid);
-    let hup = || {
-        assert!(
-            Command::new("kill")
-                .args(["-HUP", &pid.to_string()])
-                .status()
-                .unwrap()
-                .success()
-        )
-    };
+    let hup = || signal("HUP", &child);
     // Reloads, probing all along; the longest wait, the probes, the log
     // line (bounded: 120 s).
     let reload = |stream: &mut TcpStream| {
@@ -189,14 +164,8 @@ fn a_large_reload_stalls_no_request_and_gives_its_memory_back() {
         mib(after)
     );
     drop(stream);
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
-    assert_eq!(child.wait().unwrap().code(), Some(0));
+    signal("TERM", &child);
+    assert_eq!(exit_code(child), Some(0));
     // Gone: its id may be another process's from now on.
     std::mem::forget(reaper);
     let _ = std::fs::remove_dir_all(&dir);

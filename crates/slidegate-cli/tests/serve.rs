@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 mod common;
 use common::{
-    exit_code, listening, listening_on, next_line, request, request_with, serve_fails, serve_logging, terminate,
+    exit_code, listening, listening_on, next_line, request, request_with, serve_fails, serve_logging, signal, terminate,
 };
 
 /// Starts `slidegate serve` on free loopback ports; returns the child and
@@ -493,11 +493,7 @@ fn a_drain_answers_in_flight_requests_after_the_listeners_close() {
     )
     .unwrap();
     in_flight.flush().unwrap();
-    let term = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(term.success());
+    signal("TERM", &child);
     next_line(&lines, &mut log, |l| {
         l.contains("draining: health says NOT_SERVING").then_some(())
     });
