@@ -638,8 +638,9 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
         viewed || pending
     }
 
-    /// The views' figures.
-    pub(crate) fn view_stats(&self) -> slidegate_memory::Stats {
+    /// The local views' figures: keys held, evictions, keys started from
+    /// the summary of evicted views.
+    pub fn view_stats(&self) -> slidegate_memory::Stats {
         self.inner.views.stats()
     }
 
@@ -901,8 +902,20 @@ impl KeyState for View {
         KeyState::admit(&mut self.ring, policy, now, cost)
     }
 
+    fn record(&mut self, policy: &Policy, now: u64, cost: u64) {
+        KeyState::record(&mut self.ring, policy, now, cost);
+    }
+
     fn expires(&self, policy: &Policy) -> u64 {
         self.ring.expires(policy)
+    }
+
+    /// What the view holds (the global count it last heard and what this
+    /// instance admitted since): an evicted view is folded into the views'
+    /// summary, and a view made again for its key starts from the summary's
+    /// estimate, so eviction never lets a key past what the view refused.
+    fn held(&self) -> u64 {
+        self.ring.held()
     }
 
     fn heap_bytes(&self) -> usize {

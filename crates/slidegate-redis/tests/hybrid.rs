@@ -301,6 +301,43 @@ async fn a_full_outbox_refuses_new_keys() {
     assert!(h.decide("c", 1).unwrap().allowed());
 }
 
+/// Issue [flood]: a flood of new keys that evicts a key's view does not
+/// let the key past its limit before the next sync. The views are bounded
+/// (4 keys here); an evicted view is folded into their summary and made
+/// again from its estimate, so the victim, at its limit, stays refused
+/// whatever the flood evicted; the sync then brings the global count.
+#[tokio::test]
+async fn a_flood_of_new_keys_does_not_reset_an_evicted_view() {
+    let server = RedisServer::start();
+    let policy = sliding_window(5, Duration::from_secs(3600), 8, Weighting::Conservative);
+    let clock = ManualClock::new(1_700_000_000_000_000_000);
+    let mut opts = options();
+    opts.budget = slidegate_memory::Budget::keys(4);
+    let h = hybrid(&server, policy, &clock, opts).await;
+    let admitted = (0..5).filter(|_| h.decide("victim", 1).unwrap().allowed()).count();
+    assert_eq!(admitted, 5);
+    for round in 0..50u64 {
+        clock.advance(Duration::from_secs(1));
+        for k in 0..20u64 {
+            // Each flood key takes the whole limit, so that it holds as
+            // much as the victim and the victim is the oldest.
+            for _ in 0..5 {
+                h.decide(&format!("flood-{round}-{k}"), 1).unwrap();
+            }
+        }
+        let d = h.decide("victim", 1).unwrap();
+        assert!(!d.allowed(), "round {round}: the victim admitted past its limit");
+    }
+    let views = h.view_stats();
+    assert!(views.evictions > 0, "the flood evicted views: {views:?}");
+    assert!(views.seeded > 0, "the victim started from the summary: {views:?}");
+    h.sync().await.unwrap();
+    h.sync().await.unwrap();
+    let d = h.decide("victim", 1).unwrap();
+    assert!(!d.allowed());
+    assert_eq!(d.estimate(), 5.0, "after the syncs the view holds the global count");
+}
+
 /// The background sync sends a batch as soon as it fills, and Redis gets
 /// one command per key per sync however many decisions there were.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

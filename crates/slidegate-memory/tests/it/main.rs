@@ -14,6 +14,7 @@ mod batches;
 mod budget;
 mod conformance;
 mod errors;
+mod failover;
 mod interface;
 mod reclaim;
 mod subjects;
