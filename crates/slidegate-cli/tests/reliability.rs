@@ -11,6 +11,8 @@
 
 #![cfg(unix)]
 
+mod common;
+
 use slidegate_conformance::redis::{RedisCluster, RedisServer};
 use slidegate_server::proto::descriptor::RateLimitDescriptor;
 use slidegate_server::proto::descriptor::rate_limit_descriptor::Entry;
@@ -760,4 +762,97 @@ async fn a_flood_of_distinct_keys_stays_in_its_budget() {
     // allocator.
     assert!(grown <= 2 * 1024 + 16 * 1024, "the RSS grew by {grown} KiB");
     serve.stop();
+}
+
+/// Issue [flood], the attack as a user would make it: a victim at its limit
+/// of 5 an hour, then a flood of new keys of a longer window (1,000 a day),
+/// each taking 6 at once so that the victim holds least and expires first,
+/// through `/json` and through gRPC, each twice what the 1 MiB store holds,
+/// then the victim again. Each round is a new process, so a new hash seed
+/// and other neighbours for the victim: in none is the victim admitted past
+/// its limit, though the flood evicted the store over and over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_new_keys_never_lets_a_limited_client_through() {
+    const ROUNDS: usize = 4;
+    let yaml = "domain: f\ndescriptors:\n  - key: victim\n    rate_limit: { unit: hour, requests_per_unit: 5 }\n  - key: flood\n    rate_limit: { unit: day, requests_per_unit: 1000 }\n";
+    for round in 0..ROUNDS {
+        let serve = Serve::start(yaml, &["--memory-mib", "1", "--other-memory-mib", "1"]);
+        let mut client = serve.client().await;
+        let capacity = serve.metric("slidegate_key_capacity") as usize;
+        assert!(capacity > 0 && capacity < 40_000, "{capacity}");
+        let json_victim = |serve: &Serve| {
+            let body = r#"{"domain":"f","descriptors":[{"entries":[{"key":"victim","value":"by-json"}]}]}"#;
+            let answer = common::request(&serve.http, "POST", "/json", body);
+            if answer.contains(r#""overallCode":"OK""#) {
+                true
+            } else {
+                assert!(answer.contains(r#""overallCode":"OVER_LIMIT""#), "{answer}");
+                false
+            }
+        };
+        let mut admitted = (0, 0);
+        for _ in 0..5 {
+            admitted.0 += usize::from(json_victim(&serve));
+            let (code, _) = hit(&mut client, "victim", "by-grpc").await;
+            admitted.1 += usize::from(code.unwrap() == Code::Ok);
+        }
+        assert_eq!(admitted, (5, 5), "round {round}: each victim at its limit");
+        let flood_keys = 2 * capacity;
+        for (how, base) in [("json", 0), ("grpc", flood_keys)] {
+            for first in (base..base + flood_keys).step_by(64) {
+                let descriptors = (first..first + 64)
+                    .map(|k| format!(r#"{{"entries":[{{"key":"flood","value":"k{k}"}}]}}"#))
+                    .collect::<Vec<_>>()
+                    .join(",");
+                if how == "json" {
+                    let body = format!(r#"{{"domain":"f","descriptors":[{descriptors}],"hitsAddend":6}}"#);
+                    let answer = common::request(&serve.http, "POST", "/json", &body);
+                    assert!(answer.contains(r#""overallCode":"OK""#), "{answer}");
+                } else {
+                    let request = RateLimitRequest {
+                        domain: "f".to_owned(),
+                        descriptors: (first..first + 64)
+                            .map(|k| RateLimitDescriptor {
+                                entries: vec![Entry {
+                                    key: "flood".to_owned(),
+                                    value: format!("k{k}"),
+                                }],
+                                ..Default::default()
+                            })
+                            .collect(),
+                        hits_addend: 6,
+                        ..Default::default()
+                    };
+                    let answer = tokio::time::timeout(HANG, client.should_rate_limit(request)).await;
+                    let answer = answer.expect("answered in time").expect("no gRPC error");
+                    assert_eq!(answer.into_inner().overall_code(), Code::Ok);
+                }
+            }
+            for _ in 0..7 {
+                assert!(
+                    !json_victim(&serve),
+                    "round {round}, after the {how} flood: /json victim admitted"
+                );
+                let (code, _) = hit(&mut client, "victim", "by-grpc").await;
+                assert_eq!(
+                    code.unwrap(),
+                    Code::OverLimit,
+                    "round {round}, after the {how} flood: gRPC victim admitted"
+                );
+            }
+        }
+        let evictions = serve.metric("slidegate_evictions_total") as usize;
+        let seeded = serve.metric("slidegate_keys_seeded_total") as usize;
+        let summarised = serve.metric("slidegate_keys_summarised_total") as usize;
+        eprintln!(
+            "round {round}: capacity {capacity}, {evictions} evictions, {seeded} keys seeded, {summarised} summarised"
+        );
+        // Every flood key beyond what the store holds evicted a key or was
+        // kept in the summary alone.
+        assert!(
+            evictions + summarised >= 2 * flood_keys - capacity,
+            "round {round}: {evictions} evictions, {summarised} summarised"
+        );
+        serve.stop();
+    }
 }

@@ -6,7 +6,26 @@
 //! ```
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
+
+thread_local! {
+    /// Allocations (and reallocations) made on this thread.
+    static HERE: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Allocations and reallocations made on the calling thread so far, by
+/// any allocator call through [`Counting`]: unlike the byte counts, not
+/// moved by other threads (a test harness's own timers and output), so a
+/// test of code that must not allocate compares two of these.
+pub fn allocations_here() -> u64 {
+    HERE.try_with(Cell::get).unwrap_or(0)
+}
+
+fn count_here() {
+    // During a thread's teardown the counter may be gone: not counted.
+    let _ = HERE.try_with(|c| c.set(c.get() + 1));
+}
 
 /// The system allocator, counting the bytes of live allocations (as
 /// requested: allocator overhead is not included) and their peak.
@@ -41,6 +60,7 @@ impl Counting {
     }
 
     fn grew(&self, bytes: usize) {
+        count_here();
         let now = self.current.fetch_add(bytes, Ordering::Relaxed) + bytes;
         self.peak.fetch_max(now, Ordering::Relaxed);
     }

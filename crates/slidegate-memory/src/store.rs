@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 pub struct Budget {
     keys: usize,
     bytes: usize,
+    forget: bool,
 }
 
 impl Budget {
@@ -26,6 +27,7 @@ impl Budget {
         Budget {
             keys,
             bytes: usize::MAX,
+            forget: false,
         }
     }
 
@@ -36,12 +38,28 @@ impl Budget {
         Budget {
             keys: usize::MAX,
             bytes,
+            forget: false,
         }
     }
 
     /// Both bounds.
     pub fn keys_and_bytes(keys: usize, bytes: usize) -> Self {
-        Budget { keys, bytes }
+        Budget {
+            keys,
+            bytes,
+            forget: false,
+        }
+    }
+
+    /// This budget, with evicted keys forgotten: a live key evicted to make
+    /// room starts afresh when it comes back, as in stores without a
+    /// summary of evicted counts (moka's LRU in Limitador, for one). New
+    /// keys are never refused early then, but a flood of new keys can
+    /// evict a client at its limit and so let it through again; the
+    /// default keeps the summary, which never does. For comparison, and
+    /// for users who would rather admit new clients than hold that line.
+    pub fn forgetting(self) -> Self {
+        Budget { forget: true, ..self }
     }
 }
 
@@ -203,7 +221,7 @@ impl<K: Key, St: KeyState> Store<K, St> {
         let hasher = foldhash::fast::RandomState::default();
         let shards = (0..shards)
             .map(|_| {
-                let table = Table::new(per_shard, max_len, max_heap, hasher.clone());
+                let table = Table::new(per_shard, max_len, max_heap, hasher.clone(), budget.forget);
                 Shard {
                     base: table.base(),
                     mask: table.slot_count() - 1,

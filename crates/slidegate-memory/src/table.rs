@@ -67,6 +67,9 @@ pub(crate) struct Evicted {
     pub(crate) summarised: u64,
     /// The latest time this shard was told of (for the summary's fill).
     pub(crate) now: u64,
+    /// Nothing is folded or seeded: evicted keys are forgotten
+    /// ([`Budget::forgetting`](crate::Budget::forgetting)).
+    forget: bool,
 }
 
 impl Evicted {
@@ -86,7 +89,13 @@ impl<K: Key, St: KeyState> Table<K, St> {
     /// A table of `slots` slots (a power of two, at most [`MAX_SLOTS`])
     /// holding at most `max_len` keys and `max_heap` heap bytes, whose
     /// keys are hashed with `hasher`.
-    pub(crate) fn new(slots: usize, max_len: usize, max_heap: usize, hasher: foldhash::fast::RandomState) -> Self {
+    pub(crate) fn new(
+        slots: usize,
+        max_len: usize,
+        max_heap: usize,
+        hasher: foldhash::fast::RandomState,
+        forget: bool,
+    ) -> Self {
         Table {
             slots: std::iter::repeat_with(|| None).take(slots).collect(),
             mask: slots - 1,
@@ -103,6 +112,7 @@ impl<K: Key, St: KeyState> Table<K, St> {
                 seeded: 0,
                 summarised: 0,
                 now: 0,
+                forget,
             }),
         }
     }
@@ -120,6 +130,9 @@ impl<K: Key, St: KeyState> Table<K, St> {
     /// which is at least the evicted `TAT`.
     pub(crate) fn start(&mut self, hash: u64, policy: &Policy, now: u64) -> (St, bool) {
         let mut state = St::fresh(policy);
+        if self.evicted.forget {
+            return (state, false);
+        }
         self.evicted.now = self.evicted.now.max(now);
         let seed = self.evicted.summary.estimate(hash, now);
         let (at, cost) = match policy.algorithm() {
@@ -351,7 +364,9 @@ impl<K: Key, St: KeyState> Table<K, St> {
         self.evicted.now = self.evicted.now.max(now);
         if live {
             self.evictions += 1;
-            if let Some(e) = &self.slots[v] {
+            if let Some(e) = &self.slots[v]
+                && !self.evicted.forget
+            {
                 let hash = self.evicted.hasher.hash_one(&e.key);
                 self.evicted.summary.fold(hash, held, when, now);
             }
@@ -397,7 +412,7 @@ mod tests {
     fn removal_keeps_probe_runs_whole() {
         let p = two_buckets(10);
         for victim in 0..6u64 {
-            let mut t: Table<u64, Ring2<u16>> = Table::new(8, 7, usize::MAX, hasher());
+            let mut t: Table<u64, Ring2<u16>> = Table::new(8, 7, usize::MAX, hasher(), false);
             // Homes 6, 6, 7, 7, 0, 6: runs wrap around the end.
             let homes = [6u64, 6, 7, 7, 0, 6];
             for (k, &h) in homes.iter().enumerate() {
@@ -422,7 +437,7 @@ mod tests {
     #[test]
     fn full_of_live_keys_evicts_and_counts() {
         let p = two_buckets(10);
-        let mut t: Table<u64, Ring2<u16>> = Table::new(16, 14, usize::MAX, hasher());
+        let mut t: Table<u64, Ring2<u16>> = Table::new(16, 14, usize::MAX, hasher(), false);
         for k in 0..100u64 {
             let mut s = Ring2::fresh(&p);
             s.check(&p, k, 1);
@@ -437,7 +452,7 @@ mod tests {
     #[test]
     fn idle_keys_are_swept_before_evicting() {
         let p = two_buckets(10);
-        let mut t: Table<u64, Ring2<u16>> = Table::new(16, 14, usize::MAX, hasher());
+        let mut t: Table<u64, Ring2<u16>> = Table::new(16, 14, usize::MAX, hasher(), false);
         for k in 0..14u64 {
             let mut s = Ring2::fresh(&p);
             s.check(&p, 0, 1);
@@ -462,7 +477,7 @@ mod tests {
     #[test]
     fn an_idle_key_dropped_by_the_eviction_step_is_reclaimed() {
         let p = two_buckets(3);
-        let mut t: Table<u64, Ring2<u16>> = Table::new(64, 56, usize::MAX, hasher());
+        let mut t: Table<u64, Ring2<u16>> = Table::new(64, 56, usize::MAX, hasher(), false);
         // Key k at time 300·k (three windows apart) and home slot k: the
         // cursor is at 4·(k + 1) when key k is stored, past its slot.
         let at = |k: u64| 300 * k;
@@ -491,7 +506,7 @@ mod tests {
     fn an_evicted_live_key_is_folded_and_seeded() {
         let p = two_buckets(3);
         let h = hasher();
-        let mut t: Table<u64, Ring2<u16>> = Table::new(8, 2, usize::MAX, h.clone());
+        let mut t: Table<u64, Ring2<u16>> = Table::new(8, 2, usize::MAX, h.clone(), false);
         // Key 0 holds 3, key 1 holds 2; key 2 (holding 1) takes key 1's room.
         for k in 0..3u64 {
             let mut s = Ring2::fresh(&p);
@@ -515,7 +530,7 @@ mod tests {
     #[test]
     fn heap_allowance_holds() {
         let p = two_buckets(10);
-        let mut t: Table<String, Ring2<u16>> = Table::new(64, 56, 100, hasher());
+        let mut t: Table<String, Ring2<u16>> = Table::new(64, 56, 100, hasher(), false);
         let mut s = Ring2::fresh(&p);
         s.check(&p, 0, 1);
         assert!(!t.insert(tag(1), "x".repeat(101), s, &p, 0, false));

@@ -95,7 +95,10 @@ fn a_flood_does_not_reset_a_local_limit_during_an_outage() {
             }
             let memory = local.memory_stats();
             assert!(memory.evictions > 0, "{algorithm:?}: the flood evicted: {memory:?}");
-            assert!(memory.seeded > 0, "{algorithm:?}: the victim came back seeded: {memory:?}");
+            assert!(
+                memory.seeded > 0,
+                "{algorithm:?}: the victim came back seeded: {memory:?}"
+            );
         }
     });
 }
