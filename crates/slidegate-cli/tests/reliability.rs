@@ -821,7 +821,6 @@ async fn a_flood_of_new_keys_never_lets_a_limited_client_through() {
                             })
                             .collect(),
                         hits_addend: 6,
-                        ..Default::default()
                     };
                     let answer = tokio::time::timeout(HANG, client.should_rate_limit(request)).await;
                     let answer = answer.expect("answered in time").expect("no gRPC error");
@@ -844,8 +843,17 @@ async fn a_flood_of_new_keys_never_lets_a_limited_client_through() {
         let evictions = serve.metric("slidegate_evictions_total") as usize;
         let seeded = serve.metric("slidegate_keys_seeded_total") as usize;
         let summarised = serve.metric("slidegate_keys_summarised_total") as usize;
+        let fill = serve.metric("slidegate_eviction_summary_fill");
+        let false_seed = serve.metric("slidegate_eviction_summary_false_seed_ratio");
+        assert!(fill > 0.0 && fill <= 1.0, "round {round}: summary fill {fill}");
+        // The mean over shards of each one's fill⁴ is at least the mean
+        // fill's (and the ratio is the fuller store's).
+        assert!(
+            false_seed <= 1.0 && false_seed + 1e-6 >= fill.powi(4),
+            "round {round}: false-seed ratio {false_seed}, fill {fill}"
+        );
         eprintln!(
-            "round {round}: capacity {capacity}, {evictions} evictions, {seeded} keys seeded, {summarised} summarised"
+            "round {round}: capacity {capacity}, {evictions} evictions, {seeded} keys seeded, {summarised} summarised, fill {fill:.3}, false-seed ratio {false_seed:.3}"
         );
         // Every flood key beyond what the store holds evicted a key or was
         // kept in the summary alone.

@@ -14,7 +14,10 @@
 //! is what a new legitimate client arriving during the flood meets. And
 //! 1,000 victims ask every 100 ms, far over their limit: "past limit"
 //! counts their requests admitted beyond 20 in the 10 s before (an exact
-//! log beside the store), which the default store never admits.
+//! log beside the store), which the default store never admits. "False
+//! seeds" is the store's own estimate (`Stats::false_seed_rate`, the
+//! `slidegate_eviction_summary_false_seed_ratio` metric) of the share of
+//! new keys started from a non-zero estimate, which bounds "new refused".
 //!
 //! `cargo bench -p slidegate-memory --bench flood` (`-- --quick` for one
 //! round). Prints per store the median decisions a second over the rounds,
@@ -50,6 +53,7 @@ struct Round {
     new: u64,
     new_refused: u64,
     past_limit: u64,
+    false_seed: f64,
     evictions: u64,
     seeded: u64,
 }
@@ -117,6 +121,7 @@ fn round(budget: Budget, flood_per_s: u64) -> Round {
         new,
         new_refused,
         past_limit,
+        false_seed: stats.false_seed_rate(),
         evictions: stats.evictions,
         seeded: stats.seeded,
     }
@@ -139,8 +144,16 @@ fn main() {
          {TIMED_S} s timed after {WARM_S} s, median of {rounds} rounds"
     );
     println!(
-        "{:>12} {:<20} {:>14} {:>15} {:>15} {:>12} {:>10} {:>10}",
-        "new keys/s", "store", "decisions/s", "legit refused", "new refused", "past limit", "evictions", "seeded"
+        "{:>12} {:<20} {:>14} {:>15} {:>15} {:>12} {:>12} {:>10} {:>10}",
+        "new keys/s",
+        "store",
+        "decisions/s",
+        "legit refused",
+        "new refused",
+        "false seeds",
+        "past limit",
+        "evictions",
+        "seeded"
     );
     for flood_per_s in FLOODS_PER_S {
         flood(&stores, flood_per_s, rounds);
@@ -171,10 +184,11 @@ fn flood(stores: &[(&str, Budget)], flood_per_s: u64, rounds: usize) {
         let past = median(rs.iter().map(|r| r.past_limit as f64).collect());
         let last = rs.last().expect("a round");
         println!(
-            "{flood_per_s:>12} {name:<20} {:>12.2} M {:>13.3} % {:>13.3} % {:>12} {:>10} {:>10}",
+            "{flood_per_s:>12} {name:<20} {:>12.2} M {:>13.3} % {:>13.3} % {:>10.3} % {:>12} {:>10} {:>10}",
             rate / 1e6,
             refused,
             new,
+            100.0 * last.false_seed,
             past,
             last.evictions,
             last.seeded

@@ -76,6 +76,7 @@ impl<C: Clock> MemoryStore<C> {
             summarised: a.summarised + b.summarised,
             summary_cells: a.summary_cells + b.summary_cells,
             summary_live: a.summary_live + b.summary_live,
+            false_seed_ppm: a.false_seed_ppm.max(b.false_seed_ppm),
         }
     }
 
@@ -246,6 +247,7 @@ impl<C: Clock + Send + Sync> slidegate_store::Store for MemoryStore<C> {
             s.summarised,
             s.summary_cells as u64,
             s.summary_live as u64,
+            s.false_seed_ppm,
         )
     }
 

@@ -112,6 +112,10 @@ pub struct Stats {
     pub summary_cells: usize,
     /// Of those, cells still holding counts, at each shard's latest time.
     pub summary_live: usize,
+    /// [`Stats::false_seed_rate`] in parts per million: the mean over the
+    /// shards (which new keys land on evenly) of each one's fill to the
+    /// power of its rows; of two stores' figures, the larger.
+    pub false_seed_ppm: u64,
 }
 
 impl Stats {
@@ -125,12 +129,14 @@ impl Stats {
     }
 
     /// About the chance that a key never evicted starts from a non-zero
-    /// estimate (all of its cells taken): the summary's fill to the power
-    /// of its rows, if cells fill independently. Such a key may be refused
-    /// early, by at most what the keys sharing its cells held; a key that
-    /// was evicted starts from at least its own counts, as it should.
+    /// estimate (all of its cells taken): in each shard, its summary's fill
+    /// to the power of its rows (if cells fill independently), averaged
+    /// over the shards. Such a key may be refused early, by at most what the
+    /// keys sharing its cells held: this bounds the share of new keys
+    /// refused early. A key that was evicted starts from at least its own
+    /// counts, as it should.
     pub fn false_seed_rate(&self) -> f64 {
-        self.summary_fill().powi(crate::summary::ROWS as i32)
+        self.false_seed_ppm as f64 / 1e6
     }
 }
 
@@ -513,6 +519,7 @@ impl<K: Key, St: KeyState> Store<K, St> {
     /// Keys held, capacity, evictions and bytes in use.
     pub fn stats(&self) -> Stats {
         let mut stats = Stats::default();
+        let mut false_seeds = 0.0;
         for shard in &self.shards {
             let table = shard.table.lock();
             stats.keys += table.len();
@@ -523,8 +530,14 @@ impl<K: Key, St: KeyState> Store<K, St> {
             stats.seeded += table.evicted.seeded;
             stats.summarised += table.evicted.summarised;
             stats.summary_cells += table.evicted.summary.cells();
-            stats.summary_live += table.evicted.summary.live(table.evicted.now);
+            let (cells, live) = (
+                table.evicted.summary.cells(),
+                table.evicted.summary.live(table.evicted.now),
+            );
+            stats.summary_live += live;
+            false_seeds += (live as f64 / cells.max(1) as f64).powi(crate::summary::ROWS as i32);
         }
+        stats.false_seed_ppm = (1e6 * false_seeds / self.shards.len().max(1) as f64).round() as u64;
         stats.capacity = stats.capacity.min(self.max_keys);
         stats.bytes += size_of_val(&*self.shards) + size_of::<Self>();
         stats

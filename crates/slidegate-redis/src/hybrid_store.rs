@@ -375,7 +375,13 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Store for HybridStore<C>
         for limiter in snapshot(&self.limiters) {
             let h = limiter.stats();
             let v = limiter.view_stats();
-            let mut one = StoreStats::memory(v.keys, v.capacity, v.evictions, v.reclaimed, v.bytes);
+            let mut one = StoreStats::memory(v.keys, v.capacity, v.evictions, v.reclaimed, v.bytes).with_summary(
+                v.seeded,
+                v.summarised,
+                v.summary_cells as u64,
+                v.summary_live as u64,
+                v.false_seed_ppm,
+            );
             one.errors = h.failures;
             one.sync_commands = h.commands;
             one.pending_keys = h.pending_keys as u64;

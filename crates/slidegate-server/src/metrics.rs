@@ -166,6 +166,9 @@ pub struct Metrics {
     summary_seen: Mutex<(u64, u64)>,
     /// The share of the summary's cells holding a count.
     summary_fill: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// The estimated share of never-evicted new keys started from a
+    /// non-zero estimate: a bound on those refused early.
+    false_seed: Gauge<f64, std::sync::atomic::AtomicU64>,
     store_errors: Counter,
     reloads: Family<ReloadLabels, Counter>,
     redis_errors: Counter,
@@ -369,8 +372,14 @@ impl Metrics {
         let summary_fill = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
         registry.register(
             "eviction_summary_fill",
-            "Share of the summary's cells holding a count: legitimate new keys are refused early at about its 4th power",
+            "Share of the cells of the summary of evicted counters that hold a count",
             summary_fill.clone(),
+        );
+        let false_seed = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "eviction_summary_false_seed_ratio",
+            "Estimated share of new keys, never evicted, that start from a non-zero estimate of the summary of evicted counters (its fill to the power of its rows): a bound on the share refused early",
+            false_seed.clone(),
         );
         let store_errors = Counter::default();
         registry.register(
@@ -438,6 +447,7 @@ impl Metrics {
             summarised,
             summary_seen: Mutex::new((0, 0)),
             summary_fill,
+            false_seed,
             store_errors,
             reloads,
             redis_errors,
@@ -659,6 +669,8 @@ impl Metrics {
         } else {
             stats.summary_live as f64 / stats.summary_cells as f64
         };
+        #[allow(clippy::cast_precision_loss)]
+        self.false_seed.set(stats.summary_false_seed_ppm as f64 / 1e6);
         self.summary_fill.set(fill);
         let mut out = String::new();
         // Writing into a String cannot fail.

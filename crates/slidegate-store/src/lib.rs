@@ -234,6 +234,10 @@ pub struct StoreStats {
     pub summary_cells: u64,
     /// See [`StoreStats::summary_cells`].
     pub summary_live: u64,
+    /// The estimated share of new keys, never evicted, that start from a
+    /// non-zero estimate, in parts per million (a bound on the share
+    /// refused early; of several stores, the largest).
+    pub summary_false_seed_ppm: u64,
 }
 
 impl StoreStats {
@@ -250,11 +254,12 @@ impl StoreStats {
     }
 
     /// These figures with the summary of evicted counters'.
-    pub fn with_summary(mut self, seeded: u64, summarised: u64, cells: u64, live: u64) -> Self {
+    pub fn with_summary(mut self, seeded: u64, summarised: u64, cells: u64, live: u64, false_seed_ppm: u64) -> Self {
         self.seeded = seeded;
         self.summarised = summarised;
         self.summary_cells = cells;
         self.summary_live = live;
+        self.summary_false_seed_ppm = false_seed_ppm;
         self
     }
 }
@@ -278,6 +283,7 @@ impl std::ops::Add for StoreStats {
             summarised: self.summarised + other.summarised,
             summary_cells: self.summary_cells + other.summary_cells,
             summary_live: self.summary_live + other.summary_live,
+            summary_false_seed_ppm: self.summary_false_seed_ppm.max(other.summary_false_seed_ppm),
         }
     }
 }
