@@ -211,24 +211,23 @@ fn the_bounds_hold_without_eviction() {
     assert_eq!(store.stats().evictions, 0);
 }
 
-/// The price of the guarantee, as figures (`cargo nextest run -p
-/// slidegate-memory --no-capture -E 'test(flood_figures)'`): a store of
-/// 10 000 keys, 5 000 legitimate keys each at half its limit (10 per 1 s,
-/// two buckets, interpolated: a fresh state never refuses them), and a
-/// stream of new flood keys, one request each, at 0 to 8 times the
-/// store's capacity per window. The share of legitimate requests refused
-/// is the false-refusal rate (none would be refused in a store large
-/// enough). Deterministic traffic; the store's hash seed is random, so the
-/// figures vary a little from run to run.
+/// The price of the guarantee stays small for clients already counted: a
+/// store of 10 000 keys, 5 000 legitimate keys each at half its limit (10
+/// per 1 s, two buckets, interpolated: a fresh state never refuses them),
+/// and a stream of new flood keys, one request each, at 0, 1 and 2 times
+/// the store's capacity per window. Without a flood none is refused; with
+/// one, few (measured 0.3–0.4 % at 1×, 1.5–1.8 % at 2×; the hash seed is
+/// random, so the figures vary a little from run to run). The figures at
+/// larger floods, and for new keys, are in `benches/flood.rs`.
 #[test]
-fn flood_figures() {
+fn a_flood_refuses_few_clients_already_counted() {
     use slidegate_core::Algorithm;
     use slidegate_memory::KeyedLimiter;
     let policy = Policy::new(10, Duration::from_secs(1), Algorithm::TWO_BUCKETS).unwrap();
     const LEGIT: u64 = 5_000;
     const TICK: u64 = 10_000_000; // 10 ms
     const TICKS: u64 = 600; // 6 windows
-    for flood_per_window in [0u64, 10_000, 20_000, 40_000, 80_000] {
+    for (flood_per_window, most) in [(0u64, 0.0), (10_000, 0.02), (20_000, 0.05)] {
         let clock = slidegate_core::ManualClock::new(0);
         let limiter: KeyedLimiter<u64, _> = KeyedLimiter::new(policy, clock.clone(), Budget::keys(10_000));
         let (mut asked, mut refused, mut flood_key) = (0u64, 0u64, 1u64 << 40);
@@ -253,6 +252,11 @@ fn flood_figures() {
             s.seeded,
             100.0 * s.summary_fill(),
             100.0 * s.false_seed_rate(),
+        );
+        let share = refused as f64 / asked as f64;
+        assert!(
+            share <= most,
+            "flood {flood_per_window}/window: {refused} of {asked} legitimate requests refused"
         );
     }
 }
