@@ -249,6 +249,17 @@ pub(crate) struct Args {
     /// least 200 ms) hand decisions to `--redis-failure`.
     #[arg(long, env = "SLIDEGATE_REDIS_SYNC_INTERVAL", value_parser = parse_timeout, value_name = "DURATION", requires = "redis")]
     redis_sync_interval: Option<Duration>,
+    /// The hybrid mode's bounded form: each sync is also granted a lease,
+    /// a share of what each key has left (an equal share among the
+    /// instances holding one, what is asked for at most), and decisions
+    /// spend it without a round trip; a lease spent asks for an early
+    /// sync. Instances together never admit more than the limit in any
+    /// window, whatever the traffic; the price is requests refused here
+    /// while another instance holds unused share. A lease lasts 4 sync
+    /// intervals (at least 200 ms): one not renewed by then (an instance
+    /// that died) is counted as spent.
+    #[arg(long, env = "SLIDEGATE_REDIS_BOUNDED", requires = "redis_sync_interval")]
+    redis_bounded: bool,
 }
 
 /// `--redis-failure`.
@@ -353,6 +364,7 @@ impl Args {
             timeout: self.redis_timeout,
             prefix: self.redis_prefix.clone(),
             sync_interval: self.redis_sync_interval,
+            bounded: self.redis_bounded,
         });
         Ok(Options {
             redis,

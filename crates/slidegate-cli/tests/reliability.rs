@@ -864,3 +864,93 @@ async fn a_flood_of_new_keys_never_lets_a_limited_client_through() {
         serve.stop();
     }
 }
+
+/// Issue [lease], the experiment as a user would run it: 2 and then 4
+/// `slidegate serve --redis-sync-interval 50ms` on one throw-away Redis, a
+/// limit of 200 per 10 s (the default sliding window), each instance
+/// flooded for 2 s (or 3,000 calls a client) by one gRPC client and one
+/// HTTP `/json` client on one key, all within one window: today's hybrid
+/// mode and the bounded one (`--redis-bounded`) taking turns on keys of
+/// their own. The bounded mode never admits more than the limit in the
+/// window, and comes near it; today's mode is shown beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bounded_hybrid_instances_never_admit_past_the_limit() {
+    const LIMIT: usize = 200;
+    const CALLS: usize = 3_000;
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let yaml = format!(
+        "domain: f\ndescriptors:\n  - key: user\n    rate_limit: {{ window: 10s, requests_per_unit: {LIMIT} }}\n"
+    );
+    for instances in [2usize, 4] {
+        let n = instances.to_string();
+        let mut admitted_by_mode = Vec::new();
+        for bounded in [false, true] {
+            let mut extra = vec![
+                "--redis",
+                url.as_str(),
+                "--redis-sync-interval",
+                "50ms",
+                "--redis-instances",
+                &n,
+            ];
+            if bounded {
+                extra.push("--redis-bounded");
+            }
+            let servers: Vec<Serve> = (0..instances).map(|_| Serve::start(&yaml, &extra)).collect();
+            let value = format!("flood-{instances}-{bounded}");
+            let deadline = Instant::now() + Duration::from_secs(2);
+            let mut tasks = Vec::new();
+            for serve in &servers {
+                let mut client = serve.client().await;
+                let grpc_value = value.clone();
+                tasks.push(tokio::spawn(async move {
+                    let mut ok = 0;
+                    for _ in 0..CALLS {
+                        if Instant::now() >= deadline {
+                            break;
+                        }
+                        let (code, _) = hit(&mut client, "user", &grpc_value).await;
+                        ok += usize::from(code.expect("answered") == Code::Ok);
+                    }
+                    ok
+                }));
+                let (http, value) = (serve.http.clone(), value.clone());
+                tasks.push(tokio::task::spawn_blocking(move || {
+                    let body = format!(
+                        r#"{{"domain":"f","descriptors":[{{"entries":[{{"key":"user","value":"{value}"}}]}}]}}"#
+                    );
+                    let mut ok = 0;
+                    for _ in 0..CALLS {
+                        if Instant::now() >= deadline {
+                            break;
+                        }
+                        let answer = common::request(&http, "POST", "/json", &body);
+                        assert!(answer.contains("overallCode"), "{answer}");
+                        ok += usize::from(answer.contains(r#""overallCode":"OK""#));
+                    }
+                    ok
+                }));
+            }
+            let mut admitted = 0;
+            for task in tasks {
+                admitted += task.await.unwrap();
+            }
+            let mode = if bounded { "bounded" } else { "today's hybrid" };
+            eprintln!(
+                "{instances} instances, {mode} mode: {admitted} admitted in one window of a limit of {LIMIT} ({:.2}×)",
+                admitted as f64 / LIMIT as f64
+            );
+            admitted_by_mode.push(admitted);
+            for serve in servers {
+                serve.stop();
+            }
+        }
+        let bounded = admitted_by_mode[1];
+        assert!(bounded <= LIMIT, "{instances} instances, bounded: {bounded} admitted");
+        assert!(
+            bounded >= LIMIT / 2,
+            "{instances} instances, bounded: only {bounded} admitted"
+        );
+    }
+}

@@ -25,6 +25,14 @@ pub const SLIDING_WINDOW_SYNC: &str = concat!(
     include_str!("../scripts/sliding_window_sync.lua")
 );
 
+/// `lease_sync.lua` (the bounded mode): `KEYS[1]` the key's lease hash;
+/// `ARGV = [now, b, n, limit, instance, lease µs, carry, want, bucket,
+/// count, …]`.
+pub const LEASE_SYNC: &str = concat!(
+    include_str!("../scripts/prelude.lua"),
+    include_str!("../scripts/lease_sync.lua")
+);
+
 /// `fixed_window_sync.lua`: `KEYS[1]` the counter's hash; `ARGV = [now,
 /// W, window, count, window, count, …]`.
 pub const FIXED_WINDOW_SYNC: &str = concat!(
@@ -34,6 +42,7 @@ pub const FIXED_WINDOW_SYNC: &str = concat!(
 
 static SYNC: LazyLock<Script> = LazyLock::new(|| Script::new(SLIDING_WINDOW_SYNC));
 static FIXED_SYNC: LazyLock<Script> = LazyLock::new(|| Script::new(FIXED_WINDOW_SYNC));
+static LEASE: LazyLock<Script> = LazyLock::new(|| Script::new(LEASE_SYNC));
 
 /// How many locks [`Stripes`] holds.
 const STRIPES: usize = 1024;
@@ -129,6 +138,18 @@ pub struct HybridOptions {
     /// accuracy: the key starts again from its own counts until its next
     /// sync.
     pub budget: Budget,
+    /// The bounded mode, and how long a lease lasts: `None` (the default)
+    /// decides on the last global count plus this instance's own, which
+    /// over-admits by up to `(instances − 1) × rate × interval`; `Some(t)`
+    /// decides on leases instead, shares of what the key has left that
+    /// Redis grants at each sync and that this instance spends without
+    /// asking, so that no window ever holds more than the limit whatever
+    /// the traffic and however many instances (see
+    /// `scripts/lease_sync.lua`). A lease not renewed within `t` (an
+    /// instance that died, or cannot reach Redis) is counted as spent
+    /// whole; the instance itself stops spending it after `t`. Must be more
+    /// than the interval.
+    pub lease: Option<Duration>,
 }
 
 impl HybridOptions {
@@ -144,6 +165,16 @@ impl HybridOptions {
             sync_timeout: Duration::from_secs(1),
             instances: 1,
             budget: Budget::keys(100_000),
+            lease: None,
+        }
+    }
+
+    /// [`HybridOptions::every`] in the bounded mode, leases lasting
+    /// `max(4 × interval, 200 ms)`.
+    pub fn leased(interval: Duration) -> Self {
+        HybridOptions {
+            lease: Some((interval * 4).max(Duration::from_millis(200))),
+            ..Self::every(interval)
         }
     }
 }
@@ -159,6 +190,11 @@ impl HybridOptions {
         if self.batch == 0 || self.max_pending_keys == 0 {
             return Err(RedisStoreError::Options(
                 "the batch and the pending keys must be at least 1",
+            ));
+        }
+        if self.lease.is_some_and(|t| t <= self.interval) {
+            return Err(RedisStoreError::Options(
+                "a lease must last longer than the sync interval",
             ));
         }
         Ok(())
@@ -178,6 +214,12 @@ pub struct HybridStats {
     pub pending_keys: usize,
     /// Keys whose sync failed (their counts are kept and sent again).
     pub failures: u64,
+    /// The bounded mode: requests refused because this instance's lease
+    /// of the key was spent (another instance may hold unused share).
+    pub lease_refusals: u64,
+    /// The bounded mode: syncs started before the interval because a
+    /// lease was nearly spent.
+    pub early_syncs: u64,
 }
 
 /// What one [`HybridLimiter::sync`] did.
@@ -316,6 +358,17 @@ struct Inner<C> {
     syncs: AtomicU64,
     commands: AtomicU64,
     failures: AtomicU64,
+    /// The bounded mode: this instance's id in the lease hashes, the
+    /// lease time in ns of the health clock (0: not bounded).
+    instance: u64,
+    lease_ns: u64,
+    lease_refusals: AtomicU64,
+    early_syncs: AtomicU64,
+    /// When the last early sync was asked for (health ns).
+    last_early: AtomicU64,
+    /// One sync at a time: in the bounded mode, two syncs of a key in
+    /// flight at once would each replace the other's lease.
+    syncing: tokio::sync::Mutex<()>,
 }
 
 impl<C> fmt::Debug for HybridLimiter<C> {
@@ -490,6 +543,14 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
                 syncs: AtomicU64::new(0),
                 commands: AtomicU64::new(0),
                 failures: AtomicU64::new(0),
+                instance: std::hash::RandomState::new().hash_one(std::process::id()),
+                lease_ns: options
+                    .lease
+                    .map_or(0, |t| u64::try_from(t.as_nanos()).unwrap_or(u64::MAX).max(1)),
+                lease_refusals: AtomicU64::new(0),
+                early_syncs: AtomicU64::new(0),
+                last_early: AtomicU64::new(0),
+                syncing: tokio::sync::Mutex::new(()),
                 redis,
                 quota,
                 options,
@@ -516,6 +577,8 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
             commands: i.commands.load(Ordering::Relaxed),
             pending_keys: i.pending_keys.load(Ordering::Relaxed),
             failures: i.failures.load(Ordering::Relaxed),
+            lease_refusals: i.lease_refusals.load(Ordering::Relaxed),
+            early_syncs: i.early_syncs.load(Ordering::Relaxed),
         }
     }
 
@@ -585,6 +648,9 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
     /// instants in ns, without the checks of [`HybridLimiter::ready`].
     pub(crate) fn decide_at(&self, key: &str, now_us: u64, cost: u64) -> Result<Decision, NotLocal> {
         let i = &self.inner;
+        if i.lease_ns > 0 {
+            return self.decide_leased(key, now_us, cost);
+        }
         let own = now_us / i.b;
         let decided = i.views.update(&i.micro, key, now_us, |view| {
             let policy = if view.syncs >= 2 { &i.micro } else { &i.share };
@@ -599,6 +665,59 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
         let d = decided.map_err(NotLocal::TooLarge)?;
         i.decisions.fetch_add(1, Ordering::Relaxed);
         Ok(d.scale_time(1000))
+    }
+
+    /// The bounded mode's decision: admitted only if the key's lease has
+    /// `cost` units left and has not expired, and the view admits too; a
+    /// request refused for want of lease asks for an early sync (at most
+    /// one every quarter interval), and so does a lease nearly spent.
+    fn decide_leased(&self, key: &str, now_us: u64, cost: u64) -> Result<Decision, NotLocal> {
+        let i = &self.inner;
+        let own = now_us / i.b;
+        let health = i.clock.health_ns();
+        let lease_us = i.lease_ns / 1000;
+        let decided = i.views.update(&i.micro, key, now_us, |view| {
+            view.asked = view.asked.saturating_add(cost);
+            if cost > 0 {
+                view.keep_until = view.keep_until.max(now_us.saturating_add(lease_us));
+            }
+            let leased = cost == 0 || (view.lease >= cost && health < view.lease_until);
+            if !leased {
+                let peek = KeyState::check(&mut view.ring, &i.micro, now_us, 0);
+                self.record(key, own, 0);
+                i.lease_refusals.fetch_add(1, Ordering::Relaxed);
+                return (refused_for_lease(&i.micro, &peek, now_us, i.options.interval), true);
+            }
+            let d = KeyState::check(&mut view.ring, &i.micro, now_us, cost);
+            if cost > 0 {
+                let spent = if d.allowed() { cost } else { 0 };
+                view.lease -= spent;
+                self.record(key, own, spent);
+            }
+            (d, cost > 0 && view.lease.saturating_mul(4) < view.granted)
+        });
+        let (d, early) = decided.map_err(NotLocal::TooLarge)?;
+        if early {
+            self.sync_early(health);
+        }
+        i.decisions.fetch_add(1, Ordering::Relaxed);
+        Ok(d.scale_time(1000))
+    }
+
+    /// Wakes the sync before its interval, unless it was woken so less
+    /// than a quarter interval ago.
+    fn sync_early(&self, health: u64) {
+        let i = &self.inner;
+        let gap = u64::try_from((i.options.interval / 4).as_nanos()).unwrap_or(u64::MAX);
+        let last = i.last_early.load(Ordering::Relaxed);
+        if (last == 0 || health.saturating_sub(last) >= gap)
+            && i.last_early
+                .compare_exchange(last, health.max(1), Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            i.early_syncs.fetch_add(1, Ordering::Relaxed);
+            i.wake.notify_one();
+        }
     }
 
     /// Counts `cost` on `key` at `now_us` even past the limit, in the view
@@ -676,6 +795,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
     /// an answer within the timeout); the batches before it are applied,
     /// the ones after it not sent.
     pub async fn sync(&self) -> Result<SyncReport, RedisStoreError> {
+        let _one = self.inner.syncing.lock().await;
         let mut pending = self.take_all();
         let mut report = SyncReport::default();
         while !pending.is_empty() {
@@ -705,10 +825,25 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
 
     async fn send(&self, batch: Vec<(String, Pending)>) -> Result<(), RedisStoreError> {
         let i = &self.inner;
-        let now_arg = i.clock.script_now(i.clock.now_us());
+        let now_us = i.clock.now_us();
+        let now_arg = i.clock.script_now(now_us);
         let sent_us = i.clock.sent_us();
+        let sent_health = i.clock.health_ns();
         let calls = batch.iter().map(|(key, pending)| {
-            let mut invocation = if i.fixed {
+            let mut invocation = if i.lease_ns > 0 {
+                let (carry, want) = self.lease_terms(key, now_us, sent_health);
+                let mut invocation = LEASE.key(format!("{}:lease", i.redis.redis_key(key, &i.quota)));
+                invocation
+                    .arg(now_arg)
+                    .arg(i.b)
+                    .arg(i.n)
+                    .arg(i.micro.limit())
+                    .arg(i.instance)
+                    .arg(i.lease_ns / 1000)
+                    .arg(carry)
+                    .arg(want);
+                invocation
+            } else if i.fixed {
                 let mut invocation = FIXED_SYNC.key(i.redis.redis_key(key, &i.quota));
                 invocation.arg(now_arg).arg(i.b);
                 invocation
@@ -742,7 +877,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
         for ((key, pending), reply) in batch.into_iter().zip(replies) {
             let applied = reply
                 .map_err(RedisStoreError::from)
-                .and_then(|r| self.apply(&key, &r, sent_us));
+                .and_then(|r| self.apply(&key, &r, sent_us, sent_health));
             if let Err(e) = applied {
                 self.put_back(key, pending);
                 failed += 1;
@@ -783,12 +918,50 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
         }
     }
 
-    /// Makes a sync's reply `{now, newest, bucket, count, …}` the view of
-    /// `key`, with the counts admitted since the sync was sent on top.
-    fn apply(&self, key: &str, reply: &[i64], sent_us: i64) -> Result<(), RedisStoreError> {
+    /// The bounded mode's terms for a sync of `key` sent at `health`: the
+    /// carry (the lease's units left, which may still be spent before the
+    /// reply; none once the lease has expired, or given back when the key
+    /// was not asked for since the last sync) and the units wanted (twice
+    /// the demand since the last sync, at most the limit).
+    fn lease_terms(&self, key: &str, now_us: u64, health: u64) -> (u64, u64) {
+        let i = &self.inner;
+        let limit = i.micro.limit();
+        let terms = i.views.update(&i.micro, key, now_us, |view| {
+            if view.asked == 0 || health >= view.lease_until {
+                view.lease = 0;
+            }
+            let want = if view.asked == 0 {
+                0
+            } else {
+                view.asked.saturating_mul(2).clamp(1, limit)
+            };
+            view.asked = 0;
+            (view.lease, want)
+        });
+        // A view that cannot be kept holds no lease, and asks for none.
+        terms.unwrap_or((0, 0))
+    }
+
+    /// Makes a sync's reply `{now, newest, bucket, count, …}` (the bounded
+    /// mode: `{now, newest, grant, bucket, count, …}`) the view of `key`,
+    /// with the counts admitted since the sync was sent on top; the bounded
+    /// mode adds the grant to the lease, valid for the lease time from
+    /// `sent_health`, and keeps a key holding a lease in the outbox (so
+    /// that the next sync renews it or gives it back).
+    fn apply(&self, key: &str, reply: &[i64], sent_us: i64, sent_health: u64) -> Result<(), RedisStoreError> {
         let i = &self.inner;
         let bad = || RedisStoreError::Reply(reply.to_vec());
-        let &[now, newest, ref buckets @ ..] = reply else {
+        let (reply, grant) = match (i.lease_ns > 0, reply) {
+            (true, &[now, newest, grant, ref rest @ ..]) if grant >= 0 => {
+                let mut r = Vec::with_capacity(rest.len() + 2);
+                r.extend([now, newest]);
+                r.extend_from_slice(rest);
+                (std::borrow::Cow::Owned(r), grant as u64)
+            }
+            (true, _) => return Err(bad()),
+            (false, r) => (std::borrow::Cow::Borrowed(r), 0),
+        };
+        let &[now, newest, ref buckets @ ..] = &reply[..] else {
             return Err(bad());
         };
         let (pairs, odd) = buckets.as_chunks::<2>();
@@ -802,8 +975,9 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
         // the view before this reply or after it, never one in between.
         let _stripe = i.stripes.as_ref().map(|s| s.of(key).lock());
         let local_now = i.clock.now_us();
-        // A view that cannot be kept (the budget) only costs accuracy.
-        let _ = i.views.update(micro, key, local_now, |view| {
+        // A view that cannot be kept (the budget) only costs accuracy (and
+        // in the bounded mode, the grant: never spent, it expires).
+        let leased = i.views.update(micro, key, local_now, |view| {
             let since = self.outbox(key).lock().get(key).cloned().unwrap_or_default();
             let top = (newest as u64)
                 .max(view_newest(micro, &view.ring))
@@ -823,7 +997,19 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
                 ring_state(micro, top, slots)
             };
             view.syncs = view.syncs.saturating_add(1);
+            if i.lease_ns > 0 {
+                view.lease = view.lease.saturating_add(grant);
+                view.granted = view.lease;
+                view.lease_until = sent_health.saturating_add(i.lease_ns);
+                if view.lease > 0 {
+                    view.keep_until = view.keep_until.max(local_now.saturating_add(i.lease_ns / 1000));
+                }
+            }
+            view.lease
         });
+        if matches!(leased, Ok(l) if l > 0) {
+            self.record(key, local_now / i.b, 0);
+        }
         Ok(())
     }
 
@@ -874,6 +1060,19 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
 struct View {
     ring: State,
     syncs: u8,
+    /// The bounded mode: units of the lease left to spend, and until when
+    /// (health ns; after it nothing is spent).
+    lease: u64,
+    lease_until: u64,
+    /// Units asked for since the last sync (admitted or not): the demand
+    /// the next sync asks a lease for.
+    asked: u64,
+    /// The last lease granted (with its carry): "nearly spent" is a
+    /// quarter of it left.
+    granted: u64,
+    /// The bounded mode: until when (the views' time) the view is kept
+    /// though its ring is empty, so that a lease or a demand outlives it.
+    keep_until: u64,
 }
 
 impl KeyState for View {
@@ -887,6 +1086,11 @@ impl KeyState for View {
         View {
             ring: <State as KeyState>::fresh(policy),
             syncs: 0,
+            lease: 0,
+            lease_until: 0,
+            asked: 0,
+            granted: 0,
+            keep_until: 0,
         }
     }
 
@@ -907,7 +1111,7 @@ impl KeyState for View {
     }
 
     fn expires(&self, policy: &Policy) -> u64 {
-        self.ring.expires(policy)
+        self.ring.expires(policy).max(self.keep_until)
     }
 
     /// What the view holds (the global count it last heard and what this
@@ -921,6 +1125,26 @@ impl KeyState for View {
     fn heap_bytes(&self) -> usize {
         self.ring.heap_bytes()
     }
+}
+
+/// A refusal for want of lease at `now` (µs read as ns, as the views'
+/// decisions): nothing remaining here, the view's estimate and reset, a
+/// retry after the next sync.
+fn refused_for_lease(micro: &Policy, peek: &Decision, now: u64, interval: Duration) -> Decision {
+    let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    // The views' instants are µs read as ns: a duration's µs.
+    let micros = |d: Duration| nanos(d) / 1000;
+    let estimate = peek.estimate();
+    let whole = estimate.floor();
+    Decision::at(
+        micro,
+        now,
+        false,
+        0,
+        now.saturating_add(nanos(peek.reset_after())),
+        Some(now.saturating_add(micros(interval).max(1))),
+        (whole as u64, ((estimate - whole) * 1e6) as u64, 1_000_000),
+    )
 }
 
 /// The background sync of a [`HybridLimiter`]: stops when dropped.

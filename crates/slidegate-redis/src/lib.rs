@@ -301,7 +301,7 @@ mod hybrid_store;
 mod store;
 
 pub use hybrid::{
-    FIXED_WINDOW_SYNC, HybridLimiter, HybridOptions, HybridStats, SLIDING_WINDOW_SYNC, SyncReport, SyncTask,
+    FIXED_WINDOW_SYNC, HybridLimiter, HybridOptions, HybridStats, LEASE_SYNC, SLIDING_WINDOW_SYNC, SyncReport, SyncTask,
 };
 pub use hybrid_store::{HybridStore, MAX_HYBRID_LIMITS, StaleSyncs};
 pub use store::{RedisStore, SentinelConnection, supports_quota};

@@ -70,6 +70,11 @@ pub struct RedisOptions {
     /// interval (see [`HybridStore`]); any other stays one script per
     /// decision. `None`: every decision is one script.
     pub sync_interval: Option<Duration>,
+    /// With a sync interval, the bounded mode: decide on leased shares of
+    /// each key's budget (see [`HybridOptions::lease`]), leases lasting
+    /// `max(4 × interval, 200 ms)`, so that instances together never admit
+    /// more than the limit in any window.
+    pub bounded: bool,
 }
 
 impl RedisOptions {
@@ -94,6 +99,7 @@ impl Default for RedisOptions {
             timeout: DEFAULT_TIMEOUT,
             prefix: DEFAULT_PREFIX.to_owned(),
             sync_interval: None,
+            bounded: false,
         }
     }
 }
@@ -276,9 +282,14 @@ pub async fn connect_probed(options: &RedisOptions) -> Result<(Arc<dyn DynStore>
     match options.sync_interval {
         None => Ok((with_failure_policy(store, options.failure), probe)),
         Some(interval) => {
+            let base = if options.bounded {
+                HybridOptions::leased(interval)
+            } else {
+                HybridOptions::every(interval)
+            };
             let hybrid_options = HybridOptions {
                 instances: options.instances,
-                ..HybridOptions::every(interval)
+                ..base
             };
             let hybrid = HybridStore::new(
                 store.connection().clone(),
