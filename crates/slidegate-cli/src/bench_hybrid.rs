@@ -1,8 +1,9 @@
 //! `slidegate bench --redis URL`, the `hybrid` group: the hybrid mode
-//! (local decisions, batched syncs) against the direct script path on the
-//! same server in the same run, the Redis commands it sends per 1000
-//! decisions (read from the server's own `total_commands_processed`), and
-//! its over-admission with several instances sharing one key.
+//! (local decisions, batched syncs) and its bounded form (leases) against
+//! the direct script path on the same server in the same run, the Redis
+//! commands each sends per 1000 decisions (read from the server's own
+//! `INFO commandstats`), and the over-admission of each with several
+//! instances sharing one key.
 //!
 //! Keys live under the run's prefix and are deleted at the end, as in
 //! `crate::bench_redis`.
@@ -17,9 +18,9 @@ use slidegate_store::{Decisions, Quota, Store};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Steps of the progress bar: direct, hybrid on one key, hybrid on many
-/// keys, the over-admission run.
-pub(crate) const STEPS: u64 = 4;
+/// Steps of the progress bar: direct; for each mode (today's, bounded),
+/// one key, many keys and the over-admission run.
+pub(crate) const STEPS: u64 = 7;
 
 /// The sync interval measured.
 const INTERVAL: Duration = Duration::from_millis(50);
@@ -96,14 +97,20 @@ async fn evalsha_calls(conn: &MultiplexedConnection) -> Result<u64> {
         .unwrap_or(0))
 }
 
-/// A hybrid store under `prefix` on a connection of its own.
-async fn hybrid(url: &str, prefix: &str) -> Result<HybridStore> {
-    Ok(HybridStore::new(
-        connect(url).await?,
-        prefix,
-        TIMEOUT,
-        HybridOptions::every(INTERVAL),
-    )?)
+/// A hybrid store under `prefix` on a connection of its own, bounded
+/// (leases) or not.
+async fn hybrid(url: &str, prefix: &str, bounded: bool) -> Result<HybridStore> {
+    let options = if bounded {
+        HybridOptions::leased(INTERVAL)
+    } else {
+        HybridOptions::every(INTERVAL)
+    };
+    Ok(HybridStore::new(connect(url).await?, prefix, TIMEOUT, options)?)
+}
+
+/// A mode's name in the cases.
+fn mode(bounded: bool) -> &'static str {
+    if bounded { "bounded hybrid" } else { "hybrid" }
 }
 
 /// One decision of cost 1 on `key` under the one limit `quota`: whether it
@@ -127,10 +134,10 @@ async fn hybrid_case(
     prefix: &str,
     time: Duration,
     concurrency: usize,
-    spread: u64,
+    (spread, bounded): (u64, bool),
     name: String,
 ) -> Result<Case> {
-    let store = Arc::new(hybrid(url, prefix).await?);
+    let store = Arc::new(hybrid(url, prefix, bounded).await?);
     let quota = [Quota::new(ring(1_000_000_000)?)];
     let before = evalsha_calls(conn).await?;
     let task = store.spawn_sync();
@@ -161,13 +168,13 @@ async fn hybrid_case(
 /// background sync, each offered `OFFERED` decisions per second on one key
 /// of a shared limit (twice the limit in all) for `time` (at least 3 s):
 /// the most admitted in any window of 1 s, over the limit.
-async fn over_admission(url: &str, prefix: &str, time: Duration) -> Result<Case> {
+async fn over_admission(url: &str, prefix: &str, time: Duration, bounded: bool) -> Result<Case> {
     let quota = [Quota::new(ring(SHARED_LIMIT)?)];
     let start = Instant::now();
     let deadline = start + time.max(Duration::from_secs(3));
     let mut runs = Vec::new();
     for _ in 0..INSTANCES {
-        let store = hybrid(url, prefix).await?;
+        let store = hybrid(url, prefix, bounded).await?;
         let quota = quota.clone();
         runs.push(tokio::spawn(async move {
             let _task = store.spawn_sync();
@@ -204,7 +211,8 @@ async fn over_admission(url: &str, prefix: &str, time: Duration) -> Result<Case>
     }
     let elapsed = start.elapsed();
     let name = format!(
-        "hybrid, {INSTANCES} instances × {OFFERED}/s offered on one key, limit {SHARED_LIMIT}/s: most admitted in 1 s"
+        "{}, {INSTANCES} instances × {OFFERED}/s offered on one key, limit {SHARED_LIMIT}/s: most admitted in 1 s",
+        mode(bounded)
     );
     let mut case = Case::new("hybrid", name, decisions as f64 / elapsed.as_secs_f64());
     case.admitted_over_limit = Some(most as f64 / SHARED_LIMIT as f64);
@@ -238,25 +246,28 @@ async fn cases(
     let base_rate = base.per_second;
     let mut cases = vec![base];
     let ms = INTERVAL.as_millis();
-    for (spread, what) in [(1, "one hot key".to_owned()), (KEYS, format!("{KEYS} keys"))] {
-        progress(&format!("hybrid: {what}"));
-        let name = format!("hybrid, sync every {ms} ms, {what}, {concurrency} in flight");
-        let mut case = hybrid_case(
-            url,
-            conn,
-            &format!("{prefix}h{spread}:"),
-            time,
-            concurrency,
-            spread,
-            name,
-        )
-        .await?;
-        case.ratio = Some(case.per_second / base_rate);
-        case.baseline = Some(baseline.clone());
-        cases.push(case);
+    for bounded in [false, true] {
+        let m = mode(bounded);
+        for (spread, what) in [(1, "one hot key".to_owned()), (KEYS, format!("{KEYS} keys"))] {
+            progress(&format!("{m}: {what}"));
+            let name = format!("{m}, sync every {ms} ms, {what}, {concurrency} in flight");
+            let mut case = hybrid_case(
+                url,
+                conn,
+                &format!("{prefix}h{spread}{bounded}:"),
+                time,
+                concurrency,
+                (spread, bounded),
+                name,
+            )
+            .await?;
+            case.ratio = Some(case.per_second / base_rate);
+            case.baseline = Some(baseline.clone());
+            cases.push(case);
+        }
+        progress(&format!("{m}: over-admission"));
+        cases.push(over_admission(url, &format!("{prefix}shared{bounded}:"), time, bounded).await?);
     }
-    progress("hybrid: over-admission");
-    cases.push(over_admission(url, &format!("{prefix}shared:"), time).await?);
     Ok(cases)
 }
 

@@ -234,6 +234,10 @@ pub struct SyncReport {
 /// A key's counts not yet in Redis: `(bucket index, count)`, at most `n`.
 type Pending = Vec<(u64, u64)>;
 
+/// A key of a bounded sync: the key, its lease hash, its pending counts,
+/// the carry and the units wanted.
+type LeaseEntry = (String, String, Pending, u64, u64);
+
 /// `sliding_window` (and `fixed_window`) limits shared through Redis with local counting and
 /// periodic sync (Kong's `sync_rate`, gubernator's `GLOBAL` behaviour):
 /// each instance decides on its own view of a key — the key's ring as
@@ -369,6 +373,9 @@ struct Inner<C> {
     /// One sync at a time: in the bounded mode, two syncs of a key in
     /// flight at once would each replace the other's lease.
     syncing: tokio::sync::Mutex<()>,
+    /// The bounded mode's batches go one per hash slot (the server is a
+    /// Cluster: it refused a batch across slots).
+    per_slot: AtomicBool,
 }
 
 impl<C> fmt::Debug for HybridLimiter<C> {
@@ -551,6 +558,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
                 early_syncs: AtomicU64::new(0),
                 last_early: AtomicU64::new(0),
                 syncing: tokio::sync::Mutex::new(()),
+                per_slot: AtomicBool::new(false),
                 redis,
                 quota,
                 options,
@@ -825,25 +833,13 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
 
     async fn send(&self, batch: Vec<(String, Pending)>) -> Result<(), RedisStoreError> {
         let i = &self.inner;
-        let now_us = i.clock.now_us();
-        let now_arg = i.clock.script_now(now_us);
+        if i.lease_ns > 0 {
+            return self.send_leased(batch).await;
+        }
+        let now_arg = i.clock.script_now(i.clock.now_us());
         let sent_us = i.clock.sent_us();
-        let sent_health = i.clock.health_ns();
         let calls = batch.iter().map(|(key, pending)| {
-            let mut invocation = if i.lease_ns > 0 {
-                let (carry, want) = self.lease_terms(key, now_us, sent_health);
-                let mut invocation = LEASE.key(format!("{}:lease", i.redis.redis_key(key, &i.quota)));
-                invocation
-                    .arg(now_arg)
-                    .arg(i.b)
-                    .arg(i.n)
-                    .arg(i.micro.limit())
-                    .arg(i.instance)
-                    .arg(i.lease_ns / 1000)
-                    .arg(carry)
-                    .arg(want);
-                invocation
-            } else if i.fixed {
+            let mut invocation = if i.fixed {
                 let mut invocation = FIXED_SYNC.key(i.redis.redis_key(key, &i.quota));
                 invocation.arg(now_arg).arg(i.b);
                 invocation
@@ -877,7 +873,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
         for ((key, pending), reply) in batch.into_iter().zip(replies) {
             let applied = reply
                 .map_err(RedisStoreError::from)
-                .and_then(|r| self.apply(&key, &r, sent_us, sent_health));
+                .and_then(|r| self.apply(&key, &r, sent_us, 0));
             if let Err(e) = applied {
                 self.put_back(key, pending);
                 failed += 1;
@@ -895,6 +891,132 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
                 Ok(())
             }
         }
+    }
+
+    /// The bounded mode's [`HybridLimiter::send`]: the whole batch in one
+    /// `EVALSHA` of [`LEASE_SYNC`] (on a Cluster, one per hash slot: a
+    /// batch spanning slots is refused once with `CROSSSLOT`, and from then
+    /// on split by slot), each key's reply applied as it comes.
+    async fn send_leased(&self, batch: Vec<(String, Pending)>) -> Result<(), RedisStoreError> {
+        let i = &self.inner;
+        let now_us = i.clock.now_us();
+        let now_arg = i.clock.script_now(now_us);
+        let sent_us = i.clock.sent_us();
+        let sent_health = i.clock.health_ns();
+        let keyed: Vec<LeaseEntry> = batch
+            .into_iter()
+            .map(|(key, pending)| {
+                let (carry, want) = self.lease_terms(&key, now_us, sent_health);
+                let redis_key = format!("{}:lease", i.redis.redis_key(&key, &i.quota));
+                (key, redis_key, pending, carry, want)
+            })
+            .collect();
+        let mut first_error = None;
+        let mut failed = 0;
+        let mut todo = keyed;
+        // A second round only for a batch a Cluster refused across slots.
+        for _round in 0..2 {
+            if todo.is_empty() {
+                break;
+            }
+            let groups = self.lease_groups(std::mem::take(&mut todo));
+            let calls = groups.iter().map(|group| {
+                let mut invocation = LEASE.prepare_invoke();
+                invocation
+                    .arg(now_arg)
+                    .arg(i.b)
+                    .arg(i.n)
+                    .arg(i.micro.limit())
+                    .arg(i.instance)
+                    .arg(i.lease_ns / 1000);
+                for (_, redis_key, pending, carry, want) in group {
+                    invocation.key(redis_key.as_str());
+                    invocation.arg(*carry).arg(*want).arg(pending.len());
+                    for &(bucket, count) in pending {
+                        invocation.arg(bucket).arg(count);
+                    }
+                }
+                let mut conn = i.redis.connection().clone();
+                async move { invocation.invoke_async::<Vec<i64>>(&mut conn).await }
+            });
+            let keys: usize = groups.iter().map(Vec::len).sum();
+            i.syncs.fetch_add(1, Ordering::Relaxed);
+            i.commands.fetch_add(groups.len() as u64, Ordering::Relaxed);
+            let timeout = i.options.sync_timeout;
+            let Ok(replies) = tokio::time::timeout(timeout, futures_util::future::join_all(calls)).await else {
+                for (key, _, pending, _, _) in groups.into_iter().flatten() {
+                    self.put_back(key, pending);
+                }
+                self.failed(keys + failed);
+                return Err(RedisStoreError::Timeout(timeout));
+            };
+            for (group, reply) in groups.into_iter().zip(replies) {
+                let reply = match reply {
+                    Ok(reply) => reply,
+                    Err(e)
+                        if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::CrossSlot)
+                            && !i.per_slot.swap(true, Ordering::Relaxed) =>
+                    {
+                        todo.extend(group);
+                        continue;
+                    }
+                    Err(e) => {
+                        failed += group.len();
+                        for (key, _, pending, _, _) in group {
+                            self.put_back(key, pending);
+                        }
+                        first_error.get_or_insert(RedisStoreError::from(e));
+                        continue;
+                    }
+                };
+                let mut rest = &reply[..];
+                for (key, _, pending, _, _) in group {
+                    let applied = match rest.split_first() {
+                        Some((&len, tail)) if len >= 0 && tail.len() >= len as usize => {
+                            let (one, tail) = tail.split_at(len as usize);
+                            rest = tail;
+                            self.apply(&key, one, sent_us, sent_health)
+                        }
+                        _ => Err(RedisStoreError::Reply(reply.clone())),
+                    };
+                    if let Err(e) = applied {
+                        self.put_back(key, pending);
+                        failed += 1;
+                        first_error.get_or_insert(e);
+                    }
+                }
+            }
+        }
+        for (key, _, pending, _, _) in todo {
+            self.put_back(key, pending);
+        }
+        match first_error {
+            Some(e) => {
+                self.failed(failed);
+                Err(e)
+            }
+            None => {
+                i.failing.store(false, Ordering::Relaxed);
+                i.failing_since.store(0, Ordering::Relaxed);
+                Ok(())
+            }
+        }
+    }
+
+    /// A bounded batch as calls: all of it in one, or one per hash slot
+    /// once the server has shown itself a Cluster.
+    fn lease_groups(&self, batch: Vec<LeaseEntry>) -> Vec<Vec<LeaseEntry>> {
+        if !self.inner.per_slot.load(Ordering::Relaxed) {
+            return vec![batch];
+        }
+        let mut by_slot: HashMap<u16, Vec<LeaseEntry>> = HashMap::new();
+        for entry in batch {
+            by_slot
+                .entry(crate::cluster_slot(entry.1.as_bytes()))
+                .or_default()
+                .push(entry);
+        }
+        by_slot.into_values().collect()
     }
 
     fn failed(&self, keys: usize) {

@@ -376,7 +376,7 @@ const SLOT_RANGES: usize = 64;
 /// The Redis Cluster slot of `key`: the CRC16 (XMODEM) of its hash tag (the
 /// text between its first `{` and the next `}`, when not empty; else the
 /// whole key), mod 16384, as Redis computes it.
-fn cluster_slot(key: &[u8]) -> u16 {
+pub(crate) fn cluster_slot(key: &[u8]) -> u16 {
     let tag = key
         .iter()
         .position(|&b| b == b'{')

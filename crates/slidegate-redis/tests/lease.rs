@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{Backend, RedisServer};
+use common::{Backend, RedisCluster, RedisServer};
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 use slidegate_conformance::oracle::ExactLog;
@@ -296,4 +296,46 @@ async fn an_idle_instance_share_flows_back() {
     a.sync().await.unwrap();
     let second = (0..100).filter(|_| a.decide("k", 1).unwrap().allowed()).count();
     assert_eq!(second, 51, "the whole limit, less what A spent");
+}
+
+/// 40 keys asked for on two instances, each key's limit of 10 asked 30
+/// times on each: a sync sends them all in one call on one server, one
+/// per hash slot on a Cluster (after the Cluster has refused the batch
+/// across slots once, within the same sync); every key gets its limit,
+/// never more.
+async fn many_keys_in_one_sync<B: Backend>(backend: &B) -> (u64, u64) {
+    let clock = ManualClock::new(1_000_000_000);
+    let policy = ring(10, Duration::from_secs(10), 8, Weighting::Conservative);
+    let lease = Duration::from_secs(1);
+    let a = leased(backend, policy, &clock, lease).await;
+    let b = leased(backend, policy, &clock, lease).await;
+    let keys: Vec<String> = (0..40).map(|k| format!("user{k}")).collect();
+    for key in &keys {
+        assert!(!a.decide(key, 10).unwrap().allowed());
+        assert!(!b.decide(key, 10).unwrap().allowed());
+    }
+    a.sync().await.unwrap();
+    b.sync().await.unwrap();
+    for key in &keys {
+        let admitted = (0..30)
+            .filter(|_| a.decide(key, 1).unwrap().allowed())
+            .chain((0..30).filter(|_| b.decide(key, 1).unwrap().allowed()))
+            .count();
+        assert_eq!(admitted, 10, "{key}: A's lease is the whole limit, B's nothing");
+    }
+    (a.stats().commands, a.stats().syncs)
+}
+
+#[tokio::test]
+async fn one_server_takes_a_batch_in_one_call() {
+    let (commands, syncs) = many_keys_in_one_sync(&RedisServer::start()).await;
+    assert_eq!((commands, syncs), (1, 1), "40 keys, one call");
+}
+
+#[tokio::test]
+async fn a_cluster_takes_a_batch_in_one_call_per_slot() {
+    let (commands, _) = many_keys_in_one_sync(&RedisCluster::start()).await;
+    // One refused call across slots, then one a slot (40 keys, of which
+    // hardly two share a slot).
+    assert!(commands > 30, "{commands} calls");
 }
