@@ -217,7 +217,8 @@ pub(crate) struct Args {
     /// each counts alone on the limit divided by this (rounded up) while
     /// Redis is down; in hybrid mode (`--redis-sync-interval`) a key this
     /// instance has not yet synced is decided on that share, so that a
-    /// flood of a new key on every instance admits about the limit in all.
+    /// flood of a new key on every instance admits about the limit in all
+    /// (with `--redis-bounded` a key is decided on its lease instead).
     #[arg(long, env = "SLIDEGATE_REDIS_INSTANCES", default_value_t = 1, value_name = "N")]
     redis_instances: u64,
     /// The longest wait for Redis per call (one decision of one limit).

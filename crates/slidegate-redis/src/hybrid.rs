@@ -279,6 +279,16 @@ type LeaseEntry = (String, String, Pending, u64, u64);
 /// limit until its second sync (when the others' first counts are in), so
 /// that together they admit about the limit.
 ///
+/// The bounded mode ([`HybridOptions::lease`]) has no such term: a
+/// decision spends a lease that Redis granted at a sync against
+/// everything the key's ring and the other instances' leases hold, so in
+/// any window the instances together admit at most the limit (a charge
+/// after the fact aside), whatever their rate (`tests/lease.rs`: a
+/// property test of 2 to 4 instances under arbitrary requests, syncs,
+/// waits and deaths). Its price is refusals while another instance holds
+/// unused share, and nothing admitted on an instance before its first sync
+/// of a key.
+///
 /// A refusal is never wrong by this: a view never holds more than Redis
 /// does, so an instance refuses only a key whose global count is at the
 /// limit (up to the clocks' skew). The ring is the one
