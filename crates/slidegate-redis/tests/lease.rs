@@ -15,7 +15,8 @@ use proptest::test_runner::TestRunner;
 use slidegate_conformance::oracle::ExactLog;
 use slidegate_conformance::strategy::config;
 use slidegate_core::{Algorithm, Clock, LimitState, ManualClock, Policy, State, Weighting};
-use slidegate_redis::{HybridLimiter, HybridOptions, RedisClock};
+use slidegate_redis::{HybridLimiter, HybridOptions, RedisClock, StaleSyncs};
+use slidegate_store::StoreError;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -338,4 +339,44 @@ async fn a_cluster_takes_a_batch_in_one_call_per_slot() {
     // One refused call across slots, then one a slot (40 keys, of which
     // hardly two share a slot).
     assert!(commands > 30, "{commands} calls");
+}
+
+/// Redis dies under a bounded instance: it spends what its lease holds
+/// while the lease lasts (the syncs failing), then refuses; once the syncs
+/// have failed for `stale_after`, decisions are an outage, for the failure
+/// policy, as in today's mode.
+#[tokio::test]
+async fn a_dead_redis_leaves_the_lease_then_the_failure_policy() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let clock = ManualClock::new(1_000_000_000);
+    let conn = redis::aio::ConnectionManager::new(redis::Client::open(url.as_str()).unwrap())
+        .await
+        .unwrap();
+    let redis = slidegate_redis::RedisStore::new(conn, common::PREFIX, Duration::from_millis(500))
+        .unwrap()
+        .with_clock(RedisClock::client(clock.clone()));
+    let mut options = HybridOptions::leased(Duration::from_millis(50));
+    options.stale_after = Duration::from_millis(500);
+    let h = HybridLimiter::new(
+        redis,
+        ring(100, Duration::from_secs(60), 8, Weighting::Conservative),
+        options,
+    )
+    .unwrap();
+    assert!(!h.decide("k", 10).unwrap().allowed());
+    h.sync().await.unwrap();
+    server.kill();
+    // A lease of 20 (twice the demand), spent while it lasts.
+    let admitted = (0..30).filter(|_| h.decide("k", 1).unwrap().allowed()).count();
+    assert_eq!(admitted, 20);
+    assert!(h.sync().await.is_err());
+    clock.advance(Duration::from_millis(300));
+    assert!(h.sync().await.is_err());
+    assert!(!h.decide("k", 1).unwrap().allowed(), "the lease has expired");
+    clock.advance(Duration::from_millis(300));
+    let Err(StoreError::Unavailable(source)) = h.decide("k", 1) else {
+        panic!("stale syncs are an outage");
+    };
+    assert!(source.is::<StaleSyncs>(), "{source}");
 }
