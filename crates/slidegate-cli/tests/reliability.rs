@@ -942,6 +942,15 @@ async fn bounded_hybrid_instances_never_admit_past_the_limit() {
                 admitted as f64 / LIMIT as f64
             );
             admitted_by_mode.push(admitted);
+            let lease_refusals: f64 = servers
+                .iter()
+                .map(|s| s.metric("slidegate_redis_lease_refusals_total"))
+                .sum();
+            if bounded {
+                assert!(lease_refusals > 0.0, "the flood was refused for want of lease");
+            } else {
+                assert_eq!(lease_refusals, 0.0, "today's mode holds no lease");
+            }
             for serve in servers {
                 serve.stop();
             }

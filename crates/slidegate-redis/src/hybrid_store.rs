@@ -385,6 +385,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Store for HybridStore<C>
             one.errors = h.failures;
             one.sync_commands = h.commands;
             one.pending_keys = h.pending_keys as u64;
+            one.lease_refusals = h.lease_refusals;
             stats = stats + one;
         }
         stats

@@ -175,6 +175,7 @@ pub struct Metrics {
     redis_fallbacks: Family<FallbackLabels, Counter>,
     store_decisions: Family<DecisionLabels, Counter>,
     redis_sync_commands: Counter,
+    redis_lease_refusals: Counter,
     redis_pending_keys: Gauge,
     /// The Redis store's figures at the last scrape.
     redis_seen: Mutex<Seen>,
@@ -410,8 +411,14 @@ impl Metrics {
         let redis_sync_commands = Counter::default();
         registry.register(
             "redis_sync_commands",
-            "Hybrid mode: commands the syncs sent to Redis, one per key per sync (0 without --redis-sync-interval)",
+            "Hybrid mode: commands the syncs sent to Redis, one per key per sync, one per batch with --redis-bounded (0 without --redis-sync-interval)",
             redis_sync_commands.clone(),
+        );
+        let redis_lease_refusals = Counter::default();
+        registry.register(
+            "redis_lease_refusals",
+            "Bounded hybrid mode: requests refused because this instance's lease of the key was spent, while another instance may hold unused share (0 without --redis-bounded)",
+            redis_lease_refusals.clone(),
         );
         let redis_pending_keys = Gauge::default();
         registry.register(
@@ -454,6 +461,7 @@ impl Metrics {
             redis_fallbacks,
             store_decisions,
             redis_sync_commands,
+            redis_lease_refusals,
             redis_pending_keys,
             redis_seen: Mutex::new(Seen::default()),
         }
@@ -608,6 +616,7 @@ impl Metrics {
             let now = Seen {
                 errors: stats.errors,
                 sync_commands: stats.sync_commands,
+                lease_refusals: stats.lease_refusals,
                 fail_open: stats.failover.fail_open,
                 fail_closed: stats.failover.fail_closed,
                 local: stats.failover.local_admitted + stats.failover.local_refused,
@@ -621,6 +630,7 @@ impl Metrics {
             };
             add(&self.redis_errors, now.errors, &mut seen.errors);
             add(&self.redis_sync_commands, now.sync_commands, &mut seen.sync_commands);
+            add(&self.redis_lease_refusals, now.lease_refusals, &mut seen.lease_refusals);
             self.redis_pending_keys
                 .set(i64::try_from(stats.pending_keys).unwrap_or(i64::MAX));
             for (source, now, seen) in [
@@ -837,6 +847,7 @@ struct Seen {
     decisions: [u64; 6],
     errors: u64,
     sync_commands: u64,
+    lease_refusals: u64,
     fail_open: u64,
     fail_closed: u64,
     local: u64,

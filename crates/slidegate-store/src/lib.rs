@@ -221,6 +221,9 @@ pub struct StoreStats {
     pub sync_commands: u64,
     /// Hybrid mode: keys whose counts wait for the next sync.
     pub pending_keys: u64,
+    /// Bounded hybrid mode: requests refused because this instance's lease
+    /// of the key was spent (another instance may hold unused share).
+    pub lease_refusals: u64,
     /// The decisions of a [`FailOver`] by who made them.
     pub failover: FailOverStats,
     /// New keys started from the summary of evicted counters (a count it
@@ -277,6 +280,7 @@ impl std::ops::Add for StoreStats {
             bytes: self.bytes + other.bytes,
             errors: self.errors + other.errors,
             sync_commands: self.sync_commands + other.sync_commands,
+            lease_refusals: self.lease_refusals + other.lease_refusals,
             pending_keys: self.pending_keys + other.pending_keys,
             failover: self.failover + other.failover,
             seeded: self.seeded + other.seeded,
