@@ -158,8 +158,9 @@ fn the_redis_group_on_a_connection_per_call() {
 }
 
 /// The hybrid group: the direct script as the baseline, the hybrid mode
-/// beside it with the commands it sent per 1000 decisions (read from the
-/// server), the over-admission of four instances; no key left behind.
+/// and its bounded form beside it with the commands each sent per 1000
+/// decisions (read from the server), the over-admission of four instances
+/// of each (none for the bounded form); no key left behind.
 #[test]
 fn the_hybrid_mode_beside_the_direct_script_leaving_no_key() {
     let server = RedisServer::start();
@@ -174,11 +175,13 @@ fn the_hybrid_mode_beside_the_direct_script_leaving_no_key() {
         "--concurrency",
         "4",
     ]);
-    assert_eq!(cases.len(), 4, "{cases:#?}");
+    assert_eq!(cases.len(), 7, "{cases:#?}");
     assert!(cases.iter().all(|c| c["group"] == "hybrid"), "{cases:#?}");
     let direct = &cases[0];
     assert!(direct["ratio"].is_null(), "{direct}");
-    for case in &cases[1..3] {
+    for (i, case) in [1, 2, 4, 5].map(|i| (i, &cases[i])) {
+        let bounded = case["name"].as_str().unwrap().starts_with("bounded hybrid");
+        assert_eq!(bounded, i > 3, "{case}");
         assert_eq!(case["baseline"], direct["name"], "{case}");
         let ratio = case["ratio"].as_f64().unwrap();
         let expected = case["per_second"].as_f64().unwrap() / direct["per_second"].as_f64().unwrap();
@@ -188,11 +191,13 @@ fn the_hybrid_mode_beside_the_direct_script_leaving_no_key() {
         let per_1000 = case["commands_per_1000"].as_f64().unwrap();
         assert!(per_1000 > 0.0 && per_1000 < 1000.0, "{case}");
     }
-    let shared = &cases[3];
-    // Four instances together admit at least the limit, and at most each
-    // its own limit.
-    let over = shared["admitted_over_limit"].as_f64().unwrap();
-    assert!((0.9..=4.0).contains(&over), "{shared}");
+    // Four instances of today's mode together admit at least the limit,
+    // and at most each its own limit; of the bounded mode, at most the
+    // limit.
+    let over = cases[3]["admitted_over_limit"].as_f64().unwrap();
+    assert!((0.9..=4.0).contains(&over), "{}", cases[3]);
+    let bounded = cases[6]["admitted_over_limit"].as_f64().unwrap();
+    assert!((0.5..=1.0).contains(&bounded), "{}", cases[6]);
     assert_eq!(server.cli(&["DBSIZE"]), "0");
 }
 
