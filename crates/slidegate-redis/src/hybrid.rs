@@ -699,19 +699,22 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
             if cost > 0 {
                 view.keep_until = view.keep_until.max(now_us.saturating_add(lease_us));
             }
-            let leased = cost == 0 || (view.lease >= cost && health < view.lease_until);
-            if !leased {
+            let left = if health < view.lease_until { view.lease } else { 0 };
+            if cost > left {
                 let peek = KeyState::check(&mut view.ring, &i.micro, now_us, 0);
                 self.record(key, own, 0);
                 i.lease_refusals.fetch_add(1, Ordering::Relaxed);
                 return (refused_for_lease(&i.micro, &peek, now_us, i.options.interval), true);
             }
             let d = KeyState::check(&mut view.ring, &i.micro, now_us, cost);
+            let spent = if d.allowed() { cost } else { 0 };
             if cost > 0 {
-                let spent = if d.allowed() { cost } else { 0 };
                 view.lease -= spent;
                 self.record(key, own, spent);
             }
+            // What the lease still allows is what remains here: a peek then
+            // says exactly what a charge would decide (`decide_all`).
+            let d = capped(&i.micro, d, now_us, left - spent);
             (d, cost > 0 && view.lease.saturating_mul(4) < view.granted)
         });
         let (d, early) = decided.map_err(NotLocal::TooLarge)?;
@@ -1257,6 +1260,25 @@ impl KeyState for View {
     fn heap_bytes(&self) -> usize {
         self.ring.heap_bytes()
     }
+}
+
+/// `d` (at `now`, µs read as ns) with at most `most` remaining.
+fn capped(micro: &Policy, d: Decision, now: u64, most: u64) -> Decision {
+    if d.remaining() <= most {
+        return d;
+    }
+    let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    let estimate = d.estimate();
+    let whole = estimate.floor();
+    Decision::at(
+        micro,
+        now,
+        d.allowed(),
+        most,
+        now.saturating_add(nanos(d.reset_after())),
+        d.retry_after().map(|r| now.saturating_add(nanos(r))),
+        (whole as u64, ((estimate - whole) * 1e6) as u64, 1_000_000),
+    )
 }
 
 /// A refusal for want of lease at `now` (µs read as ns, as the views'

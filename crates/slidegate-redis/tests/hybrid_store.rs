@@ -399,3 +399,35 @@ async fn the_background_sync_covers_limits_made_later() {
         assert_eq!(peek.remaining(), 7, "{}", quota.tag());
     }
 }
+
+/// The bounded mode keeps two limits of one key all or nothing: a limit
+/// whose lease cannot cover the cost refuses the call, and the other limit,
+/// whose lease could, is not charged either (a decision's `remaining` is
+/// what its lease still allows, so the peek says what the charge would).
+#[tokio::test]
+async fn the_bounded_mode_keeps_two_limits_all_or_nothing() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(1_700_000_000_000_000_000);
+    let hybrid = store(&server, &clock, HybridOptions::leased(Duration::from_millis(50))).await;
+    let (small, large) = (
+        ring(10, Duration::from_secs(60), 8),
+        ring(100, Duration::from_secs(60), 8),
+    );
+    let both = [small.clone(), large.clone()];
+    // The large limit's demand is 31 (a lease of 62), the small one's 1
+    // (a lease of 2); nothing is admitted before the leases.
+    assert!(!decide_now(&hybrid, "k", std::slice::from_ref(&large), 30)[0].allowed());
+    assert!(decide_now(&hybrid, "k", &both, 1).iter().all(|d| !d.allowed()));
+    hybrid.flush().await.unwrap();
+    let peek = decide_now(&hybrid, "k", &both, 0);
+    assert_eq!((peek[0].remaining(), peek[1].remaining()), (2, 62), "each lease");
+    // 3 fits the large lease, not the small one: nothing is charged.
+    let d = decide_now(&hybrid, "k", &both, 3);
+    assert!(!d[0].allowed());
+    assert!(d[1].allowed(), "the large limit shows its peek");
+    assert_eq!(d[1].remaining(), 62, "and was not charged");
+    // 2 fits both: both are charged.
+    let d = decide_now(&hybrid, "k", &both, 2);
+    assert!(d.iter().all(|d| d.allowed()));
+    assert_eq!((d[0].remaining(), d[1].remaining()), (0, 60));
+}
