@@ -1157,9 +1157,26 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
     ///
     /// As the store's [`reset`](slidegate_store::Store::reset); the local
     /// counts are forgotten anyway.
+    ///
+    /// In the bounded mode the key's lease hash goes too (its counts and
+    /// every instance's lease): the other instances spend what their leases
+    /// still hold and register what they carry at their next sync, so until
+    /// then a grant does not see their leases.
     pub async fn reset(&self, key: &str) -> Result<bool, StoreError> {
         self.forget(key);
         let i = &self.inner;
+        if i.lease_ns > 0 {
+            let mut conn = i.redis.connection().clone();
+            let timeout = i.redis.timeout();
+            let mut del = redis::cmd("DEL");
+            del.arg(format!("{}:lease", i.redis.redis_key(key, &i.quota)));
+            let del = del.query_async::<i64>(&mut conn);
+            let deleted = tokio::time::timeout(timeout, del)
+                .await
+                .map_err(|_| StoreError::Timeout(timeout))?
+                .map_err(StoreError::unavailable)?;
+            return Ok(deleted > 0);
+        }
         i.redis.reset(key, std::slice::from_ref(&i.quota)).await
     }
 

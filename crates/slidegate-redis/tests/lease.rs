@@ -380,3 +380,24 @@ async fn a_dead_redis_leaves_the_lease_then_the_failure_policy() {
     };
     assert!(source.is::<StaleSyncs>(), "{source}");
 }
+
+/// A reset in the bounded mode forgets the key's counts in Redis too (its
+/// lease hash): after it, a sync grants the whole limit again.
+#[tokio::test]
+async fn a_reset_forgets_the_counts_and_the_leases() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(1_000_000_000);
+    let policy = ring(10, Duration::from_secs(60), 8, Weighting::Conservative);
+    let a = leased(&server, policy, &clock, Duration::from_secs(1)).await;
+    assert!(!a.decide("k", 10).unwrap().allowed());
+    a.sync().await.unwrap();
+    let first = (0..20).filter(|_| a.decide("k", 1).unwrap().allowed()).count();
+    assert_eq!(first, 10);
+    a.sync().await.unwrap();
+    assert!(!a.decide("k", 10).unwrap().allowed(), "the limit is spent");
+    assert!(a.reset("k").await.unwrap(), "Redis held the key");
+    assert!(!a.decide("k", 10).unwrap().allowed(), "no lease before the next sync");
+    a.sync().await.unwrap();
+    let again = (0..20).filter(|_| a.decide("k", 1).unwrap().allowed()).count();
+    assert_eq!(again, 10, "the whole limit after the reset");
+}
