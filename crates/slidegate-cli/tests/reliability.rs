@@ -190,17 +190,7 @@ fn signal(name: &str, pid: u32) -> bool {
 /// or why there is none (a gRPC error, or no answer within [`HANG`]); and
 /// how long it took.
 async fn hit(client: &mut Client, key: &str, value: &str) -> (Result<Code, String>, Duration) {
-    let request = RateLimitRequest {
-        domain: "f".to_owned(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: key.to_owned(),
-                value: value.to_owned(),
-            }],
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
+    let request = descriptors_request(key, std::iter::once(value.to_owned()), 0);
     let start = Instant::now();
     let answer = match tokio::time::timeout(HANG, client.should_rate_limit(request)).await {
         Ok(Ok(response)) => Ok(response.into_inner().overall_code()),
@@ -208,6 +198,24 @@ async fn hit(client: &mut Client, key: &str, value: &str) -> (Result<Code, Strin
         Err(_) => Err(format!("no answer within {HANG:?}")),
     };
     (answer, start.elapsed())
+}
+
+/// One call in domain `f` of a descriptor `key=value` per value, each
+/// counting `hits_addend` (0: one).
+fn descriptors_request(key: &str, values: impl Iterator<Item = String>, hits_addend: u32) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "f".to_owned(),
+        descriptors: values
+            .map(|value| RateLimitDescriptor {
+                entries: vec![Entry {
+                    key: key.to_owned(),
+                    value,
+                }],
+                ..Default::default()
+            })
+            .collect(),
+        hits_addend,
+    }
 }
 
 /// Asks every user `per_user` times, `in_flight` calls at a time; asserts
@@ -718,19 +726,7 @@ async fn a_flood_of_distinct_keys_stays_in_its_budget() {
                     if first >= KEYS {
                         break;
                     }
-                    let request = RateLimitRequest {
-                        domain: "f".to_owned(),
-                        descriptors: (first..first + 64)
-                            .map(|k| RateLimitDescriptor {
-                                entries: vec![Entry {
-                                    key: "user".to_owned(),
-                                    value: format!("flood-{k}"),
-                                }],
-                                ..Default::default()
-                            })
-                            .collect(),
-                        ..Default::default()
-                    };
+                    let request = descriptors_request("user", (first..first + 64).map(|k| format!("flood-{k}")), 0);
                     let answer = tokio::time::timeout(HANG, client.should_rate_limit(request)).await;
                     let code = answer.expect("answered in time").expect("no gRPC error").into_inner();
                     assert_eq!(code.overall_code(), Code::Ok);
@@ -809,19 +805,7 @@ async fn a_flood_of_new_keys_never_lets_a_limited_client_through() {
                     let answer = common::request(&serve.http, "POST", "/json", &body);
                     assert!(answer.contains(r#""overallCode":"OK""#), "{answer}");
                 } else {
-                    let request = RateLimitRequest {
-                        domain: "f".to_owned(),
-                        descriptors: (first..first + 64)
-                            .map(|k| RateLimitDescriptor {
-                                entries: vec![Entry {
-                                    key: "flood".to_owned(),
-                                    value: format!("k{k}"),
-                                }],
-                                ..Default::default()
-                            })
-                            .collect(),
-                        hits_addend: 6,
-                    };
+                    let request = descriptors_request("flood", (first..first + 64).map(|k| format!("k{k}")), 6);
                     let answer = tokio::time::timeout(HANG, client.should_rate_limit(request)).await;
                     let answer = answer.expect("answered in time").expect("no gRPC error");
                     assert_eq!(answer.into_inner().overall_code(), Code::Ok);

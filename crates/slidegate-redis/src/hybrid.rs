@@ -893,17 +893,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
                 first_error.get_or_insert(e);
             }
         }
-        match first_error {
-            Some(e) => {
-                self.failed(failed);
-                Err(e)
-            }
-            None => {
-                i.failing.store(false, Ordering::Relaxed);
-                i.failing_since.store(0, Ordering::Relaxed);
-                Ok(())
-            }
-        }
+        self.outcome(first_error, failed)
     }
 
     /// The bounded mode's [`HybridLimiter::send`]: the whole batch in one
@@ -1003,17 +993,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
         for (key, _, pending, _, _) in todo {
             self.put_back(key, pending);
         }
-        match first_error {
-            Some(e) => {
-                self.failed(failed);
-                Err(e)
-            }
-            None => {
-                i.failing.store(false, Ordering::Relaxed);
-                i.failing_since.store(0, Ordering::Relaxed);
-                Ok(())
-            }
-        }
+        self.outcome(first_error, failed)
     }
 
     /// A bounded batch as calls: all of it in one, or one per hash slot
@@ -1030,6 +1010,23 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
                 .push(entry);
         }
         by_slot.into_values().collect()
+    }
+
+    /// A batch's end: its first error, with `failed` keys counted as
+    /// failed, or the syncs healthy again.
+    fn outcome(&self, first_error: Option<RedisStoreError>, failed: usize) -> Result<(), RedisStoreError> {
+        let i = &self.inner;
+        match first_error {
+            Some(e) => {
+                self.failed(failed);
+                Err(e)
+            }
+            None => {
+                i.failing.store(false, Ordering::Relaxed);
+                i.failing_since.store(0, Ordering::Relaxed);
+                Ok(())
+            }
+        }
     }
 
     fn failed(&self, keys: usize) {
@@ -1086,18 +1083,10 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
     fn apply(&self, key: &str, reply: &[i64], sent_us: i64, sent_health: u64) -> Result<(), RedisStoreError> {
         let i = &self.inner;
         let bad = || RedisStoreError::Reply(reply.to_vec());
-        let (reply, grant) = match (i.lease_ns > 0, reply) {
-            (true, &[now, newest, grant, ref rest @ ..]) if grant >= 0 => {
-                let mut r = Vec::with_capacity(rest.len() + 2);
-                r.extend([now, newest]);
-                r.extend_from_slice(rest);
-                (std::borrow::Cow::Owned(r), grant as u64)
-            }
-            (true, _) => return Err(bad()),
-            (false, r) => (std::borrow::Cow::Borrowed(r), 0),
-        };
-        let &[now, newest, ref buckets @ ..] = &reply[..] else {
-            return Err(bad());
+        let (now, newest, grant, buckets) = match (i.lease_ns > 0, reply) {
+            (true, &[now, newest, grant, ref buckets @ ..]) if grant >= 0 => (now, newest, grant as u64, buckets),
+            (false, &[now, newest, ref buckets @ ..]) => (now, newest, 0, buckets),
+            _ => return Err(bad()),
         };
         let (pairs, odd) = buckets.as_chunks::<2>();
         if now < 0 || newest < 0 || !odd.is_empty() || buckets.iter().any(|&x| x < 0) {
@@ -1284,38 +1273,38 @@ fn capped(micro: &Policy, d: Decision, now: u64, most: u64) -> Decision {
     if d.remaining() <= most {
         return d;
     }
-    let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-    let estimate = d.estimate();
-    let whole = estimate.floor();
-    Decision::at(
-        micro,
-        now,
-        d.allowed(),
-        most,
-        now.saturating_add(nanos(d.reset_after())),
-        d.retry_after().map(|r| now.saturating_add(nanos(r))),
-        (whole as u64, ((estimate - whole) * 1e6) as u64, 1_000_000),
-    )
+    let retry = d.retry_after().map(|r| now.saturating_add(nanos(r)));
+    rebuilt(micro, &d, now, d.allowed(), most, retry)
 }
 
 /// A refusal for want of lease at `now` (µs read as ns, as the views'
 /// decisions): nothing remaining here, the view's estimate and reset, a
 /// retry after the next sync.
 fn refused_for_lease(micro: &Policy, peek: &Decision, now: u64, interval: Duration) -> Decision {
-    let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
     // The views' instants are µs read as ns: a duration's µs.
-    let micros = |d: Duration| nanos(d) / 1000;
-    let estimate = peek.estimate();
+    let retry = now.saturating_add((nanos(interval) / 1000).max(1));
+    rebuilt(micro, peek, now, false, 0, Some(retry))
+}
+
+/// `d`'s reset and estimate at `now`, with this outcome, remaining and
+/// retry instant.
+fn rebuilt(micro: &Policy, d: &Decision, now: u64, allowed: bool, remaining: u64, retry: Option<u64>) -> Decision {
+    let estimate = d.estimate();
     let whole = estimate.floor();
     Decision::at(
         micro,
         now,
-        false,
-        0,
-        now.saturating_add(nanos(peek.reset_after())),
-        Some(now.saturating_add(micros(interval).max(1))),
+        allowed,
+        remaining,
+        now.saturating_add(nanos(d.reset_after())),
+        retry,
         (whole as u64, ((estimate - whole) * 1e6) as u64, 1_000_000),
     )
+}
+
+/// A duration's ns, saturating.
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// The background sync of a [`HybridLimiter`]: stops when dropped.
