@@ -30,6 +30,16 @@ impl<C: Clock> Limiter<C> {
         self.state.check(&self.policy, now, cost)
     }
 
+    /// [`Limiter::check`] without the headers: whether `cost` units may
+    /// pass now (counted if so), the same decision and new state as
+    /// `check` at the same instant, without building a [`Decision`] (a
+    /// refusal works out no retry-after).
+    #[inline]
+    pub fn admit(&mut self, cost: u64) -> bool {
+        let now = self.clock.now();
+        self.state.admit(&self.policy, now, cost)
+    }
+
     /// The policy.
     pub fn policy(&self) -> &Policy {
         &self.policy

@@ -139,7 +139,7 @@ mod tests {
     /// The bytes per key documented on each type.
     #[test]
     fn documented_sizes() {
-        assert_eq!(size_of::<SlidingWindow<u32>>(), 40);
+        assert_eq!(size_of::<SlidingWindow<u32>>(), 48);
         assert_eq!(size_of::<FixedWindow>(), 16);
         assert_eq!(size_of::<SlidingLog>(), 40);
         assert_eq!(size_of::<Gcra>(), 8);

@@ -7,7 +7,7 @@ use slidegate_conformance::oracle::{ExactLog, SeedCounter};
 use slidegate_conformance::strategy::{
     CASES, Family, config, extreme_policy_in, extreme_steps, requests, ring, times, weighting,
 };
-use slidegate_core::{Algorithm, LimitState, Policy, SlidingWindow, State, Weighting};
+use slidegate_core::{Algorithm, Clock, LimitState, Limiter, ManualClock, Policy, SlidingWindow, State, Weighting};
 use std::time::Duration;
 
 slidegate_conformance::suite! {
@@ -106,6 +106,21 @@ proptest! {
             let _ = state.estimate(&policy, t);
             state.record(&policy, t, cost);
             let _ = state.expires_at(&policy);
+        }
+    }
+
+    /// `Limiter::admit` decides as `Limiter::check` does and leaves the
+    /// same state: two limiters on one clock, one asked for headers and
+    /// one for yes or no, any policy, time (backwards too) and cost.
+    #[test]
+    fn limiter_admit_is_check_without_headers(policy in extreme_policy_in(&Family::Any), steps in extreme_steps()) {
+        let clock = ManualClock::new(0);
+        let mut checked = Limiter::new(policy.clone(), &clock);
+        let mut admitted = Limiter::new(policy, &clock);
+        for (t, cost) in steps {
+            clock.set(t);
+            prop_assert_eq!(admitted.admit(cost), checked.check(cost).allowed(), "at {} cost {}", clock.now(), cost);
+            prop_assert_eq!(admitted.state(), checked.state());
         }
     }
 }
