@@ -115,7 +115,7 @@ proptest! {
     #[test]
     fn limiter_admit_is_check_without_headers(policy in extreme_policy_in(&Family::Any), steps in extreme_steps()) {
         let clock = ManualClock::new(0);
-        let mut checked = Limiter::new(policy.clone(), &clock);
+        let mut checked = Limiter::new(policy, &clock);
         let mut admitted = Limiter::new(policy, &clock);
         for (t, cost) in steps {
             clock.set(t);
