@@ -10,7 +10,7 @@ use clap::ValueEnum;
 use governor::{Quota, RateLimiter};
 use serde::Serialize;
 use slidegate_core::duration::parse_positive_duration;
-use slidegate_core::{Algorithm, Clock, LimitState, MonotonicClock, Policy, State, Weighting};
+use slidegate_core::{Algorithm, Limiter, MonotonicClock, Policy, Weighting};
 use slidegate_memory::{Budget, KeyedLimiter};
 use std::hint::black_box;
 use std::io::Write;
@@ -114,23 +114,6 @@ impl Case {
     }
 }
 
-/// Runs `op` in batches until `time` has passed; operations per second.
-fn throughput(time: Duration, mut op: impl FnMut(u64)) -> f64 {
-    const BATCH: u64 = 1024;
-    let start = Instant::now();
-    let mut done = 0u64;
-    loop {
-        for i in 0..BATCH {
-            op(done + i);
-        }
-        done += BATCH;
-        let elapsed = start.elapsed();
-        if elapsed >= time {
-            return done as f64 / elapsed.as_secs_f64();
-        }
-    }
-}
-
 /// A spread of keys: a fixed, cheap permutation of `0..keys`.
 pub(crate) fn key(i: u64, keys: u64) -> u64 {
     i.wrapping_mul(0x9E37_79B9_7F4A_7C15) % keys.max(1)
@@ -156,95 +139,315 @@ fn algorithms() -> Vec<(String, Algorithm)> {
     ]
 }
 
-/// Every algorithm's decision on one key, reading the monotonic clock as in
-/// production, against governor's direct limiter with its own clock.
-fn bench_algorithms(time: Duration, progress: &dyn Fn(&str)) -> Result<Vec<Case>> {
-    // A limit no run reaches, so that every decision admits (checked: a row
-    // that refused would measure refusals); sliding_log keeps every
-    // admitted request, so its window is 1 ms under a limit of 10⁶ (no
-    // thread checks 10⁹ times a second), each check dropping what left the
-    // window, as a log at its steady state does; gcra spaces admissions by
-    // its interval, so its interval is 1 ns.
-    let limit = 1_000_000_000;
-    let quota = Quota::per_minute(NonZeroU32::new(u32::MAX).context("a non-zero quota")?);
-    progress("governor direct check");
-    let governor = RateLimiter::direct(quota);
-    let base = throughput(time, |_| {
-        black_box(governor.check().is_ok());
-    });
-    let baseline = "governor direct check".to_owned();
-    let mut cases = vec![Case::new("algorithms", baseline.clone(), base)];
-    let clock = MonotonicClock::new();
-    for (name, algorithm) in algorithms() {
-        progress(&name);
-        let (limit, window, label) = match algorithm {
-            Algorithm::SlidingLog => (
-                1_000_000,
-                Duration::from_millis(1),
-                format!("{name} check (a 1 ms window, every check admitted)"),
-            ),
-            // An emission interval of 1 ns, shorter than any check.
-            Algorithm::Gcra { .. } => (
-                60_000_000_000,
-                Duration::from_secs(60),
-                format!("{name} check (a 1 ns interval, every check admitted)"),
-            ),
-            _ => (limit, Duration::from_secs(60), format!("{name} check")),
-        };
-        let policy = Policy::new(limit, window, algorithm)?;
-        let mut state = State::new(&policy);
-        let mut refused = 0u64;
-        let per_second = throughput(time, |_| {
-            refused += u64::from(!black_box(state.check(&policy, clock.now(), 1).allowed()));
-        });
-        anyhow::ensure!(
-            refused == 0,
-            "{label}: {refused} checks refused, so the row would not measure admissions"
-        );
-        let mut case = Case::new("algorithms", label, per_second);
-        case.ratio = Some(per_second / base);
-        case.baseline = Some(baseline.clone());
-        cases.push(case);
-    }
-    Ok(cases)
+/// What a row expects of its decisions: every one admitted, or every one
+/// refused after the first (a row that did otherwise would not measure
+/// what its name says).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Expect {
+    Admitted,
+    Refused,
 }
 
-/// The keyed store on one hot key and over `keys` keys, against governor's
-/// keyed limiter on a `DashMap`, one thread each.
+impl Expect {
+    /// The limit per minute of governor's quota and of ours: one no run
+    /// reaches, or 1.
+    fn limit(self) -> u32 {
+        match self {
+            Expect::Admitted => u32::MAX,
+            Expect::Refused => 1,
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Expect::Admitted => "",
+            Expect::Refused => ", refused",
+        }
+    }
+
+    /// `Ok` when `admitted` of `done` decisions (over `keys` keys) is what
+    /// the row expects.
+    fn verify(self, name: &str, admitted: u64, done: u64, keys: u64) -> Result<()> {
+        let fits = match self {
+            Expect::Admitted => admitted == done,
+            Expect::Refused => admitted <= keys,
+        };
+        anyhow::ensure!(
+            fits,
+            "{name}: {admitted} of {done} decisions admitted, so the row would not measure what it says"
+        );
+        Ok(())
+    }
+}
+
+/// What a row runs: each call decides request `i` and says whether it
+/// admitted.
+enum Op<'a> {
+    /// On this thread (a direct limiter is one thread's).
+    Own(&'a mut dyn FnMut(u64) -> bool),
+    /// On that many threads at once, sharing the limiter.
+    Shared(usize, &'a (dyn Fn(u64) -> bool + Sync)),
+}
+
+/// Runs `op` until `time` has passed: decisions per second over all
+/// threads, and the decisions admitted and made.
+fn measure(time: Duration, op: Op<'_>) -> (f64, u64, u64) {
+    const BATCH: u64 = 1024;
+    let start = Instant::now();
+    // `first` sets where a thread's stretch of the key sequence starts.
+    let run = |first: u64, op: &mut dyn FnMut(u64) -> bool| {
+        let (mut i, mut admitted, mut done) = (first, 0u64, 0u64);
+        loop {
+            for _ in 0..BATCH {
+                admitted += u64::from(black_box(op(i)));
+                i += 1;
+            }
+            done += BATCH;
+            if start.elapsed() >= time {
+                return (admitted, done);
+            }
+        }
+    };
+    let (admitted, done) = match op {
+        Op::Own(op) => run(0, op),
+        Op::Shared(threads, op) => std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads as u64)
+                .map(|t| scope.spawn(move || run(t << 40, &mut |i| op(i))))
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| w.join().unwrap_or((0, 0)))
+                .fold((0, 0), |(a, d), (a1, d1)| (a + a1, d + d1))
+        }),
+    };
+    (done as f64 / start.elapsed().as_secs_f64(), admitted, done)
+}
+
+/// A baseline row and the rows measured against it, in the order run.
+struct Rows<'a> {
+    group: &'static str,
+    time: Duration,
+    progress: &'a dyn Fn(&str),
+    cases: Vec<Case>,
+}
+
+impl Rows<'_> {
+    /// Measures one row; against `baseline` (the name of an earlier row)
+    /// when given. `keys` is how many keys the row spreads over.
+    fn row(
+        &mut self,
+        name: String,
+        baseline: Option<&str>,
+        expect: Expect,
+        keys: u64,
+        op: Op<'_>,
+    ) -> Result<()> {
+        (self.progress)(&name);
+        let (per_second, admitted, done) = measure(self.time, op);
+        expect.verify(&name, admitted, done, keys)?;
+        let mut case = Case::new(self.group, name, per_second);
+        if let Some(baseline) = baseline {
+            let base = self
+                .cases
+                .iter()
+                .find(|c| c.name == baseline)
+                .map(|c| c.per_second)
+                .context("the baseline runs first")?;
+            case.ratio = Some(per_second / base);
+            case.baseline = Some(baseline.to_owned());
+        }
+        self.cases.push(case);
+        Ok(())
+    }
+}
+
+/// Rows of the `algorithms` group.
+pub(crate) const ALGORITHM_ROWS: u64 = 2 * (1 + 6) + 2 * (1 + 3);
+
+/// Every algorithm's decision on one key, reading the monotonic clock as in
+/// production, against governor's direct limiter with its default clock
+/// (`quanta`, as its users get it): yes or no (`Limiter::admit` against
+/// governor's `check`) and with the headers' figures (`Limiter::check`,
+/// reading the remaining count and the retry-after, against governor's
+/// `StateInformationMiddleware` and `NotUntil::wait_time_from`), admitted
+/// and refused.
+fn bench_algorithms(time: Duration, progress: &dyn Fn(&str)) -> Result<Vec<Case>> {
+    use governor::clock::{Clock as _, DefaultClock};
+    use governor::middleware::StateInformationMiddleware;
+    let mut rows = Rows {
+        group: "algorithms",
+        time,
+        progress,
+        cases: Vec::new(),
+    };
+    let window = Duration::from_secs(60);
+    for expect in [Expect::Admitted, Expect::Refused] {
+        let quota = Quota::per_minute(NonZeroU32::new(expect.limit()).context("a non-zero quota")?);
+        let clock = DefaultClock::default();
+        let plain = RateLimiter::direct_with_clock(quota, clock.clone());
+        let with_state = RateLimiter::direct_with_clock(quota, clock.clone()).with_middleware::<StateInformationMiddleware>();
+        let (base, base_state) = (
+            format!("governor direct check{}", expect.label()),
+            format!("governor direct check with its state{}", expect.label()),
+        );
+        rows.row(base.clone(), None, expect, 1, Op::Own(&mut |_| plain.check().is_ok()))?;
+        let chosen: Vec<(String, Algorithm)> = match expect {
+            Expect::Admitted => algorithms(),
+            Expect::Refused => algorithms()
+                .into_iter()
+                .filter(|(_, a)| matches!(a, Algorithm::SlidingWindow { .. } | Algorithm::Gcra { .. }))
+                .collect(),
+        };
+        let limiter = |name: &str, algorithm: Algorithm| -> Result<(String, Limiter<MonotonicClock>)> {
+            let (limit, window, label) = match (expect, algorithm) {
+                (Expect::Refused, _) => (1, window, name.to_owned()),
+                // sliding_log keeps every admitted request: a 1 ms window
+                // under a limit of 10⁶ (no thread checks 10⁹ times a
+                // second), each check dropping what left the window, as a
+                // log at its steady state does.
+                (_, Algorithm::SlidingLog) => (1_000_000, Duration::from_millis(1), format!("{name} (a 1 ms window)")),
+                // gcra spaces admissions by its interval: 1 ns.
+                (_, Algorithm::Gcra { .. }) => (60_000_000_000, window, format!("{name} (a 1 ns interval)")),
+                _ => (u64::from(u32::MAX), window, name.to_owned()),
+            };
+            // A refused gcra row: a burst of 1, so that only the first
+            // request passes.
+            let algorithm = match (expect, algorithm) {
+                (Expect::Refused, Algorithm::Gcra { .. }) => Algorithm::Gcra { burst: 1 },
+                _ => algorithm,
+            };
+            let policy = Policy::new(limit, window, algorithm)?;
+            Ok((label, Limiter::new(policy, MonotonicClock::new())))
+        };
+        for (name, algorithm) in &chosen {
+            let (label, mut limiter) = limiter(name, *algorithm)?;
+            let name = format!("{label} admit{}", expect.label());
+            rows.row(name, Some(&base), expect, 1, Op::Own(&mut |_| limiter.admit(1)))?;
+        }
+        rows.row(
+            base_state.clone(),
+            None,
+            expect,
+            1,
+            Op::Own(&mut |_| match with_state.check() {
+                Ok(snapshot) => {
+                    black_box(snapshot.remaining_burst_capacity());
+                    true
+                }
+                Err(not_until) => {
+                    black_box(not_until.wait_time_from(clock.now()));
+                    false
+                }
+            }),
+        )?;
+        for (name, algorithm) in &chosen {
+            let (label, mut limiter) = limiter(name, *algorithm)?;
+            let name = format!("{label} check{}", expect.label());
+            rows.row(name, Some(&base_state), expect, 1, Op::Own(&mut |_| read_headers(limiter.check(1))))?;
+        }
+    }
+    Ok(rows.cases)
+}
+
+/// Reads what a response's headers carry, and says whether it admitted.
+fn read_headers(decision: slidegate_core::Decision) -> bool {
+    black_box(decision.remaining());
+    black_box(decision.retry_after());
+    decision.allowed()
+}
+
+/// Rows of the `store` group.
+pub(crate) const STORE_ROWS: u64 = 2 * 7;
+
+/// The keyed store against governor's keyed limiter on a `DashMap`, both
+/// with their default hashers and clocks: one hot key and `keys` keys
+/// (filled before measuring), yes or no (`admit` against `check_key`) and
+/// with the headers' figures, admitted and refused, 1 and 2 threads.
 fn bench_store(time: Duration, keys: u64, progress: &dyn Fn(&str)) -> Result<Vec<Case>> {
-    let quota = Quota::per_minute(NonZeroU32::new(1_000).context("a non-zero quota")?);
+    use governor::clock::{Clock as _, DefaultClock};
+    use governor::middleware::StateInformationMiddleware;
     let algorithm = Algorithm::SlidingWindow {
         buckets: 8,
         weighting: Weighting::Conservative,
     };
-    let policy = Policy::new(1_000, Duration::from_secs(60), algorithm)?;
+    let mut rows = Rows {
+        group: "store",
+        time,
+        progress,
+        cases: Vec::new(),
+    };
     let slots = usize::try_from(keys.saturating_mul(2)).unwrap_or(usize::MAX);
-    let mut cases = Vec::new();
-    for (label, spread) in [("one hot key", 1), ("many keys", keys)] {
-        let label = if spread == 1 {
-            label.to_owned()
-        } else {
-            format!("{spread} keys")
-        };
-        progress(&format!("governor keyed, {label}"));
-        let governor = RateLimiter::dashmap(quota);
-        let base = throughput(time, |i| {
-            black_box(governor.check_key(&key(i, spread)).is_ok());
-        });
-        let baseline = format!("governor keyed check, {label}");
-        cases.push(Case::new("store", baseline.clone(), base));
-        progress(&format!("slidegate store, {label}"));
+    let cases: [(u64, Expect, usize, bool); 7] = [
+        (1, Expect::Admitted, 1, false),
+        (1, Expect::Admitted, 1, true),
+        (1, Expect::Refused, 1, false),
+        (1, Expect::Admitted, 2, false),
+        (keys, Expect::Admitted, 1, false),
+        (keys, Expect::Admitted, 1, true),
+        (keys, Expect::Admitted, 2, false),
+    ];
+    for (spread, expect, threads, headers) in cases {
+        let what = format!(
+            "{}{}{}",
+            if spread == 1 { "one hot key".to_owned() } else { format!("{spread} keys") },
+            expect.label(),
+            if threads == 1 { String::new() } else { format!(", {threads} threads") }
+        );
+        let quota = Quota::per_minute(NonZeroU32::new(expect.limit()).context("a non-zero quota")?);
+        let policy = Policy::new(u64::from(expect.limit()), Duration::from_secs(60), algorithm)?;
         let ours: KeyedLimiter<u64, MonotonicClock> =
             KeyedLimiter::new(policy, MonotonicClock::new(), Budget::keys(slots));
-        let per_second = throughput(time, |i| {
-            black_box(ours.check(&key(i, spread), 1).is_ok_and(|d| d.allowed()));
+        let base = if headers {
+            let clock = DefaultClock::default();
+            let governor = RateLimiter::dashmap_with_clock(quota, clock.clone()).with_middleware::<StateInformationMiddleware>();
+            let check = |i: u64| match governor.check_key(&key(i, spread)) {
+                Ok(snapshot) => {
+                    black_box(snapshot.remaining_burst_capacity());
+                    true
+                }
+                Err(not_until) => {
+                    black_box(not_until.wait_time_from(clock.now()));
+                    false
+                }
+            };
+            (0..spread).for_each(|i| {
+                check(i);
+            });
+            let base = format!("governor keyed check with its state, {what}");
+            rows.row(base.clone(), None, expect, spread, Op::Shared(threads, &check))?;
+            base
+        } else {
+            let governor = RateLimiter::dashmap(quota);
+            let check = |i: u64| governor.check_key(&key(i, spread)).is_ok();
+            (0..spread).for_each(|i| {
+                check(i);
+            });
+            let base = format!("governor keyed check, {what}");
+            rows.row(base.clone(), None, expect, spread, Op::Shared(threads, &check))?;
+            base
+        };
+        (0..spread).for_each(|i| {
+            let _ = ours.admit(&key(i, spread), 1);
         });
-        let mut case = Case::new("store", format!("slidegate KeyedLimiter check, {label}"), per_second);
-        case.ratio = Some(per_second / base);
-        case.baseline = Some(baseline);
-        cases.push(case);
+        if headers {
+            rows.row(
+                format!("slidegate KeyedLimiter check, {what}"),
+                Some(&base),
+                expect,
+                spread,
+                Op::Shared(threads, &|i| ours.check(&key(i, spread), 1).is_ok_and(read_headers)),
+            )?;
+        } else {
+            rows.row(
+                format!("slidegate KeyedLimiter admit, {what}"),
+                Some(&base),
+                expect,
+                spread,
+                Op::Shared(threads, &|i| ours.admit(&key(i, spread), 1).unwrap_or(false)),
+            )?;
+        }
     }
-    Ok(cases)
+    Ok(rows.cases)
 }
 
 pub(crate) fn percentile(sorted: &[Duration], p: f64) -> Option<f64> {
@@ -415,8 +618,8 @@ pub(crate) fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     let redis = args.redis.as_deref().filter(|_| chosen("redis"));
     let hybrid = args.redis.as_deref().filter(|_| chosen("hybrid"));
     let steps = [
-        ("algorithms", 7),
-        ("store", 4),
+        ("algorithms", ALGORITHM_ROWS),
+        ("store", STORE_ROWS),
         ("service", 2),
         ("redis", crate::bench_redis::steps(args.redis_concurrency.len())),
         ("hybrid", crate::bench_hybrid::STEPS),
