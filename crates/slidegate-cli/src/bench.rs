@@ -34,6 +34,12 @@ pub(crate) struct Args {
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_positive_duration)]
     time: Duration,
 
+    /// Rounds of the algorithms and store groups: each round runs every
+    /// baseline and the rows against it again, and each row reports the
+    /// median of its rounds' decisions/s and ratios
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    rounds: usize,
+
     /// Distinct keys of the store's many-key cases
     #[arg(long, value_name = "N", default_value_t = 1_000_000)]
     keys: u64,
@@ -139,6 +145,32 @@ fn algorithms() -> Vec<(String, Algorithm)> {
     ]
 }
 
+/// Runs a group `n` times, its baselines and rows taking turns, and keeps
+/// each row's median decisions/s and median ratio (each round's ratio is
+/// to that round's baseline).
+fn rounds(n: usize, mut group: impl FnMut() -> Result<Vec<Case>>) -> Result<Vec<Case>> {
+    let runs = (0..n).map(|_| group()).collect::<Result<Vec<_>>>()?;
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied()
+    };
+    let Some(first) = runs.first() else {
+        return Ok(Vec::new());
+    };
+    Ok(first
+        .iter()
+        .enumerate()
+        .map(|(i, case)| {
+            let of = |f: fn(&Case) -> Option<f64>| median(runs.iter().filter_map(|r| r.get(i).and_then(f)).collect());
+            Case {
+                per_second: of(|c| Some(c.per_second)).unwrap_or(case.per_second),
+                ratio: of(|c| c.ratio),
+                ..case.clone()
+            }
+        })
+        .collect())
+}
+
 /// What a row expects of its decisions: every one admitted, or every one
 /// refused after the first (a row that did otherwise would not measure
 /// what its name says).
@@ -187,22 +219,29 @@ enum Op<'a> {
     Own(&'a mut dyn FnMut(u64) -> bool),
     /// On that many threads at once, sharing the limiter.
     Shared(usize, &'a (dyn Fn(u64) -> bool + Sync)),
+    /// On this thread, `BATCH` requests a call from request `i` on,
+    /// answering how many it admitted.
+    Batches(&'a mut dyn FnMut(u64) -> u64),
 }
+
+/// Requests per call of a batch row.
+const BATCH: u64 = 16;
 
 /// Runs `op` until `time` has passed: decisions per second over all
 /// threads, and the decisions admitted and made.
 fn measure(time: Duration, op: Op<'_>) -> (f64, u64, u64) {
-    const BATCH: u64 = 1024;
+    /// Calls between readings of the time.
+    const CALLS: u64 = 1024;
     let start = Instant::now();
     // `first` sets where a thread's stretch of the key sequence starts.
     let run = |first: u64, op: &mut dyn FnMut(u64) -> bool| {
         let (mut i, mut admitted, mut done) = (first, 0u64, 0u64);
         loop {
-            for _ in 0..BATCH {
+            for _ in 0..CALLS {
                 admitted += u64::from(black_box(op(i)));
                 i += 1;
             }
-            done += BATCH;
+            done += CALLS;
             if start.elapsed() >= time {
                 return (admitted, done);
             }
@@ -210,6 +249,16 @@ fn measure(time: Duration, op: Op<'_>) -> (f64, u64, u64) {
     };
     let (admitted, done) = match op {
         Op::Own(op) => run(0, op),
+        Op::Batches(op) => {
+            let (mut i, mut admitted) = (0u64, 0u64);
+            while start.elapsed() < time {
+                for _ in 0..CALLS / BATCH {
+                    admitted += black_box(op(i));
+                    i += BATCH;
+                }
+            }
+            (admitted, i)
+        }
         Op::Shared(threads, op) => std::thread::scope(|scope| {
             let workers: Vec<_> = (0..threads as u64)
                 .map(|t| scope.spawn(move || run(t << 40, &mut |i| op(i))))
@@ -234,14 +283,7 @@ struct Rows<'a> {
 impl Rows<'_> {
     /// Measures one row; against `baseline` (the name of an earlier row)
     /// when given. `keys` is how many keys the row spreads over.
-    fn row(
-        &mut self,
-        name: String,
-        baseline: Option<&str>,
-        expect: Expect,
-        keys: u64,
-        op: Op<'_>,
-    ) -> Result<()> {
+    fn row(&mut self, name: String, baseline: Option<&str>, expect: Expect, keys: u64, op: Op<'_>) -> Result<()> {
         (self.progress)(&name);
         let (per_second, admitted, done) = measure(self.time, op);
         expect.verify(&name, admitted, done, keys)?;
@@ -285,7 +327,8 @@ fn bench_algorithms(time: Duration, progress: &dyn Fn(&str)) -> Result<Vec<Case>
         let quota = Quota::per_minute(NonZeroU32::new(expect.limit()).context("a non-zero quota")?);
         let clock = DefaultClock::default();
         let plain = RateLimiter::direct_with_clock(quota, clock.clone());
-        let with_state = RateLimiter::direct_with_clock(quota, clock.clone()).with_middleware::<StateInformationMiddleware>();
+        let with_state =
+            RateLimiter::direct_with_clock(quota, clock.clone()).with_middleware::<StateInformationMiddleware>();
         let (base, base_state) = (
             format!("governor direct check{}", expect.label()),
             format!("governor direct check with its state{}", expect.label()),
@@ -343,7 +386,13 @@ fn bench_algorithms(time: Duration, progress: &dyn Fn(&str)) -> Result<Vec<Case>
         for (name, algorithm) in &chosen {
             let (label, mut limiter) = limiter(name, *algorithm)?;
             let name = format!("{label} check{}", expect.label());
-            rows.row(name, Some(&base_state), expect, 1, Op::Own(&mut |_| read_headers(limiter.check(1))))?;
+            rows.row(
+                name,
+                Some(&base_state),
+                expect,
+                1,
+                Op::Own(&mut |_| read_headers(limiter.check(1))),
+            )?;
         }
     }
     Ok(rows.cases)
@@ -357,7 +406,7 @@ fn read_headers(decision: slidegate_core::Decision) -> bool {
 }
 
 /// Rows of the `store` group.
-pub(crate) const STORE_ROWS: u64 = 2 * 7;
+pub(crate) const STORE_ROWS: u64 = 2 * 7 + 1;
 
 /// The keyed store against governor's keyed limiter on a `DashMap`, both
 /// with their default hashers and clocks: one hot key and `keys` keys
@@ -389,9 +438,17 @@ fn bench_store(time: Duration, keys: u64, progress: &dyn Fn(&str)) -> Result<Vec
     for (spread, expect, threads, headers) in cases {
         let what = format!(
             "{}{}{}",
-            if spread == 1 { "one hot key".to_owned() } else { format!("{spread} keys") },
+            if spread == 1 {
+                "one hot key".to_owned()
+            } else {
+                format!("{spread} keys")
+            },
             expect.label(),
-            if threads == 1 { String::new() } else { format!(", {threads} threads") }
+            if threads == 1 {
+                String::new()
+            } else {
+                format!(", {threads} threads")
+            }
         );
         let quota = Quota::per_minute(NonZeroU32::new(expect.limit()).context("a non-zero quota")?);
         let policy = Policy::new(u64::from(expect.limit()), Duration::from_secs(60), algorithm)?;
@@ -399,7 +456,8 @@ fn bench_store(time: Duration, keys: u64, progress: &dyn Fn(&str)) -> Result<Vec
             KeyedLimiter::new(policy, MonotonicClock::new(), Budget::keys(slots));
         let base = if headers {
             let clock = DefaultClock::default();
-            let governor = RateLimiter::dashmap_with_clock(quota, clock.clone()).with_middleware::<StateInformationMiddleware>();
+            let governor =
+                RateLimiter::dashmap_with_clock(quota, clock.clone()).with_middleware::<StateInformationMiddleware>();
             let check = |i: u64| match governor.check_key(&key(i, spread)) {
                 Ok(snapshot) => {
                     black_box(snapshot.remaining_burst_capacity());
@@ -445,6 +503,26 @@ fn bench_store(time: Duration, keys: u64, progress: &dyn Fn(&str)) -> Result<Vec
                 spread,
                 Op::Shared(threads, &|i| ours.admit(&key(i, spread), 1).unwrap_or(false)),
             )?;
+            if spread > 1 && threads == 1 {
+                // The same requests BATCH at a time (`admit_many`, which
+                // overlaps their memory misses); governor has no batch.
+                let (mut keys, mut out) = (Vec::new(), Vec::new());
+                let mut batch = |i: u64| {
+                    keys.clear();
+                    keys.extend((i..i + BATCH).map(|i| key(i, spread)));
+                    let requests: Vec<(&u64, u64)> = keys.iter().map(|k| (k, 1)).collect();
+                    out.clear();
+                    ours.admit_many(&requests, &mut out);
+                    out.iter().filter(|r| matches!(r, Ok(true))).count() as u64
+                };
+                rows.row(
+                    format!("slidegate KeyedLimiter admit_many, {BATCH} a call, {what}"),
+                    Some(&base),
+                    expect,
+                    spread,
+                    Op::Batches(&mut batch),
+                )?;
+            }
         }
     }
     Ok(rows.cases)
@@ -529,8 +607,9 @@ fn write_table(cases: &[Case], out: &mut dyn Write) -> Result<()> {
     }
     writeln!(
         out,
-        "ratio: decisions/s of the case over its baseline in the same run (the line above it; \
-         in the redis group, the INCR line of the same concurrency)"
+        "ratio: decisions/s of the case over its baseline in the same run (an earlier line: \
+         governor's in the algorithms and store groups; in the redis group, the INCR line of \
+         the same concurrency)"
     )?;
     for c in cases {
         if let Some(k) = c.commands_per_1000 {
@@ -606,6 +685,7 @@ fn write_redis_matrix(cases: &[Case], out: &mut dyn Write) -> Result<()> {
 pub(crate) fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     let chosen = |group: &str| args.only.is_empty() || args.only.iter().any(|g| g == group);
     anyhow::ensure!(args.keys > 0, "--keys 0: must be at least 1");
+    anyhow::ensure!(args.rounds > 0, "--rounds 0: must be at least 1");
     anyhow::ensure!(args.concurrency > 0, "--concurrency 0: must be at least 1");
     anyhow::ensure!(
         !args.redis_concurrency.is_empty() && !args.redis_concurrency.contains(&0),
@@ -618,8 +698,8 @@ pub(crate) fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     let redis = args.redis.as_deref().filter(|_| chosen("redis"));
     let hybrid = args.redis.as_deref().filter(|_| chosen("hybrid"));
     let steps = [
-        ("algorithms", ALGORITHM_ROWS),
-        ("store", STORE_ROWS),
+        ("algorithms", ALGORITHM_ROWS * args.rounds as u64),
+        ("store", STORE_ROWS * args.rounds as u64),
         ("service", 2),
         ("redis", crate::bench_redis::steps(args.redis_concurrency.len())),
         ("hybrid", crate::bench_hybrid::STEPS),
@@ -633,10 +713,10 @@ pub(crate) fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     let progress = |step: &str| crate::progress::step(&bar, step);
     let mut cases = Vec::new();
     if chosen("algorithms") {
-        cases.extend(bench_algorithms(args.time, &progress)?);
+        cases.extend(rounds(args.rounds, || bench_algorithms(args.time, &progress))?);
     }
     if chosen("store") {
-        cases.extend(bench_store(args.time, args.keys, &progress)?);
+        cases.extend(rounds(args.rounds, || bench_store(args.time, args.keys, &progress))?);
     }
     if chosen("service") {
         cases.extend(bench_service(args.time, args.concurrency, &progress)?);
@@ -660,4 +740,31 @@ pub(crate) fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     }
     out.flush()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each row keeps the median of its rounds: decisions/s, and the ratio
+    /// each round had to its own baseline.
+    #[test]
+    fn rounds_keep_each_rows_medians() {
+        let mut round = 0;
+        let group = || {
+            round += 1;
+            let base = Case::new("store", "base", [10.0, 30.0, 20.0][round - 1]);
+            let mut ours = Case::new("store", "ours", [15.0, 33.0, 10.0][round - 1]);
+            ours.ratio = Some(ours.per_second / base.per_second);
+            ours.baseline = Some("base".to_owned());
+            Ok(vec![base, ours])
+        };
+        let cases = rounds(3, group).unwrap();
+        assert_eq!(cases.len(), 2);
+        assert_eq!(
+            (cases[0].name.as_str(), cases[0].per_second, cases[0].ratio),
+            ("base", 20.0, None)
+        );
+        assert_eq!((cases[1].per_second, cases[1].ratio), (15.0, Some(1.1)));
+    }
 }

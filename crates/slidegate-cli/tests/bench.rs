@@ -9,9 +9,10 @@ use std::process::Command;
 #[test]
 fn algorithms_and_store_beside_their_baselines() {
     let cases = bench_json(&["--only", "algorithms,store", "--time", "20ms", "--keys", "1000"]);
-    // The governor baseline, then the six algorithms; two baselines and
-    // two store cases.
-    assert_eq!(cases.len(), 7 + 4, "{cases:#?}");
+    // Algorithms: governor's check, then the six algorithms' admit; its
+    // check with its state, then the six's check; the same refused, for
+    // two sliding windows and gcra. Store: seven pairs and one batch row.
+    assert_eq!(cases.len(), 2 * (1 + 6) + 2 * (1 + 3) + 2 * 7 + 1, "{cases:#?}");
     for case in &cases {
         assert!(case["per_second"].as_f64().is_some_and(|v| v > 0.0), "{case}");
         match case["baseline"].as_str() {
@@ -31,11 +32,15 @@ fn algorithms_and_store_beside_their_baselines() {
             .iter()
             .any(|c| c["name"] == "sliding_window n=8 conservative check")
     );
-    assert!(
-        cases
-            .iter()
-            .any(|c| c["group"] == "store" && c["name"].as_str().unwrap().contains("1000 keys"))
-    );
+    for name in [
+        "sliding_window n=8 conservative admit, refused",
+        "governor direct check with its state, refused",
+        "slidegate KeyedLimiter admit, one hot key, 2 threads",
+        "slidegate KeyedLimiter admit_many, 16 a call, 1000 keys",
+        "slidegate KeyedLimiter check, 1000 keys",
+    ] {
+        assert!(cases.iter().any(|c| c["name"] == name), "{name}");
+    }
 }
 
 #[test]
@@ -57,6 +62,12 @@ fn bad_flags_are_refused() {
         .expect("the binary runs");
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--keys 0"));
+    let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        .args(["bench", "--rounds", "0"])
+        .output()
+        .expect("the binary runs");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--rounds 0"));
     for list in ["0", "1,0,8"] {
         let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
             .args(["bench", "--redis-concurrency", list])

@@ -270,6 +270,11 @@ impl<K: Key, St: KeyState> Store<K, St> {
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let (hash, shard) = self.locate(key);
+        // The key's home slot is most likely a memory miss: start it before
+        // taking the lock, so that it overlaps the lock's acquisition and
+        // the lock is held for less of it.
+        let home = usize::from(tag(hash).get()) & shard.mask;
+        crate::prefetch::prefetch(shard.base.wrapping_add(home * self.slot_bytes));
         let mut table = shard.table.lock();
         self.update_in(&mut table, hash, policy, key, now, f)
     }
