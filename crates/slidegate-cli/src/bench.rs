@@ -97,6 +97,14 @@ pub(crate) struct Case {
     /// cases).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) commands_per_1000: Option<f64>,
+    /// The Redis server's CPU time (user and system) per decision, in
+    /// microseconds (redis cases).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) redis_cpu_us: Option<f64>,
+    /// The service's CPU time (user and system, its threads only) per
+    /// decision, in microseconds (service cases).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) server_cpu_us: Option<f64>,
     /// The most admitted in any window over the limit (the hybrid
     /// over-admission case).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -115,6 +123,8 @@ impl Case {
             p99_us: None,
             concurrency: None,
             commands_per_1000: None,
+            redis_cpu_us: None,
+            server_cpu_us: None,
             admitted_over_limit: None,
         }
     }
@@ -539,6 +549,13 @@ pub(crate) fn percentile(sorted: &[Duration], p: f64) -> Option<f64> {
 /// gRPC `ShouldRateLimit`, each on one hot key.
 fn bench_service(time: Duration, concurrency: usize, progress: &dyn Fn(&str)) -> Result<Vec<Case>> {
     use slidegate_server::server::{self, Options};
+    // The service runs on threads of its own, so that its CPU time can be
+    // told from its clients'.
+    let service_runtime = tokio::runtime::Builder::new_multi_thread()
+        .thread_name(SERVICE_THREADS)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -560,29 +577,80 @@ fn bench_service(time: Duration, concurrency: usize, progress: &dyn Fn(&str)) ->
             reload_every: None,
             ..Options::default()
         };
-        let running = server::start(options, MonotonicClock::new()).await?;
+        let running = service_runtime
+            .spawn(server::start(options, MonotonicClock::new()))
+            .await
+            .context("the service's start")??;
         progress("service HTTP /v1/check");
         let (Some(http), Some(grpc)) = (running.http_addr(), running.grpc_addr()) else {
             anyhow::bail!("the service listens on TCP");
         };
+        let before = threads_cpu(SERVICE_THREADS);
         let http = crate::bench_clients::http(http, time, concurrency).await?;
+        let http_cpu = threads_cpu(SERVICE_THREADS).saturating_sub(before);
         progress("service gRPC ShouldRateLimit");
+        let before = threads_cpu(SERVICE_THREADS);
         let grpc = crate::bench_clients::grpc(grpc, time, concurrency).await?;
-        running.shutdown().await;
+        let grpc_cpu = threads_cpu(SERVICE_THREADS).saturating_sub(before);
+        let _ = service_runtime.spawn(running.shutdown()).await;
         let _ = std::fs::remove_dir_all(&dir);
-        let case = |name: &str, (count, mut latencies): (u64, Vec<Duration>)| {
+        let case = |name: &str, (count, mut latencies): (u64, Vec<Duration>), cpu: Duration| {
             latencies.sort_unstable();
             let mut case = Case::new("service", name, count as f64 / time.as_secs_f64());
             case.p50_us = percentile(&latencies, 0.50);
             case.p99_us = percentile(&latencies, 0.99);
             case.concurrency = Some(concurrency);
+            case.server_cpu_us = (count > 0 && cpu > Duration::ZERO).then(|| cpu.as_secs_f64() * 1e6 / count as f64);
             case
         };
         Ok(vec![
-            case(&format!("HTTP POST /v1/check, one hot key, {concurrency} clients in this process"), http),
-            case(&format!("gRPC ShouldRateLimit, one hot key, {concurrency} calls in flight in this process"), grpc),
+            case(
+                &format!("HTTP POST /v1/check, one hot key, {concurrency} clients in this process"),
+                http,
+                http_cpu,
+            ),
+            case(
+                &format!("gRPC ShouldRateLimit, one hot key, {concurrency} calls in flight in this process"),
+                grpc,
+                grpc_cpu,
+            ),
         ])
     })
+}
+
+/// The name of the service's threads in the `service` group.
+const SERVICE_THREADS: &str = "sg-bench-server";
+
+/// The CPU time so far of this process's threads named `name`: their
+/// run time in nanoseconds from `/proc/self/task/*/schedstat`, else user
+/// and system time in clock ticks from `stat`; zero where `/proc` is not
+/// there to read.
+fn threads_cpu(name: &str) -> Duration {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Duration::ZERO;
+    };
+    tasks
+        .filter_map(|task| {
+            let dir = task.ok()?.path();
+            let comm = std::fs::read_to_string(dir.join("comm")).ok()?;
+            if comm.trim_end() != name {
+                return None;
+            }
+            if let Some(ns) = std::fs::read_to_string(dir.join("schedstat"))
+                .ok()
+                .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+            {
+                return Some(Duration::from_nanos(ns));
+            }
+            // `stat`: fields 14 and 15 after the name in parentheses;
+            // 100 ticks a second on Linux.
+            let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+            let rest = stat.rsplit_once(')')?.1;
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+            Some(Duration::from_millis(ticks * 10))
+        })
+        .sum()
 }
 
 fn write_table(cases: &[Case], out: &mut dyn Write) -> Result<()> {
@@ -614,6 +682,12 @@ fn write_table(cases: &[Case], out: &mut dyn Write) -> Result<()> {
     for c in cases {
         if let Some(k) = c.commands_per_1000 {
             writeln!(out, "{}: {k:.2} Redis commands per 1000 decisions", c.name)?;
+        }
+        if let Some(us) = c.redis_cpu_us {
+            writeln!(out, "{}: {us:.2} µs of Redis CPU per decision", c.name)?;
+        }
+        if let Some(us) = c.server_cpu_us {
+            writeln!(out, "{}: {us:.2} µs of the service's CPU per decision", c.name)?;
         }
         if let Some(r) = c.admitted_over_limit {
             writeln!(out, "{}: {r:.3} × the limit", c.name)?;

@@ -42,12 +42,14 @@ pub(crate) fn steps(concurrencies: usize) -> u64 {
     u64::from(ROUNDS) * concurrencies as u64
 }
 
-/// Calls answered, their latencies, and the time they took.
+/// Calls answered, their latencies, the time they took and the CPU time
+/// the Redis server spent meanwhile.
 #[derive(Default)]
 struct Load {
     count: u64,
     latencies: Vec<Duration>,
     elapsed: Duration,
+    redis_cpu: Duration,
 }
 
 impl Load {
@@ -55,7 +57,28 @@ impl Load {
         self.count += other.count;
         self.latencies.extend(other.latencies);
         self.elapsed += other.elapsed;
+        self.redis_cpu += other.redis_cpu;
     }
+}
+
+/// The CPU time the Redis server has used so far, user and system (`INFO
+/// cpu`: `used_cpu_user` and `used_cpu_sys`, in seconds to the
+/// microsecond), counting every thread of the server.
+pub(crate) async fn redis_cpu(conn: &MultiplexedConnection) -> Result<Duration> {
+    let mut conn = conn.clone();
+    let info: String = tokio::time::timeout(TIMEOUT, redis::cmd("INFO").arg("cpu").query_async(&mut conn))
+        .await
+        .map_err(|_| anyhow::anyhow!("no answer to INFO cpu within {TIMEOUT:?}"))?
+        .context("INFO cpu")?;
+    let field = |name: &str| -> Result<f64> {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .with_context(|| format!("INFO cpu without {name}"))
+    };
+    Ok(Duration::from_secs_f64(
+        field("used_cpu_user")? + field("used_cpu_sys")?,
+    ))
 }
 
 /// What one case calls.
@@ -142,6 +165,7 @@ async fn load(
     time: Duration,
     concurrency: usize,
 ) -> Result<Load> {
+    let cpu_before = redis_cpu(&conns[0]).await?;
     let start = Instant::now();
     let deadline = start + time;
     let mut tasks = Vec::new();
@@ -167,6 +191,7 @@ async fn load(
     }
     // Until the last call in flight at the deadline was answered.
     load.elapsed = start.elapsed();
+    load.redis_cpu = redis_cpu(&conns[0]).await?.saturating_sub(cpu_before);
     Ok(load)
 }
 
@@ -184,6 +209,9 @@ fn case(name: String, concurrency: usize, mut load: Load) -> Case {
     case.concurrency = Some(concurrency);
     case.p50_us = percentile(&load.latencies, 0.50);
     case.p99_us = percentile(&load.latencies, 0.99);
+    if load.count > 0 {
+        case.redis_cpu_us = Some(load.redis_cpu.as_secs_f64() * 1e6 / load.count as f64);
+    }
     case
 }
 

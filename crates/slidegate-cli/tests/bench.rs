@@ -51,6 +51,10 @@ fn the_service_answers_over_loopback() {
         assert!(case["per_second"].as_f64().is_some_and(|v| v > 0.0), "{case}");
         let (p50, p99) = (case["p50_us"].as_f64().unwrap(), case["p99_us"].as_f64().unwrap());
         assert!(p50 > 0.0 && p50 <= p99, "{case}");
+        // The service's own threads' CPU per decision: some, and less than
+        // the time a decision took on all of its calls in flight.
+        let cpu = case["server_cpu_us"].as_f64().unwrap();
+        assert!(cpu > 0.0 && cpu < p99 * 4.0 * 2.0, "{case}");
     }
 }
 
@@ -132,6 +136,10 @@ fn the_redis_scripts_beside_plain_incr_at_each_concurrency_leaving_no_key() {
             assert!(case["per_second"].as_f64().is_some_and(|v| v > 0.0), "{case}");
             let (p50, p99) = (case["p50_us"].as_f64().unwrap(), case["p99_us"].as_f64().unwrap());
             assert!(p50 > 0.0 && p50 <= p99, "{case}");
+            // The server's CPU per decision, read from INFO cpu around the
+            // load: more than nothing, less than a whole core per call.
+            let cpu = case["redis_cpu_us"].as_f64().unwrap();
+            assert!(cpu > 0.0 && cpu < p99 * concurrency as f64, "{case}");
         }
     }
     // The run deleted every key it made.
