@@ -158,6 +158,12 @@ pub(crate) struct Args {
     /// what each limit decided (counted in `slidegate_global_shadow_mode_total`).
     #[arg(long, env = "SHADOW_MODE", action = clap::ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
     shadow_mode: bool,
+    /// Threads that serve connections, each on a single-threaded runtime of
+    /// its own (a connection's requests and writes stay on one thread, and
+    /// an HTTP/2 connection's answers go out together); 0 serves them on
+    /// the shared runtime [default: the CPUs available, at most 64]
+    #[arg(long, env = "SLIDEGATE_WORKERS", value_name = "N")]
+    workers: Option<usize>,
     /// Every rule in quota mode: the answer is over the limit only when
     /// every limited descriptor is.
     #[arg(long, env = "QUOTA_MODE", action = clap::ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
@@ -400,6 +406,13 @@ impl Args {
             drain_delay: self.drain_delay,
             max_config_bytes: self.max_config_bytes,
             ready_requires_redis: self.ready_requires_redis,
+            workers: match self.workers {
+                Some(n) => {
+                    anyhow::ensure!(n <= MAX_WORKERS, "--workers {n}: at most {MAX_WORKERS}");
+                    n
+                }
+                None => std::thread::available_parallelism().map_or(1, |n| n.get().min(64)),
+            },
             response_headers: self.limit_response_headers_enabled.then(|| ResponseHeaderNames {
                 limit: self.limit_limit_header.clone(),
                 remaining: self.limit_remaining_header.clone(),
@@ -413,6 +426,9 @@ impl Args {
         })
     }
 }
+
+/// The most `--workers`.
+const MAX_WORKERS: usize = 1024;
 
 /// Serves until SIGTERM or SIGINT.
 pub(crate) fn run(args: &Args) -> anyhow::Result<()> {

@@ -215,6 +215,15 @@ fn an_unreachable_or_bad_redis_stops_it_with_the_reason() {
     assert_eq!(stderr.matches(&url).count(), 1, "{stderr}");
 }
 
+/// An absurd `--workers` stops `serve` at start, naming the flag once.
+#[test]
+fn too_many_workers_stop_it_with_the_reason() {
+    let (code, stderr) = serve_fails(&["--workers", "100000"]);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("--workers 100000: at most 1024"), "{stderr}");
+    assert_eq!(stderr.matches("--workers").count(), 1, "{stderr}");
+}
+
 #[test]
 fn a_taken_address_stops_it_with_the_reason_once() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

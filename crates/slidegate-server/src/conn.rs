@@ -6,6 +6,7 @@
 
 use crate::listen::{Listener, Stream};
 use crate::tls::{Alpn, Tls};
+use crate::workers::Workers;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -204,6 +205,7 @@ pub(crate) async fn accept<F, Fut>(
     opening: usize,
     timeouts: Timeouts,
     mut stopped: watch::Receiver<bool>,
+    workers: Option<Arc<Workers>>,
     serve: F,
 ) -> JoinSet<()>
 where
@@ -222,14 +224,42 @@ where
                     let opened = Instant::now();
                     let acceptor = tls.as_ref().map(|(tls, alpn)| tls.acceptor(*alpn));
                     let serve = serve.clone();
-                    connections.spawn(async move {
+                    let connection = move |stream| async move {
                         let deadline = opened.checked_add(timeouts.header).unwrap_or(opened);
                         match open(stream, acceptor, deadline).await {
                             Ok(stream) => serve(Guarded::new(stream, opening, timeouts, opened)).await,
                             // A client's business, as in serving.
                             Err(e) => tracing::debug!(error = %e, "a TLS handshake failed"),
                         }
-                    });
+                    };
+                    match workers.as_deref().and_then(Workers::next) {
+                        None => {
+                            connections.spawn(connection(stream));
+                        }
+                        Some(worker) => match stream.unregister() {
+                            Ok(Ok(moved)) => {
+                                // Registered, opened and served on the
+                                // worker; dropping the set's task (a
+                                // handshake under way when the server stops)
+                                // drops the worker's too.
+                                let task = worker.spawn(async move {
+                                    match moved.register() {
+                                        Ok(stream) => connection(stream).await,
+                                        Err(e) => tracing::warn!(error = %e, "cannot register a connection with its worker"),
+                                    }
+                                });
+                                let abort = AbortOnDrop(task.abort_handle());
+                                connections.spawn(async move {
+                                    let _abort = abort;
+                                    let _ = task.await;
+                                });
+                            }
+                            Ok(Err(e)) => tracing::warn!(error = %e, "cannot move a connection to its worker"),
+                            Err(stream) => {
+                                connections.spawn(connection(stream));
+                            }
+                        },
+                    }
                 }
                 Err(e) => {
                     // Out of file descriptors, most likely: wait a little
@@ -244,6 +274,15 @@ where
     }
     drop(listener);
     connections
+}
+
+/// Aborts a task (on another runtime) when dropped.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// The TLS handshake of a TCP connection, if `acceptor`, by `deadline`.
@@ -270,16 +309,20 @@ pub(crate) async fn serve_http(
     router: axum::Router,
     timeouts: Timeouts,
     stopped: watch::Receiver<bool>,
+    workers: Option<Arc<Workers>>,
 ) {
     let connection_stop = stopped.clone();
     let serve = move |stream| serve_connection(stream, router.clone(), timeouts, connection_stop.clone());
     let tls = tls.map(|tls| (tls, Alpn::Http1));
-    let mut connections = accept(listener, tls, 0, timeouts, stopped, serve).await;
+    // The workers run until the connections on them are done.
+    let keep = workers.clone();
+    let mut connections = accept(listener, tls, 0, timeouts, stopped, workers, serve).await;
     tracing::info!(
         connections = connections.len(),
         "the HTTP listener is closed: its open connections finish their requests"
     );
     while connections.join_next().await.is_some() {}
+    drop(keep);
 }
 
 async fn serve_connection(

@@ -44,3 +44,4 @@ pub mod server;
 pub mod tls;
 pub mod trace;
 mod trim;
+mod workers;

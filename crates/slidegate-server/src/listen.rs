@@ -180,7 +180,38 @@ pub(crate) enum Stream {
     Unix(UnixStream),
 }
 
+/// An accepted connection not yet registered with any runtime's reactor,
+/// to be moved to another runtime.
+pub(crate) enum Unregistered {
+    Tcp(std::net::TcpStream),
+    #[cfg(unix)]
+    Unix(std::os::unix::net::UnixStream),
+}
+
+impl Unregistered {
+    /// Registers the connection with the calling runtime's reactor.
+    pub(crate) fn register(self) -> io::Result<Stream> {
+        match self {
+            Unregistered::Tcp(stream) => TcpStream::from_std(stream).map(Stream::Tcp),
+            #[cfg(unix)]
+            Unregistered::Unix(stream) => UnixStream::from_std(stream).map(Stream::Unix),
+        }
+    }
+}
+
 impl Stream {
+    /// The connection taken off this runtime's reactor (still in
+    /// non-blocking mode), to be registered with another's; a TLS stream,
+    /// which is made on the runtime that serves it, is given back.
+    pub(crate) fn unregister(self) -> Result<io::Result<Unregistered>, Stream> {
+        match self {
+            Stream::Tcp(stream) => Ok(stream.into_std().map(Unregistered::Tcp)),
+            #[cfg(unix)]
+            Stream::Unix(stream) => Ok(stream.into_std().map(Unregistered::Unix)),
+            tls @ Stream::Tls(_) => Err(tls),
+        }
+    }
+
     /// The TCP addresses, for tonic's `remote_addr`.
     pub(crate) fn connect_info(&self) -> tonic::transport::server::TcpConnectInfo {
         let tcp = match self {

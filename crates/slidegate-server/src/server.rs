@@ -84,6 +84,11 @@ pub struct Options {
     /// With Redis: not ready (`/readyz` 503, gRPC health NOT_SERVING)
     /// while Redis does not answer a `PING`, looked at every second.
     pub ready_requires_redis: bool,
+    /// Threads that serve connections, each on a single-threaded runtime
+    /// of its own, connections given to them in turn; 0 serves them on the
+    /// runtime that calls [`start`] (the default, so that a test's paused
+    /// clock governs them).
+    pub workers: usize,
 }
 
 impl Default for Options {
@@ -110,6 +115,7 @@ impl Default for Options {
             drain_delay: Duration::ZERO,
             max_config_bytes: crate::config::DEFAULT_MAX_FILE_BYTES,
             ready_requires_redis: false,
+            workers: 0,
         }
     }
 }
@@ -133,6 +139,14 @@ pub enum StartError {
     /// The admin token is empty.
     #[error("the admin token is empty: give a token, or none to turn `POST /v1/reset` off")]
     EmptyAdminToken,
+    /// The worker threads could not be started.
+    #[error("cannot start {workers} worker threads")]
+    Workers {
+        /// How many were asked for.
+        workers: usize,
+        /// Why.
+        source: std::io::Error,
+    },
     /// An address could not be bound.
     #[error("cannot listen on {addr}")]
     Bind {
@@ -432,6 +446,10 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
 
     let mut tasks = Vec::new();
     let timeouts = options.timeouts;
+    let workers = match options.workers {
+        0 => None,
+        n => Some(crate::workers::Workers::start(n).map_err(|source| StartError::Workers { workers: n, source })?),
+    };
     let router = crate::http::router(Arc::clone(&shared));
     tasks.push(tokio::spawn(crate::conn::serve_http(
         http_listener,
@@ -439,6 +457,7 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
         router,
         timeouts,
         stopped.clone(),
+        workers.clone(),
     )));
 
     let grpc_service = Grpc::service(Arc::clone(&shared)).max_decoding_message_size(options.body_limit);
@@ -453,12 +472,21 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
     // open. Every connection must send the HTTP/2 preface within the
     // header timeout (the handshake included) and is closed after the
     // idle timeout without a byte.
-    let (opened, incoming) = tokio::sync::mpsc::unbounded_channel();
+    // One tonic server per worker (or one on this runtime), each fed the
+    // connections its worker opened.
+    let servers = workers.as_ref().map_or(1, |w| w.handles().len());
+    let (openers, incomings): (Vec<_>, Vec<_>) = (0..servers).map(|_| tokio::sync::mpsc::unbounded_channel()).unzip();
     let grpc_tls = tls.clone().map(|tls| (tls, Alpn::H2));
     let accepting = stopped.clone();
+    let accept_workers = workers.clone();
     tasks.push(tokio::spawn(async move {
+        let openers = Arc::new(openers);
         let hand_over = move |stream| {
-            let _ = opened.send(Ok::<_, std::io::Error>(stream));
+            // To the server of the worker this runs on.
+            let i = crate::workers::Workers::current().unwrap_or(0);
+            if let Some(opened) = openers.get(i).or_else(|| openers.first()) {
+                let _ = opened.send(Ok::<_, std::io::Error>(stream));
+            }
             std::future::ready(())
         };
         // Handshakes still under way when the server stops are dropped.
@@ -468,23 +496,50 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
             HTTP2_PREFACE_LEN,
             timeouts,
             accepting,
+            accept_workers,
             hand_over,
         )
         .await;
     }));
-    let grpc_stop = until_stopped(stopped.clone());
-    tasks.push(tokio::spawn(async move {
+    let request_timeout = timeouts.request;
+    let grpc_server = move |incoming, stop| {
         let incoming = tokio_stream::wrappers::UnboundedReceiverStream::new(incoming);
-        let served = tonic::transport::Server::builder()
-            .timeout(timeouts.request)
-            .add_service(health_service)
-            .add_service(grpc_service)
-            .serve_with_incoming_shutdown(incoming, grpc_stop)
-            .await;
-        if let Err(e) = served {
-            tracing::error!(error = %e, "the gRPC server stopped");
+        let (health, grpc) = (health_service.clone(), grpc_service.clone());
+        async move {
+            let served = tonic::transport::Server::builder()
+                .timeout(request_timeout)
+                .add_service(health)
+                .add_service(grpc)
+                .serve_with_incoming_shutdown(incoming, stop)
+                .await;
+            if let Err(e) = served {
+                tracing::error!(error = %e, "the gRPC server stopped");
+            }
         }
-    }));
+    };
+    match &workers {
+        None => {
+            for incoming in incomings {
+                tasks.push(tokio::spawn(grpc_server(incoming, until_stopped(stopped.clone()))));
+            }
+        }
+        Some(w) => {
+            let running: Vec<_> = w
+                .handles()
+                .iter()
+                .zip(incomings)
+                .map(|(handle, incoming)| handle.spawn(grpc_server(incoming, until_stopped(stopped.clone()))))
+                .collect();
+            // The workers run until the last task holding them is done.
+            let keep = Arc::clone(w);
+            tasks.push(tokio::spawn(async move {
+                for server in running {
+                    let _ = server.await;
+                }
+                drop(keep);
+            }));
+        }
+    }
 
     if let (Some(tls), Some(every)) = (tls, options.reload_every) {
         // New certificates are picked up when their files change, checked

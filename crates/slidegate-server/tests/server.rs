@@ -629,7 +629,30 @@ async fn health_and_metrics() {
 /// Shutdown stops accepting and finishes the request in flight.
 #[tokio::test]
 async fn shutdown_finishes_requests_in_flight() {
-    let h = Harness::start("").await;
+    finishes_in_flight(Harness::start("").await).await;
+}
+
+/// On worker threads (`Options::workers`), each connection served by one
+/// of them: gRPC and HTTP answer from one count whichever worker a
+/// connection landed on, and shutdown still finishes the request in
+/// flight before the workers stop.
+#[tokio::test]
+async fn workers_share_one_count_and_finish_requests_in_flight() {
+    let mut h = Harness::start_with(BASIC, |o| o.workers = 2).await;
+    // Key `a` allows 2 a second: one gRPC call, then HTTP on new
+    // connections (each to the next worker), then gRPC again.
+    assert_eq!(codes(&h.rls(one("d", &[("a", "x")])).await.unwrap()), [Code::Ok]);
+    let body = r#"{"domain":"d","descriptors":[{"entries":[{"key":"a","value":"x"}]}]}"#;
+    let (status, _, text) = h.post("/json", body).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert!(text.contains("\"overallCode\":\"OK\""), "{text}");
+    let (_, _, text) = h.post("/json", body).await;
+    assert!(text.contains("\"overallCode\":\"OVER_LIMIT\""), "{text}");
+    assert_eq!(codes(&h.rls(one("d", &[("a", "x")])).await.unwrap()), [Code::OverLimit]);
+    finishes_in_flight(Harness::start_with("", |o| o.workers = 2).await).await;
+}
+
+async fn finishes_in_flight(h: Harness) {
     let addr = h.http_addr();
     // A request whose body is still on its way.
     let body = r#"{"key":"k","limit":5,"window":"1m"}"#;
