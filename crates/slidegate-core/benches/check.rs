@@ -16,6 +16,11 @@
 //! with n = 2, every 171 with n = 8, every 20 with n = 61 and on about 6
 //! checks in 7 with n = 1024 (buckets of ⌈60 s / (n − 1)⌉).
 //!
+//! The lines `real_clock/*` are the exception: governor's direct limiter
+//! with its default `quanta` clock against our `Limiter` on
+//! `MonotonicClock`, each reading its real clock on every check, under a
+//! limit no run reaches.
+//!
 //! Each iteration includes advancing and reading the clock, for our states
 //! (`ManualClock`) as for `governor` (`FakeRelativeClock`): both are an
 //! `Arc<AtomicU64>` updated with a compare-and-swap loop. The line
@@ -194,6 +199,26 @@ fn check_hot_key(c: &mut Criterion) {
             };
             black_box(&result);
         });
+    });
+
+    // Each library on its real clock, as its users get it: governor's
+    // default `quanta` clock and our `MonotonicClock` (the TSC through
+    // the same crate), every check reading it, a limit no run reaches.
+    let unlimited = Quota::per_minute(NonZeroU32::MAX);
+    let governor = RateLimiter::direct(unlimited);
+    group.bench_function(id("real_clock/governor_direct"), |b| {
+        b.iter(|| black_box(governor.check().is_ok()));
+    });
+    let huge = black_box(
+        Policy::new(u64::from(u32::MAX), WINDOW, sliding_window(2, Weighting::Interpolated)).expect("a valid policy"),
+    );
+    let mut limiter = slidegate_core::Limiter::new(huge, slidegate_core::MonotonicClock::new());
+    group.bench_function(id("real_clock/sliding_window_interpolated_admit_2"), |b| {
+        b.iter(|| black_box(limiter.admit(black_box(1))));
+    });
+    let mut limiter = slidegate_core::Limiter::new(huge, slidegate_core::MonotonicClock::new());
+    group.bench_function(id("real_clock/sliding_window_interpolated_check_2"), |b| {
+        b.iter(|| black_box(limiter.check(black_box(1))));
     });
 
     // The floor included in every line above: advancing and reading the
