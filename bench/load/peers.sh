@@ -31,6 +31,7 @@ grpc_load=target/release/examples/grpc_load
 # Limitador's limit, the same as bench/load/edge.yaml's.
 cat >"$work/limitador.yaml" <<'EOF'
 - namespace: edge_proxy
+  name: per_remote_address
   max_value: 1000000000
   seconds: 1
   conditions: []
@@ -51,7 +52,7 @@ end
 EOF
 }
 sg_body='{"domain":"edge_proxy","descriptors":[{"entries":[{"key":"remote_address","value":"10.0.%d.1"}]}]}'
-li_body='{"namespace":"edge_proxy","values":{"descriptors[0].remote_address":"10.0.%d.1"},"delta":1}'
+li_body='{"namespace":"edge_proxy","values":{"remote_address":"10.0.%d.1"},"delta":1}'
 wrk_script "$work/sg-hot.lua" /json "$sg_body" 1
 wrk_script "$work/sg-many.lua" /json "$sg_body" 100000
 wrk_script "$work/li-hot.lua" /check_and_report "$li_body" 1
@@ -133,8 +134,10 @@ run_slidegate() { # LABEL
 
 run_limitador() { # LABEL
   busy
-  "$limitador" --http-ip 127.0.0.1 --http-port "${http##*:}" --rls-ip 127.0.0.1 --rls-port "${grpc##*:}" \
-    "$work/limitador.yaml" memory >/dev/null 2>&1 &
+  # `memory -c`: a counter cache large enough for the 100,000 keys (its
+  # default is sized from the free memory).
+  "$limitador" -b 127.0.0.1 -p "${grpc##*:}" -B 127.0.0.1 -P "${http##*:}" \
+    "$work/limitador.yaml" memory -c 200000 >/dev/null 2>&1 &
   local server=$!
   wait_up $server
   grpc_loads "$1" $server
