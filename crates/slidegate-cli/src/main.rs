@@ -53,13 +53,16 @@ enum Command {
     /// Measure decisions per second, each case beside its baseline in the same run
     ///
     /// algorithms: every algorithm's decision on one key, reading the
-    /// monotonic clock, against governor's direct limiter; store: the keyed
-    /// in-memory store on one hot key and over --keys keys, against
-    /// governor's keyed limiter (one thread each); service: `slidegate
-    /// serve` started in this process on loopback, HTTP `POST /v1/check` and
-    /// gRPC `ShouldRateLimit` from --concurrency clients in this process;
-    /// redis (with --redis): the Lua scripts against plain INCR through the
-    /// same client, at each of --redis-concurrency.
+    /// monotonic clock, against governor's direct limiter with its default
+    /// clock, yes or no and with the headers' figures, admitted and
+    /// refused; store: the keyed in-memory store on one hot key and over
+    /// --keys keys, against governor's keyed limiter, on 1 and 2 threads;
+    /// service: `slidegate serve` started in this process on loopback, HTTP
+    /// `POST /v1/check` and gRPC `ShouldRateLimit` from --concurrency
+    /// clients in this process, with the service's CPU per decision; redis
+    /// (with --redis): the Lua scripts against plain INCR through the same
+    /// client, at each of --redis-concurrency, with Redis's CPU per
+    /// decision; hybrid (with --redis): the hybrid mode against the script.
     Bench(bench::Args),
     /// Simulate the algorithms on traffic models against an exact oracle
     ///
