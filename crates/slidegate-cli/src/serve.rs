@@ -489,9 +489,14 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
 /// The log on stderr at `RUST_LOG` (by default `info`), as `format` says;
 /// with `otlp`, its layer for the decision spans beside it.
 fn init_log(format: LogFormat, otlp: Option<&Otlp>) -> anyhow::Result<()> {
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    subscriber(format, otlp)?.try_init().context("cannot start the log")
+}
+
+/// The log (and with `otlp` the exporter of the decision spans).
+fn subscriber(format: LogFormat, otlp: Option<&Otlp>) -> anyhow::Result<Box<dyn tracing::Subscriber + Send + Sync>> {
     use tracing_subscriber::Layer as _;
     use tracing_subscriber::layer::SubscriberExt as _;
-    use tracing_subscriber::util::SubscriberInitExt as _;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| "info".into())
         // The decision spans carry what a request does: never in the log
@@ -504,11 +509,14 @@ fn init_log(format: LogFormat, otlp: Option<&Otlp>) -> anyhow::Result<()> {
             .boxed(),
         LogFormat::Json => fmt.json().boxed(),
     };
-    tracing_subscriber::registry()
-        .with(fmt.with_filter(filter))
-        .with(otlp.map(Otlp::layer))
-        .try_init()
-        .context("cannot start the log")
+    let log = tracing_subscriber::registry().with(fmt.with_filter(filter));
+    // No exporter is no layer: an absent layer (`None`) would say it wants
+    // every span, and each decision would make a span for nothing (about
+    // 3,000 instructions a gRPC call).
+    Ok(match otlp {
+        Some(otlp) => Box::new(log.with(otlp.layer())),
+        None => Box::new(log),
+    })
 }
 
 /// A start error, a TLS file's named by its flag.
@@ -561,4 +569,29 @@ enum LogFormat {
     Text,
     /// One JSON object per line.
     Json,
+}
+
+#[cfg(test)]
+mod log_tests {
+    use super::*;
+
+    /// Without an exporter the decision spans are never made: the log's
+    /// subscriber does not want them (nor would it with an absent layer
+    /// left in, which the test before this fix failed on).
+    #[test]
+    fn without_otlp_the_decision_spans_are_off() {
+        let subscriber = subscriber(LogFormat::Text, None).unwrap();
+        tracing::subscriber::with_default(subscriber, || {
+            let span = slidegate_server::trace::DecisionSpan::start(
+                &http::HeaderMap::new(),
+                slidegate_server::metrics::Api::Grpc,
+                Some("d"),
+                1,
+                "memory",
+            );
+            assert!(span.is_disabled());
+            // The log itself is on.
+            assert!(tracing::enabled!(tracing::Level::INFO));
+        });
+    }
 }
