@@ -27,12 +27,6 @@ mod simulate;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
-/// mimalloc rather than the system's allocator: a gRPC call makes dozens
-/// of small allocations, and glibc's `malloc` and `free` were about 17 %
-/// of its instructions (BENCHMARKS.md).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Sliding-window rate limiting.
 #[derive(Parser, Debug)]
 #[command(name = "slidegate", version, about, propagate_version = true)]
