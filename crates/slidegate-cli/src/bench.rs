@@ -324,7 +324,7 @@ pub(crate) const ALGORITHM_ROWS: u64 = 2 * (1 + 6) + 2 * (1 + 3);
 /// `StateInformationMiddleware` and `NotUntil::wait_time_from`), admitted
 /// and refused.
 fn bench_algorithms(time: Duration, progress: &dyn Fn(&str)) -> Result<Vec<Case>> {
-    use governor::clock::{Clock as _, DefaultClock};
+    use governor::clock::DefaultClock;
     use governor::middleware::StateInformationMiddleware;
     let mut rows = Rows {
         group: "algorithms",
@@ -382,16 +382,7 @@ fn bench_algorithms(time: Duration, progress: &dyn Fn(&str)) -> Result<Vec<Case>
             None,
             expect,
             1,
-            Op::Own(&mut |_| match with_state.check() {
-                Ok(snapshot) => {
-                    black_box(snapshot.remaining_burst_capacity());
-                    true
-                }
-                Err(not_until) => {
-                    black_box(not_until.wait_time_from(clock.now()));
-                    false
-                }
-            }),
+            Op::Own(&mut |_| read_governor_state(with_state.check(), &clock)),
         )?;
         for (name, algorithm) in &chosen {
             let (label, mut limiter) = limiter(name, *algorithm)?;
@@ -406,6 +397,25 @@ fn bench_algorithms(time: Duration, progress: &dyn Fn(&str)) -> Result<Vec<Case>
         }
     }
     Ok(rows.cases)
+}
+
+/// Reads what governor's answer gives a response's headers (the remaining
+/// burst, or the wait), and says whether it admitted.
+fn read_governor_state(
+    answer: Result<governor::middleware::StateSnapshot, governor::NotUntil<governor::clock::QuantaInstant>>,
+    clock: &governor::clock::DefaultClock,
+) -> bool {
+    use governor::clock::Clock as _;
+    match answer {
+        Ok(snapshot) => {
+            black_box(snapshot.remaining_burst_capacity());
+            true
+        }
+        Err(not_until) => {
+            black_box(not_until.wait_time_from(clock.now()));
+            false
+        }
+    }
 }
 
 /// Reads what a response's headers carry, and says whether it admitted.
@@ -423,7 +433,7 @@ pub(crate) const STORE_ROWS: u64 = 2 * 7 + 1;
 /// (filled before measuring), yes or no (`admit` against `check_key`) and
 /// with the headers' figures, admitted and refused, 1 and 2 threads.
 fn bench_store(time: Duration, keys: u64, progress: &dyn Fn(&str)) -> Result<Vec<Case>> {
-    use governor::clock::{Clock as _, DefaultClock};
+    use governor::clock::DefaultClock;
     use governor::middleware::StateInformationMiddleware;
     let algorithm = Algorithm::SlidingWindow {
         buckets: 8,
@@ -468,16 +478,7 @@ fn bench_store(time: Duration, keys: u64, progress: &dyn Fn(&str)) -> Result<Vec
             let clock = DefaultClock::default();
             let governor =
                 RateLimiter::dashmap_with_clock(quota, clock.clone()).with_middleware::<StateInformationMiddleware>();
-            let check = |i: u64| match governor.check_key(&key(i, spread)) {
-                Ok(snapshot) => {
-                    black_box(snapshot.remaining_burst_capacity());
-                    true
-                }
-                Err(not_until) => {
-                    black_box(not_until.wait_time_from(clock.now()));
-                    false
-                }
-            };
+            let check = |i: u64| read_governor_state(governor.check_key(&key(i, spread)), &clock);
             (0..spread).for_each(|i| {
                 check(i);
             });

@@ -60,28 +60,21 @@ fn the_service_answers_over_loopback() {
 
 #[test]
 fn bad_flags_are_refused() {
-    let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
-        .args(["bench", "--keys", "0"])
-        .output()
-        .expect("the binary runs");
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--keys 0"));
-    let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
-        .args(["bench", "--rounds", "0"])
-        .output()
-        .expect("the binary runs");
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--rounds 0"));
-    for list in ["0", "1,0,8"] {
+    // Each refused with status 1 and the flag named.
+    let refused = |flag: &str, value: &str| {
         let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
-            .args(["bench", "--redis-concurrency", list])
+            .args(["bench", flag, value])
             .output()
             .expect("the binary runs");
-        assert_eq!(out.status.code(), Some(1), "{list}");
-        assert!(
-            String::from_utf8_lossy(&out.stderr).contains("--redis-concurrency"),
-            "{list}"
-        );
+        assert_eq!(out.status.code(), Some(1), "{flag} {value}");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(stderr.contains(flag), "{flag} {value}: {stderr}");
+        stderr
+    };
+    assert!(refused("--keys", "0").contains("--keys 0"));
+    assert!(refused("--rounds", "0").contains("--rounds 0"));
+    for list in ["0", "1,0,8"] {
+        refused("--redis-concurrency", list);
     }
 }
 

@@ -244,6 +244,12 @@ impl<K: Key, St: KeyState> Store<K, St> {
         }
     }
 
+    /// Starts bringing in the home slot of the key of `hash` in `shard`.
+    fn prefetch_home(&self, hash: u64, shard: &Shard<K, St>) {
+        let home = usize::from(tag(hash).get()) & shard.mask;
+        crate::prefetch::prefetch(shard.base.wrapping_add(home * self.slot_bytes));
+    }
+
     fn locate<Q: Hash + ?Sized>(&self, key: &Q) -> (u64, &Shard<K, St>) {
         let hash = self.hasher.hash_one(key);
         (hash, &self.shards[reduce(hash, self.shards.len())])
@@ -273,8 +279,7 @@ impl<K: Key, St: KeyState> Store<K, St> {
         // The key's home slot is most likely a memory miss: start it before
         // taking the lock, so that it overlaps the lock's acquisition and
         // the lock is held for less of it.
-        let home = usize::from(tag(hash).get()) & shard.mask;
-        crate::prefetch::prefetch(shard.base.wrapping_add(home * self.slot_bytes));
+        self.prefetch_home(hash, shard);
         let mut table = shard.table.lock();
         self.update_in(&mut table, hash, policy, key, now, f)
     }
@@ -461,8 +466,7 @@ impl<K: Key, St: KeyState> Store<K, St> {
         out.reserve(requests.len());
         let touch = |(key, _): &(&Q, u64)| {
             let (hash, shard) = self.locate(*key);
-            let home = usize::from(tag(hash).get()) & shard.mask;
-            crate::prefetch::prefetch(shard.base.wrapping_add(home * self.slot_bytes));
+            self.prefetch_home(hash, shard);
         };
         requests.iter().take(AHEAD).for_each(touch);
         for (i, request) in requests.iter().enumerate() {
