@@ -1,16 +1,18 @@
 -- slidegate multi: one request on one key against several limits (quotas),
 -- all or nothing, in one call; or a charge after the fact under every limit.
 --
--- Sent after prelude.lua and the per-algorithm scripts, each wrapped by
--- src/lib.rs (`scripts::MULTI`) as a function of its own keys and arguments:
--- `fixed_window(KEYS, ARGV)`, `gcra(KEYS, ARGV)`, `sliding_log(KEYS, ARGV)`,
--- `sliding_window(KEYS, ARGV)`, each answering its eight-integer reply.
+-- Sent after prelude.lua, cache.lua and the per-algorithm scripts, each
+-- wrapped by src/lib.rs (`scripts::MULTI`) as a function of its own keys and
+-- arguments: `fixed_window(KEYS, ARGV)`, `gcra(KEYS, ARGV)`,
+-- `sliding_log(KEYS, ARGV)`, `sliding_window(KEYS, ARGV)`, each answering its
+-- eight-integer reply; this file is itself wrapped as `multi(KEYS, ARGV)`,
+-- which batch.lua calls once per request.
 --
 -- KEYS     every quota's state in the order of the quotas: one key each
 --          (`<prefix><tag>:{<key>}`), two for sliding_log (its `:log` and
 --          `:sum`); all with the hash tag `{<key>}`, so one cluster slot.
--- ARGV[1]  the time in microseconds, or -1 to read the server's TIME; read
---          ONCE, every quota is decided at the same instant.
+-- ARGV[1]  the time in microseconds (batch.lua has read the server's TIME
+--          for -1): every quota is decided at the same instant.
 -- ARGV[2]  the mode: `d` decides, `c` charges.
 -- ARGV[3]  the number of quotas k.
 -- then six fields per quota: the algorithm (`f` fixed_window, `g` gcra,

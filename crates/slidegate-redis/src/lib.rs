@@ -296,6 +296,7 @@
     )
 )]
 
+mod batch;
 mod hybrid;
 mod hybrid_store;
 mod store;
@@ -304,6 +305,7 @@ pub use hybrid::{
     FIXED_WINDOW_SYNC, HybridLimiter, HybridOptions, HybridStats, LEASE_SYNC, SLIDING_WINDOW_SYNC, SyncReport, SyncTask,
 };
 pub use hybrid_store::{HybridStore, MAX_HYBRID_LIMITS, StaleSyncs};
+pub use batch::{Batching, MAX_BATCH};
 pub use store::{RedisStore, SentinelConnection, supports_quota};
 
 use redis::Script;
@@ -316,16 +318,21 @@ use std::time::{Duration, Instant};
 /// The Lua source of the store's script as sent to Redis (the hybrid
 /// mode's syncs are [`SLIDING_WINDOW_SYNC`] and [`FIXED_WINDOW_SYNC`]).
 pub mod scripts {
-    /// Every limit of one key in one call: the prelude
+    /// Every limit of one or more requests in one call: the prelude
     /// (`scripts/prelude.lua`: the clock, an exact `divmod`, integer
-    /// writing), each algorithm's script (`scripts/<algorithm>.lua`, which
-    /// opens with its contract) wrapped as a function `<name>(KEYS, ARGV)`
-    /// of its own keys and arguments, then `scripts/multi.lua`, which reads
-    /// the time once and decides (or charges) every limit. `KEYS` every
-    /// limit's keys in order; `ARGV = [now, mode, k, then six fields per
-    /// limit]` (the file's first comment).
+    /// writing), the hash cache (`scripts/cache.lua`: each hash read once
+    /// and written once per call), each algorithm's script
+    /// (`scripts/<algorithm>.lua`, which opens with its contract) wrapped
+    /// as a function `<name>(KEYS, ARGV)` of its own keys and arguments,
+    /// `scripts/multi.lua` wrapped as `multi(KEYS, ARGV)`, which reads the
+    /// time once and decides (or charges) every limit of one request, then
+    /// `scripts/batch.lua`, which runs `multi` for each request in order.
+    /// `KEYS` every request's limits' keys in order; `ARGV = [r, then per
+    /// request: now, mode, k, then six fields per limit]` (the files'
+    /// first comments).
     pub const MULTI: &str = concat!(
         include_str!("../scripts/prelude.lua"),
+        include_str!("../scripts/cache.lua"),
         "local function fixed_window(KEYS, ARGV)\n",
         include_str!("../scripts/fixed_window.lua"),
         "\nend\nlocal function gcra(KEYS, ARGV)\n",
@@ -334,8 +341,10 @@ pub mod scripts {
         include_str!("../scripts/sliding_log.lua"),
         "\nend\nlocal function sliding_window(KEYS, ARGV)\n",
         include_str!("../scripts/sliding_window.lua"),
+        "\nend\nlocal function multi(KEYS, ARGV)\n",
+        include_str!("../scripts/multi.lua"),
         "\nend\n",
-        include_str!("../scripts/multi.lua")
+        include_str!("../scripts/batch.lua")
     );
 }
 
@@ -505,6 +514,10 @@ pub enum RedisStoreError {
     /// Redis is skipped for a backoff after a failure.
     #[error("Redis is skipped for {0:?} after a failure")]
     Backoff(Duration),
+    /// The script call a request waited for was never sent (its runtime
+    /// shut down).
+    #[error("the call this request waited for was dropped")]
+    Abandoned,
 }
 
 /// The policy a script runs for `policy`: the same limit and algorithm, with

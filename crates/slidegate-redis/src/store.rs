@@ -2,6 +2,7 @@
 //! Cluster) as a [`Store`], every decision on a key one script call for
 //! all of its limits.
 
+use crate::batch::{Arg, Batching, Call, Failure, Lanes, Reply, Turn, split};
 use crate::{
     DEFAULT_BACKOFF, Health, MAX_SPAN_US, MAX_TIME_US, MULTI, Params, RedisClock, RedisStoreError, SLOT_RANGES,
     cluster_slot, decision_of, microsecond_policy,
@@ -17,6 +18,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
 
 /// Redis as a [`Store`]: any number of instances share one count per key
 /// and limit, every call one atomic script ([`scripts::MULTI`](crate::scripts::MULTI)).
@@ -72,7 +74,9 @@ pub struct RedisStore<C = MultiplexedConnection> {
     clock: RedisClock,
     backoff: Duration,
     per_slot_range: bool,
+    batching: Batching,
     health: Arc<Health>,
+    lanes: Arc<Lanes>,
 }
 
 impl<C> fmt::Debug for RedisStore<C> {
@@ -83,6 +87,7 @@ impl<C> fmt::Debug for RedisStore<C> {
             .field("clock", &self.clock)
             .field("backoff", &self.backoff)
             .field("per_slot_range", &self.per_slot_range)
+            .field("batching", &self.batching)
             .field("errors", &self.health.failures)
             .finish_non_exhaustive()
     }
@@ -95,7 +100,7 @@ enum Mode {
     Charge,
 }
 
-impl<C: ConnectionLike + Clone + Send + Sync> RedisStore<C> {
+impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisStore<C> {
     /// A store over `conn`, its keys starting with `prefix`, each call
     /// bounded by `timeout`, on the server's clock.
     ///
@@ -114,7 +119,9 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisStore<C> {
             clock: RedisClock::Server,
             backoff: DEFAULT_BACKOFF,
             per_slot_range: false,
+            batching: Batching::default(),
             health: Arc::new(Health::new()),
+            lanes: Arc::new(Lanes::new(Batching::default())),
         })
     }
 
@@ -140,6 +147,27 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisStore<C> {
     pub fn with_backoff_per_slot_range(mut self) -> Self {
         self.per_slot_range = true;
         self
+    }
+
+    /// The same store grouping requests into script calls by `batching`
+    /// (by default [`Batching::PerSlot`]); see [`Batching`]. Clones made
+    /// before share the old grouping.
+    #[must_use]
+    pub fn with_batching(mut self, batching: Batching) -> Self {
+        self.batching = batching;
+        self.lanes = Arc::new(Lanes::new(batching));
+        self
+    }
+
+    /// How requests are grouped into script calls.
+    pub fn batching(&self) -> Batching {
+        self.batching
+    }
+
+    /// The script calls sent for decisions and charges, and the requests
+    /// they carried (their ratio is the requests per call).
+    pub fn script_calls(&self) -> (u64, u64) {
+        self.lanes.figures()
     }
 
     /// The connection (clones share it).
@@ -203,24 +231,17 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisStore<C> {
         }
     }
 
-    /// The script call for `mode` at `cost` on `key` under every quota.
-    fn invocation(
-        &self,
-        key: &str,
-        quotas: &[Quota],
-        mode: Mode,
-        cost: u64,
-    ) -> Result<redis::ScriptInvocation<'static>, StoreError> {
-        let mut invocation = MULTI.prepare_invoke();
-        invocation
-            .arg(self.now()?)
-            .arg(if mode == Mode::Decide { "d" } else { "c" })
-            .arg(quotas.len());
+    /// The part of a script call that is `mode` at `cost` on `key` under
+    /// every quota.
+    fn request(&self, key: &str, quotas: &[Quota], mode: Mode, cost: u64) -> Result<Call, StoreError> {
+        let mut keys = Vec::with_capacity(quotas.len());
+        let mut args = Vec::with_capacity(3 + 6 * quotas.len());
+        args.push(Arg::Int(self.now()?));
+        args.push(Arg::Str(if mode == Mode::Decide { "d" } else { "c" }));
+        args.push(Arg::Int(quotas.len() as i64));
         for quota in quotas {
             let params = params(quota)?;
-            for k in self.redis_keys(key, quota) {
-                invocation.key(k);
-            }
+            keys.extend(self.redis_keys(key, quota));
             let (kind, figures, step) = match params {
                 Params::FixedWindow { w, limit } => ("f", [w, limit, 0, 0], 1),
                 Params::Gcra { t, burst, limit } => ("g", [t, burst, limit, 0], t),
@@ -238,19 +259,24 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisStore<C> {
                 // Kept exact: at most 2^50 (of µs for gcra and a bucket).
                 Mode::Charge => cost.min(MAX_SPAN_US / step.max(1)),
             };
-            invocation.arg(kind).arg(cost);
-            for figure in figures {
-                invocation.arg(figure);
-            }
+            args.push(Arg::Str(kind));
+            // Every figure is at most 2^52 (the crate's ranges).
+            args.push(Arg::Int(cost as i64));
+            args.extend(figures.map(|f| Arg::Int(f as i64)));
         }
-        Ok(invocation)
+        Ok(Call {
+            keys,
+            args,
+            reply_len: if mode == Mode::Decide { 8 * quotas.len() } else { 1 },
+            range: self.range(key),
+        })
     }
 
     /// Runs `call` within the timeout, unless `range` backs off; a failure
     /// is counted and starts a backoff.
-    async fn run<T>(&self, range: usize, call: impl Future<Output = redis::RedisResult<T>>) -> Result<T, StoreError> {
+    async fn run<T>(&self, range: usize, call: impl Future<Output = redis::RedisResult<T>>) -> Result<T, Failure> {
         if self.health.in_backoff(range) {
-            return Err(StoreError::unavailable(RedisStoreError::Backoff(self.backoff)));
+            return Err(Failure::Backoff(self.backoff));
         }
         let failed = |e| {
             self.health.failures.fetch_add(1, Ordering::Relaxed);
@@ -259,9 +285,58 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisStore<C> {
         };
         match tokio::time::timeout(self.timeout, call).await {
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => Err(failed(StoreError::unavailable(RedisStoreError::Redis(e)))),
-            Err(_) => Err(failed(StoreError::Timeout(self.timeout))),
+            Ok(Err(e)) => Err(failed(Failure::Redis(e))),
+            Err(_) => Err(failed(Failure::Timeout(self.timeout))),
         }
+    }
+
+    /// One script call of `calls`, in order: their replies.
+    async fn send(&self, calls: &[Call]) -> Result<Vec<Vec<i64>>, Failure> {
+        let range = calls.first().map_or(0, |c| c.range);
+        let mut invocation = MULTI.prepare_invoke();
+        invocation.arg(calls.len());
+        for call in calls {
+            for key in &call.keys {
+                invocation.key(key);
+            }
+            for arg in &call.args {
+                invocation.arg(arg);
+            }
+        }
+        self.lanes.count(calls.len());
+        let mut conn = self.conn.clone();
+        let reply: Vec<i64> = self.run(range, invocation.invoke_async(&mut conn)).await?;
+        split(calls, reply)
+    }
+
+    /// The reply to `call` on `key`: sent at once when its lane is free
+    /// (then the lane is handed on to the requests that came meanwhile),
+    /// else in the lane's next call.
+    async fn call(&self, key: &str, call: Call) -> Result<Vec<i64>, StoreError> {
+        if self.health.in_backoff(call.range) {
+            return Err(Failure::Backoff(self.backoff).into());
+        }
+        if !self.lanes.batching() {
+            return Ok(self.send_one(call).await?);
+        }
+        // Every key of the request has the hash tag `{<key>}`.
+        let lane = self.lanes.lane_of(cluster_slot(format!("{{{key}}}").as_bytes()));
+        match self.lanes.turn(lane, call) {
+            Turn::Lead(call) => {
+                let _hand_on = HandOn { store: self, lane };
+                Ok(self.send_one(call).await?)
+            }
+            Turn::Wait(rx) => match tokio::time::timeout(self.timeout, rx).await {
+                Ok(Ok(reply)) => Ok(reply?),
+                Ok(Err(_)) => Err(Failure::Abandoned.into()),
+                Err(_) => Err(StoreError::Timeout(self.timeout)),
+            },
+        }
+    }
+
+    async fn send_one(&self, call: Call) -> Result<Vec<i64>, Failure> {
+        let calls = [call];
+        self.send(&calls).await?.pop().ok_or(Failure::Reply(Vec::new()))
     }
 
     async fn decide_all(&self, key: &str, quotas: &[Quota], cost: u64, out: &mut Decisions) -> Result<(), StoreError> {
@@ -269,12 +344,8 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisStore<C> {
         if quotas.is_empty() {
             return Err(StoreError::NoQuota);
         }
-        let invocation = self.invocation(key, quotas, Mode::Decide, cost)?;
-        let mut conn = self.conn.clone();
-        let reply: Vec<i64> = self.run(self.range(key), invocation.invoke_async(&mut conn)).await?;
-        if reply.len() != 8 * quotas.len() {
-            return Err(StoreError::unavailable(RedisStoreError::Reply(reply)));
-        }
+        let call = self.request(key, quotas, Mode::Decide, cost)?;
+        let reply = self.call(key, call).await?;
         for (quota, one) in quotas.iter().zip(reply.chunks_exact(8)) {
             match decision_of(quota.policy(), one) {
                 Ok(decision) => out.push(decision),
@@ -292,9 +363,8 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisStore<C> {
             // Nothing to record: no call.
             return Ok(());
         }
-        let invocation = self.invocation(key, quotas, Mode::Charge, cost)?;
-        let mut conn = self.conn.clone();
-        let _: Vec<i64> = self.run(self.range(key), invocation.invoke_async(&mut conn)).await?;
+        let call = self.request(key, quotas, Mode::Charge, cost)?;
+        self.call(key, call).await?;
         Ok(())
     }
 
@@ -309,6 +379,81 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisStore<C> {
         let mut conn = self.conn.clone();
         let deleted: i64 = self.run(self.range(key), del.query_async(&mut conn)).await?;
         Ok(deleted > 0)
+    }
+}
+
+/// Hands a lane on when its leader's own call is over, answered or
+/// dropped: the requests that came meanwhile go in the next call, sent by
+/// a task of their own.
+struct HandOn<'a, C: ConnectionLike + Clone + Send + Sync + 'static> {
+    store: &'a RedisStore<C>,
+    lane: usize,
+}
+
+impl<C: ConnectionLike + Clone + Send + Sync + 'static> Drop for HandOn<'_, C> {
+    fn drop(&mut self) {
+        let Some(next) = self.store.lanes.hand_on(self.lane) else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                let drain = Drain {
+                    store: self.store.clone(),
+                    lane: self.lane,
+                    done: false,
+                };
+                runtime.spawn(drain.run(next));
+            }
+            // No runtime to send them on: the waiting requests fail now.
+            Err(_) => {
+                for reply in next.1 {
+                    let _ = reply.send(Err(Failure::Abandoned));
+                }
+                self.store.lanes.abandon(self.lane, &Failure::Abandoned);
+            }
+        }
+    }
+}
+
+/// The task that sends a lane's calls until nobody waits. Dropped before
+/// that (its runtime shut down), it frees the lane and fails the requests
+/// still waiting, so that none waits for a call that will never be sent.
+struct Drain<C: ConnectionLike + Clone + Send + Sync + 'static> {
+    store: RedisStore<C>,
+    lane: usize,
+    done: bool,
+}
+
+impl<C: ConnectionLike + Clone + Send + Sync + 'static> Drain<C> {
+    async fn run(mut self, mut next: (Vec<Call>, Vec<oneshot::Sender<Reply>>)) {
+        loop {
+            let (calls, replies) = next;
+            match self.store.send(&calls).await {
+                Ok(out) => {
+                    for (reply, one) in replies.into_iter().zip(out) {
+                        let _ = reply.send(Ok(one));
+                    }
+                }
+                Err(failure) => {
+                    for reply in replies {
+                        let _ = reply.send(Err(failure.clone()));
+                    }
+                }
+            }
+            match self.store.lanes.hand_on(self.lane) {
+                Some(more) => next = more,
+                None => break,
+            }
+        }
+        self.done = true;
+    }
+}
+
+impl<C: ConnectionLike + Clone + Send + Sync + 'static> Drop for Drain<C> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.store.lanes.abandon(self.lane, &Failure::Abandoned);
+        }
     }
 }
 
@@ -337,7 +482,7 @@ fn params(quota: &Quota) -> Result<Params, StoreError> {
     }
 }
 
-impl<C: ConnectionLike + Clone + Send + Sync> Store for RedisStore<C> {
+impl<C: ConnectionLike + Clone + Send + Sync + 'static> Store for RedisStore<C> {
     fn decide<'a>(
         &'a self,
         key: &'a str,
@@ -392,7 +537,7 @@ impl RedisStore<ConnectionManager> {
         let conn = redis::Client::open(url)?
             .get_connection_manager_with_config(config)
             .await?;
-        RedisStore::new(conn, prefix, timeout)
+        Ok(RedisStore::new(conn, prefix, timeout)?.with_batching(Batching::PerServer))
     }
 }
 
@@ -433,7 +578,7 @@ impl RedisStore<SentinelConnection> {
         let conn = tokio::time::timeout(timeout, SentinelConnection::connect(sentinels, master))
             .await
             .map_err(|_| RedisStoreError::Timeout(timeout))??;
-        RedisStore::new(conn, prefix, timeout)
+        Ok(RedisStore::new(conn, prefix, timeout)?.with_batching(Batching::PerServer))
     }
 }
 

@@ -55,7 +55,7 @@ fn source(before: FailOverStats, after: FailOverStats) -> Source {
 /// `store`'s decision of 1 on `key` under `quota`, and who made it.
 async fn decide<C, L>(store: &FailOver<RedisStore<C>, L>, key: &str, quota: &Quota) -> (Decision, Source)
 where
-    C: ConnectionLike + Clone + Send + Sync,
+    C: ConnectionLike + Clone + Send + Sync + 'static,
     L: Store,
 {
     let before = store.failover_stats();

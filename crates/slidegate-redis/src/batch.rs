@@ -1,0 +1,239 @@
+//! Coalescing: the requests that arrive while a script call is in flight
+//! on their lane (the server, or a Cluster hash slot) wait, and go
+//! together in the next call, which decides each in the order it came.
+
+use crate::RedisStoreError;
+use parking_lot::Mutex;
+use redis::{RedisError, RedisWrite, ToRedisArgs};
+use slidegate_store::StoreError;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// How a [`RedisStore`](crate::RedisStore) groups requests into script
+/// calls.
+///
+/// A request that finds no call in flight on its lane is sent at once, on
+/// its own: an idle store adds no wait. While a call is in flight, the
+/// requests of its lane wait, and go together in the next call (at most
+/// [`MAX_BATCH`]), one script run that decides each in the order it
+/// arrived, each exactly and atomically as if alone, reading the server's
+/// `TIME` once for all and each hash state once (and writing it once) for
+/// all the requests on its key. So the busier a key or a server, the
+/// fewer calls Redis runs per decision (`BENCHMARKS.md` has the figures).
+/// A call that fails fails every request in it, and writes nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Batching {
+    /// One call per request, each sent at once.
+    Off,
+    /// The requests on keys of one Redis Cluster hash slot (every request
+    /// on a hot key, among others) share calls. Safe on any connection:
+    /// the default of [`RedisStore::new`](crate::RedisStore::new) and of
+    /// [`RedisStore::connect_cluster`](crate::RedisStore::connect_cluster).
+    #[default]
+    PerSlot,
+    /// All the requests share calls, whatever their keys: for a connection
+    /// to one server ([`RedisStore::connect`](crate::RedisStore::connect),
+    /// [`RedisStore::connect_sentinel`](crate::RedisStore::connect_sentinel));
+    /// never for a Cluster, which refuses a script whose keys cross slots.
+    PerServer,
+}
+
+impl Batching {
+    /// How many lanes the store keeps.
+    pub(crate) fn lanes(self) -> usize {
+        match self {
+            Batching::Off => 0,
+            Batching::PerSlot => 16384,
+            Batching::PerServer => 1,
+        }
+    }
+}
+
+/// The most requests in one script call: 64.
+pub const MAX_BATCH: usize = 64;
+
+/// One argument of a request's part of a script call.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Arg {
+    Int(i64),
+    Str(&'static str),
+}
+
+impl ToRedisArgs for Arg {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        match self {
+            Arg::Int(x) => x.write_redis_args(out),
+            Arg::Str(s) => s.write_redis_args(out),
+        }
+    }
+}
+
+/// One request's part of a script call: its keys, its arguments (as
+/// `scripts/multi.lua` takes them), how many integers its reply has, and
+/// the range of slots whose backoff it follows.
+#[derive(Debug)]
+pub(crate) struct Call {
+    pub(crate) keys: Vec<String>,
+    pub(crate) args: Vec<Arg>,
+    pub(crate) reply_len: usize,
+    pub(crate) range: usize,
+}
+
+/// Why a call failed, for every request it carried.
+#[derive(Clone, Debug)]
+pub(crate) enum Failure {
+    Timeout(Duration),
+    Redis(RedisError),
+    Reply(Vec<i64>),
+    Backoff(Duration),
+    /// The call a request waited for was dropped (its runtime shut down).
+    Abandoned,
+}
+
+impl From<Failure> for StoreError {
+    fn from(f: Failure) -> StoreError {
+        match f {
+            Failure::Timeout(t) => StoreError::Timeout(t),
+            Failure::Redis(e) => StoreError::unavailable(RedisStoreError::Redis(e)),
+            Failure::Reply(r) => StoreError::unavailable(RedisStoreError::Reply(r)),
+            Failure::Backoff(b) => StoreError::unavailable(RedisStoreError::Backoff(b)),
+            Failure::Abandoned => StoreError::unavailable(RedisStoreError::Abandoned),
+        }
+    }
+}
+
+pub(crate) type Reply = Result<Vec<i64>, Failure>;
+
+/// A request waiting for the next call of its lane.
+struct Waiting {
+    call: Call,
+    reply: oneshot::Sender<Reply>,
+}
+
+#[derive(Default)]
+struct Lane {
+    /// A call is in flight (or being formed) on the lane.
+    busy: bool,
+    queue: VecDeque<Waiting>,
+}
+
+/// Every lane of a store, and the figures of the calls.
+pub(crate) struct Lanes {
+    lanes: Box<[Mutex<Lane>]>,
+    calls: AtomicU64,
+    requests: AtomicU64,
+}
+
+/// What a request finds on its lane.
+pub(crate) enum Turn {
+    /// No call in flight: the request is sent now, by its caller, who
+    /// hands the lane on afterwards ([`Lanes::hand_on`]).
+    Lead(Call),
+    /// A call is in flight: the reply comes by this channel.
+    Wait(oneshot::Receiver<Reply>),
+}
+
+impl Lanes {
+    pub(crate) fn new(batching: Batching) -> Self {
+        Lanes {
+            lanes: (0..batching.lanes()).map(|_| Mutex::new(Lane::default())).collect(),
+            calls: AtomicU64::new(0),
+            requests: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether requests wait for one another at all.
+    pub(crate) fn batching(&self) -> bool {
+        !self.lanes.is_empty()
+    }
+
+    /// The lane of a request whose keys are in `slot`.
+    pub(crate) fn lane_of(&self, slot: u16) -> usize {
+        usize::from(slot) % self.lanes.len().max(1)
+    }
+
+    /// Takes `call`'s turn on `lane`.
+    pub(crate) fn turn(&self, lane: usize, call: Call) -> Turn {
+        let Some(cell) = self.lanes.get(lane) else {
+            return Turn::Lead(call);
+        };
+        let mut lane = cell.lock();
+        if lane.busy {
+            let (reply, rx) = oneshot::channel();
+            lane.queue.push_back(Waiting { call, reply });
+            Turn::Wait(rx)
+        } else {
+            lane.busy = true;
+            Turn::Lead(call)
+        }
+    }
+
+    /// After a call on `lane`: the lane is free when nobody waits;
+    /// otherwise the waiting requests (at most [`MAX_BATCH`], those whose
+    /// callers gave up left out) are taken for the next call, and the lane
+    /// stays busy.
+    pub(crate) fn hand_on(&self, lane: usize) -> Option<(Vec<Call>, Vec<oneshot::Sender<Reply>>)> {
+        let cell = self.lanes.get(lane)?;
+        let mut lane = cell.lock();
+        let mut calls = Vec::new();
+        let mut replies = Vec::new();
+        while calls.len() < MAX_BATCH {
+            let Some(waiting) = lane.queue.pop_front() else {
+                break;
+            };
+            if !waiting.reply.is_closed() {
+                calls.push(waiting.call);
+                replies.push(waiting.reply);
+            }
+        }
+        if calls.is_empty() {
+            lane.busy = false;
+            return None;
+        }
+        Some((calls, replies))
+    }
+
+    /// Frees `lane` and answers everyone waiting on it with `failure` (no
+    /// runtime to send their call on).
+    pub(crate) fn abandon(&self, lane: usize, failure: &Failure) {
+        if let Some(cell) = self.lanes.get(lane) {
+            let mut lane = cell.lock();
+            lane.busy = false;
+            for waiting in lane.queue.drain(..) {
+                let _ = waiting.reply.send(Err(failure.clone()));
+            }
+        }
+    }
+
+    /// Counts one call of `requests` requests.
+    pub(crate) fn count(&self, requests: usize) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.requests.fetch_add(requests as u64, Ordering::Relaxed);
+    }
+
+    /// The script calls sent, and the requests they carried.
+    pub(crate) fn figures(&self) -> (u64, u64) {
+        (self.calls.load(Ordering::Relaxed), self.requests.load(Ordering::Relaxed))
+    }
+}
+
+/// Splits a call's `reply` into the replies of `calls`, in order.
+pub(crate) fn split(calls: &[Call], reply: Vec<i64>) -> Result<Vec<Vec<i64>>, Failure> {
+    let total: usize = calls.iter().map(|c| c.reply_len).sum();
+    if reply.len() != total {
+        return Err(Failure::Reply(reply));
+    }
+    let mut rest = reply.as_slice();
+    let mut out = Vec::with_capacity(calls.len());
+    for call in calls {
+        let Some((one, tail)) = rest.split_at_checked(call.reply_len) else {
+            return Err(Failure::Reply(reply.clone()));
+        };
+        out.push(one.to_vec());
+        rest = tail;
+    }
+    Ok(out)
+}
