@@ -216,7 +216,10 @@ impl Lanes {
 
     /// The script calls sent, and the requests they carried.
     pub(crate) fn figures(&self) -> (u64, u64) {
-        (self.calls.load(Ordering::Relaxed), self.requests.load(Ordering::Relaxed))
+        (
+            self.calls.load(Ordering::Relaxed),
+            self.requests.load(Ordering::Relaxed),
+        )
     }
 }
 

@@ -301,11 +301,11 @@ mod hybrid;
 mod hybrid_store;
 mod store;
 
+pub use batch::{Batching, MAX_BATCH};
 pub use hybrid::{
     FIXED_WINDOW_SYNC, HybridLimiter, HybridOptions, HybridStats, LEASE_SYNC, SLIDING_WINDOW_SYNC, SyncReport, SyncTask,
 };
 pub use hybrid_store::{HybridStore, MAX_HYBRID_LIMITS, StaleSyncs};
-pub use batch::{Batching, MAX_BATCH};
 pub use store::{RedisStore, SentinelConnection, supports_quota};
 
 use redis::Script;

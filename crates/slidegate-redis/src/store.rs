@@ -513,6 +513,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Store for RedisStore<C> 
     fn stats(&self) -> StoreStats {
         let mut stats = StoreStats::default();
         stats.errors = self.health.failures.load(Ordering::Relaxed);
+        (stats.script_calls, stats.script_requests) = self.lanes.figures();
         stats
     }
 

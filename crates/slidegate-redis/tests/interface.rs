@@ -8,7 +8,7 @@ use redis::cluster::ClusterClient;
 use slidegate_conformance::Figures;
 use slidegate_conformance::redis::{RedisCluster, RedisSentinel, RedisServer};
 use slidegate_core::{Algorithm, LimitState, ManualClock, Policy, State, Weighting};
-use slidegate_redis::{RedisClock, RedisStore, microsecond_policy};
+use slidegate_redis::{Batching, RedisClock, RedisStore, microsecond_policy};
 use slidegate_store::{Decisions, FailOver, FailurePolicy, Quota, Store, StoreError, decide_all};
 use std::sync::Arc;
 use std::time::Duration;
@@ -456,4 +456,240 @@ async fn after_a_sentinel_failover_decisions_go_to_the_new_primary() {
     }
     assert!(out.iter().all(|d| d.allowed()), "{out:?}");
     assert!(promoted.cli(&["ROLE"]).starts_with("master"));
+}
+
+/// One request of a wave: a decision at `cost`, or a charge after the fact.
+#[derive(Clone, Copy, Debug)]
+enum Ask {
+    Decide(u64),
+    Charge(u64),
+}
+
+/// Waves of concurrent requests on three keys under `batching`: every
+/// request of a wave starts at one instant (a task each, spawned in order,
+/// on this test's one thread), so all but the first on each lane wait for
+/// the call in flight and go together in the next. Each decision must be
+/// the oracle's for the requests on its key taken one by one in the order
+/// they were spawned, figure for figure; and the calls must be as few as
+/// the lanes allow. Answers (calls, requests) as the store counted them.
+async fn waves_decide_in_order(batching: Batching, seed: u64) -> (u64, u64) {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0_US * 1000);
+    let store = store(&server, &clock).await.with_batching(batching);
+    let all = every_algorithm();
+    // Each key its own limits: several at once, one alone, and two.
+    let limits: Vec<(&str, Vec<Policy>)> = vec![("a", all.clone()), ("b", vec![all[2]]), ("c", vec![all[0], all[4]])];
+    let mut oracles: Vec<Oracle> = limits.iter().map(|(_, p)| Oracle::new(p)).collect();
+    let mut rng = Lcg(seed);
+    let mut now_us = T0_US;
+    let (mut want_calls, mut sent) = (0, 0);
+    for wave in 0..30 {
+        now_us += rng.next() % 700_000;
+        clock.set(now_us * 1000);
+        let asks: Vec<(usize, Ask)> = (0..1 + rng.next() % 40)
+            .map(|_| {
+                let key = (rng.next() % 3) as usize;
+                let cost = match rng.next() % 10 {
+                    0 => 0,
+                    1 => 9,
+                    n => n % 3 + 1,
+                };
+                let ask = if rng.next().is_multiple_of(6) {
+                    Ask::Charge(cost)
+                } else {
+                    Ask::Decide(cost)
+                };
+                (key, ask)
+            })
+            .collect();
+        let tasks: Vec<_> = asks
+            .iter()
+            .map(|&(key, ask)| {
+                let (store, name) = (store.clone(), limits[key].0);
+                let quotas = quotas(&limits[key].1);
+                tokio::spawn(async move {
+                    let mut out = Decisions::new();
+                    match ask {
+                        Ask::Decide(cost) => store.decide(name, &quotas, cost, &mut out).await.unwrap(),
+                        Ask::Charge(cost) => store.charge(name, &quotas, cost).await.unwrap(),
+                    }
+                    out.iter().map(Figures::of).collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for (i, (task, &(key, ask))) in tasks.into_iter().zip(&asks).enumerate() {
+            let got = task.await.unwrap();
+            let want: Vec<Figures> = match ask {
+                Ask::Decide(cost) => oracles[key].decide(now_us, cost).iter().map(Figures::of).collect(),
+                Ask::Charge(cost) => {
+                    oracles[key].charge(now_us, cost);
+                    Vec::new()
+                }
+            };
+            assert_eq!(got, want, "wave {wave}, request {i}: {ask:?} on {}", limits[key].0);
+        }
+        // The requests that make a call (a charge of 0 makes none), by lane.
+        let mut per_lane = [0u64; 3];
+        for &(key, ask) in &asks {
+            if !matches!(ask, Ask::Charge(0)) {
+                let lane = if batching == Batching::PerServer { 0 } else { key };
+                per_lane[lane] += 1;
+            }
+        }
+        sent += per_lane.iter().sum::<u64>();
+        want_calls += match batching {
+            Batching::Off => per_lane.iter().sum::<u64>(),
+            // The first alone, then the rest together (at most 64 a call).
+            _ => per_lane
+                .iter()
+                .map(|&n| u64::from(n > 0) + (n.saturating_sub(1)).div_ceil(64))
+                .sum(),
+        };
+    }
+    let (calls, requests) = store.script_calls();
+    assert_eq!(requests, sent, "every request made once");
+    assert_eq!(calls, want_calls, "{batching:?}: {requests} requests in {calls} calls");
+    (calls, requests)
+}
+
+#[tokio::test]
+async fn coalesced_requests_are_decided_in_order_as_if_alone() {
+    let (off, requests) = waves_decide_in_order(Batching::Off, 5).await;
+    assert_eq!(off, requests);
+    let (per_slot, _) = waves_decide_in_order(Batching::PerSlot, 5).await;
+    let (per_server, _) = waves_decide_in_order(Batching::PerServer, 5).await;
+    assert!(
+        per_server < per_slot && per_slot * 3 < requests,
+        "{requests} requests: {per_slot} calls per slot, {per_server} per server"
+    );
+}
+
+/// How many times Redis ran `command` (scripts' calls included), from
+/// `INFO commandstats`.
+fn command_calls(server: &RedisServer, command: &str) -> u64 {
+    let info = server.cli(&["INFO", "commandstats"]);
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+#[tokio::test]
+async fn a_call_of_many_requests_on_one_key_reads_and_writes_its_state_once() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0_US * 1000);
+    let store = store(&server, &clock).await;
+    let limits = quotas(&[policy(30, Duration::from_secs(60), Algorithm::FixedWindow)]);
+    // The script loaded, and the figures from here on.
+    let mut out = Decisions::new();
+    store.decide("warm", &limits, 1, &mut out).await.unwrap();
+    let before: Vec<u64> = ["evalsha", "hgetall", "hset", "pexpire"]
+        .iter()
+        .map(|c| command_calls(&server, c))
+        .collect();
+    let tasks: Vec<_> = (0..41)
+        .map(|_| {
+            let (store, limits) = (store.clone(), limits.clone());
+            tokio::spawn(async move {
+                let mut out = Decisions::new();
+                store.decide("hot", &limits, 1, &mut out).await.unwrap();
+                out[0].allowed()
+            })
+        })
+        .collect();
+    let mut admitted = 0;
+    for task in tasks {
+        admitted += u32::from(task.await.unwrap());
+    }
+    assert_eq!(admitted, 30);
+    assert_eq!(
+        store.script_calls(),
+        (3, 42),
+        "the first alone, the other 40 in one call"
+    );
+    // Each call: one read of the hash, one write, one expiry.
+    for (command, before) in ["evalsha", "hgetall", "hset", "pexpire"].iter().zip(before) {
+        assert_eq!(command_calls(&server, command) - before, 2, "{command}");
+    }
+    server.assert_every_key_expires();
+}
+
+#[tokio::test]
+async fn a_failed_call_fails_every_request_in_it_and_writes_nothing() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0_US * 1000);
+    let store = store(&server, &clock)
+        .await
+        .with_batching(Batching::PerServer)
+        .with_backoff(Duration::ZERO);
+    let limits = quotas(&[policy(30, Duration::from_secs(60), Algorithm::FixedWindow)]);
+    // The state of `broken` is not a hash: its script fails.
+    let broken = store.redis_keys("broken", &limits[0]).remove(0);
+    server.cli(&["SET", &broken, "x", "PX", "60000"]);
+    let keys = ["first", "good", "broken", "good"];
+    let tasks: Vec<_> = keys
+        .iter()
+        .map(|&key| {
+            let (store, limits) = (store.clone(), limits.clone());
+            tokio::spawn(async move {
+                let mut out = Decisions::new();
+                store.decide(key, &limits, 1, &mut out).await
+            })
+        })
+        .collect();
+    let mut results = Vec::new();
+    for task in tasks {
+        results.push(task.await.unwrap());
+    }
+    assert!(results[0].is_ok(), "the first went alone");
+    for (key, result) in keys.iter().zip(&results).skip(1) {
+        let err = result.as_ref().unwrap_err();
+        assert!(matches!(err, StoreError::Unavailable(_)), "{key}: {err:?}");
+        assert!(format!("{:?}", err).contains("WRONGTYPE"), "{key}: {err:?}");
+    }
+    let good = store.redis_keys("good", &limits[0]).remove(0);
+    assert_eq!(
+        server.cli(&["EXISTS", &good]),
+        "0",
+        "nothing of the failed call was written"
+    );
+    let mut out = Decisions::new();
+    store.decide("good", &limits, 1, &mut out).await.unwrap();
+    assert_eq!(out[0].remaining(), 29, "the next call counts from nothing");
+}
+
+#[tokio::test]
+async fn a_request_given_up_while_it_waits_is_left_out_of_the_call() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0_US * 1000);
+    let store = store(&server, &clock).await;
+    let limits = quotas(&[policy(100, Duration::from_secs(60), Algorithm::FixedWindow)]);
+    let tasks: Vec<_> = (0..10)
+        .map(|_| {
+            let (store, limits) = (store.clone(), limits.clone());
+            tokio::spawn(async move {
+                let mut out = Decisions::new();
+                store.decide("hot", &limits, 1, &mut out).await.unwrap();
+            })
+        })
+        .collect();
+    // Every task is queued behind the first's call before this one runs
+    // again.
+    tokio::task::yield_now().await;
+    tasks[4].abort();
+    tasks[7].abort();
+    let mut finished = 0;
+    for task in tasks {
+        finished += u32::from(task.await.is_ok());
+    }
+    assert_eq!(finished, 8);
+    let mut out = Decisions::new();
+    store.decide("hot", &limits, 0, &mut out).await.unwrap();
+    assert_eq!(out[0].remaining(), 92, "the two given up were never counted");
+    assert_eq!(
+        store.script_calls(),
+        (3, 9),
+        "the first, the seven still waiting, the peek"
+    );
 }

@@ -175,6 +175,8 @@ pub struct Metrics {
     redis_fallbacks: Family<FallbackLabels, Counter>,
     store_decisions: Family<DecisionLabels, Counter>,
     redis_sync_commands: Counter,
+    redis_script_calls: Counter,
+    redis_script_requests: Counter,
     redis_lease_refusals: Counter,
     redis_pending_keys: Gauge,
     /// The Redis store's figures at the last scrape.
@@ -414,6 +416,18 @@ impl Metrics {
             "Hybrid mode: commands the syncs sent to Redis, one per key per sync, one per batch with --redis-bounded (0 without --redis-sync-interval)",
             redis_sync_commands.clone(),
         );
+        let redis_script_calls = Counter::default();
+        registry.register(
+            "redis_script_calls",
+            "Script calls sent to Redis for decisions and charges (0 without --redis)",
+            redis_script_calls.clone(),
+        );
+        let redis_script_requests = Counter::default();
+        registry.register(
+            "redis_script_requests",
+            "The requests those script calls carried: more than the calls when requests that waited together for a call in flight went in one",
+            redis_script_requests.clone(),
+        );
         let redis_lease_refusals = Counter::default();
         registry.register(
             "redis_lease_refusals",
@@ -461,6 +475,8 @@ impl Metrics {
             redis_fallbacks,
             store_decisions,
             redis_sync_commands,
+            redis_script_calls,
+            redis_script_requests,
             redis_lease_refusals,
             redis_pending_keys,
             redis_seen: Mutex::new(Seen::default()),
@@ -616,6 +632,8 @@ impl Metrics {
             let now = Seen {
                 errors: stats.errors,
                 sync_commands: stats.sync_commands,
+                script_calls: stats.script_calls,
+                script_requests: stats.script_requests,
                 lease_refusals: stats.lease_refusals,
                 fail_open: stats.failover.fail_open,
                 fail_closed: stats.failover.fail_closed,
@@ -630,6 +648,12 @@ impl Metrics {
             };
             add(&self.redis_errors, now.errors, &mut seen.errors);
             add(&self.redis_sync_commands, now.sync_commands, &mut seen.sync_commands);
+            add(&self.redis_script_calls, now.script_calls, &mut seen.script_calls);
+            add(
+                &self.redis_script_requests,
+                now.script_requests,
+                &mut seen.script_requests,
+            );
             add(&self.redis_lease_refusals, now.lease_refusals, &mut seen.lease_refusals);
             self.redis_pending_keys
                 .set(i64::try_from(stats.pending_keys).unwrap_or(i64::MAX));
@@ -847,6 +871,8 @@ struct Seen {
     decisions: [u64; 6],
     errors: u64,
     sync_commands: u64,
+    script_calls: u64,
+    script_requests: u64,
     lease_refusals: u64,
     fail_open: u64,
     fail_closed: u64,

@@ -21,7 +21,7 @@ use ::redis::cluster::ClusterClientBuilder;
 use ::redis::cluster_async::ClusterConnection;
 use ::redis::{Cmd, Pipeline, RedisFuture, Value};
 use slidegate_memory::{Budget, MemoryStore};
-use slidegate_redis::{DEFAULT_LOCAL_KEYS, HybridOptions, HybridStore, RedisStore, SyncTask};
+use slidegate_redis::{Batching, DEFAULT_LOCAL_KEYS, HybridOptions, HybridStore, RedisStore, SyncTask};
 use slidegate_store::{Decisions, DynStore, FailOver, FailurePolicy, Quota, Store, StoreError, StoreStats};
 use std::future::Future;
 use std::sync::Arc;
@@ -278,6 +278,9 @@ pub async fn connect_probed(options: &RedisOptions) -> Result<(Arc<dyn DynStore>
     if cluster {
         // A dead master backs off its own slots, not the live masters'.
         store = store.with_backoff_per_slot_range();
+    } else {
+        // One server: requests on any keys share script calls.
+        store = store.with_batching(Batching::PerServer);
     }
     match options.sync_interval {
         None => Ok((with_failure_policy(store, options.failure), probe)),

@@ -219,6 +219,11 @@ pub struct StoreStats {
     pub errors: u64,
     /// Hybrid mode: commands the syncs sent.
     pub sync_commands: u64,
+    /// Redis: the script calls sent for decisions and charges.
+    pub script_calls: u64,
+    /// Redis: the requests those calls carried (more than the calls when
+    /// requests that waited together went in one).
+    pub script_requests: u64,
     /// Hybrid mode: keys whose counts wait for the next sync.
     pub pending_keys: u64,
     /// Bounded hybrid mode: requests refused because this instance's lease
@@ -280,6 +285,8 @@ impl std::ops::Add for StoreStats {
             bytes: self.bytes + other.bytes,
             errors: self.errors + other.errors,
             sync_commands: self.sync_commands + other.sync_commands,
+            script_calls: self.script_calls + other.script_calls,
+            script_requests: self.script_requests + other.script_requests,
             lease_refusals: self.lease_refusals + other.lease_refusals,
             pending_keys: self.pending_keys + other.pending_keys,
             failover: self.failover + other.failover,
