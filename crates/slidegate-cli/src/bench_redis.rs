@@ -4,7 +4,10 @@
 //!
 //! At each concurrency, that many tasks share one multiplexed connection (as
 //! the store does), each with one call in flight, and every script case is
-//! compared with `INCR` at that concurrency. The cases of one concurrency
+//! compared with `INCR` at that concurrency. The stores batch as `slidegate
+//! serve` does on one server ([`Batching::PerServer`]: the requests that
+//! come while a call is in flight go together in the next); two cases
+//! repeat the sliding window without batching, one call per request. The cases of one concurrency
 //! are measured round-robin, in [`ROUNDS`] slices of `--time / ROUNDS`
 //! each (`INCR`, every script, `INCR`, ...), so that a burst of load from
 //! elsewhere on the machine falls on `INCR` and the scripts alike instead of
@@ -19,7 +22,7 @@ use crate::bench::{Case, key, percentile};
 use anyhow::{Context, Result, bail};
 use redis::aio::MultiplexedConnection;
 use slidegate_core::{Algorithm, Policy, Weighting};
-use slidegate_redis::RedisStore;
+use slidegate_redis::{Batching, RedisStore};
 use slidegate_store::{Decisions, Quota, Store};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -273,6 +276,7 @@ async fn cases(
             format!("{name} script, one hot key, {concurrency} in flight{}", suffix(conns)),
             policy,
             1,
+            Batching::PerServer,
         ));
     }
     let sw8 = Algorithm::SlidingWindow {
@@ -280,15 +284,34 @@ async fn cases(
         weighting: Weighting::Conservative,
     };
     let policy = Policy::new(1_000_000, Duration::from_secs(1), sw8)?;
-    let many = format!(
-        "sliding_window n=8 conservative script, {MANY_KEYS} keys, {concurrency} in flight{}",
-        suffix(conns)
-    );
-    scripts.push(("many", many, policy, MANY_KEYS));
-    for (tag, name, policy, spread) in scripts {
+    let name = "sliding_window n=8 conservative script";
+    scripts.push((
+        "many",
+        format!("{name}, {MANY_KEYS} keys, {concurrency} in flight{}", suffix(conns)),
+        policy,
+        MANY_KEYS,
+        Batching::PerServer,
+    ));
+    // The same two without batching: one call per request.
+    for (tag, keys, spread) in [
+        ("sw8c-off", "one hot key".to_owned(), 1),
+        ("many-off", format!("{MANY_KEYS} keys"), MANY_KEYS),
+    ] {
+        scripts.push((
+            tag,
+            format!("{name} unbatched, {keys}, {concurrency} in flight{}", suffix(conns)),
+            policy,
+            spread,
+            Batching::Off,
+        ));
+    }
+    for (tag, name, policy, spread, batching) in scripts {
         let stores = conns
             .iter()
-            .map(|conn| RedisStore::new(conn.clone(), format!("{prefix}{tag}:{concurrency}:"), TIMEOUT))
+            .map(|conn| {
+                RedisStore::new(conn.clone(), format!("{prefix}{tag}:{concurrency}:"), TIMEOUT)
+                    .map(|store| store.with_batching(batching))
+            })
             .collect::<Result<Vec<_>, _>>()
             .with_context(|| format!("the {name} store"))?;
         ops.push((name, Op::Script(stores, Quota::new(policy), spread)));

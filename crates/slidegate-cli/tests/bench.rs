@@ -93,9 +93,9 @@ fn the_redis_scripts_beside_plain_incr_at_each_concurrency_leaving_no_key() {
         "1,8",
     ]);
     // At each concurrency: INCR, five algorithms on one hot key, the
-    // many-key case.
-    assert_eq!(cases.len(), 2 * (1 + 5 + 1), "{cases:#?}");
-    for (block, concurrency) in cases.chunks(7).zip([1, 8]) {
+    // many-key case, and the sliding window's two unbatched.
+    assert_eq!(cases.len(), 2 * (1 + 5 + 1 + 2), "{cases:#?}");
+    for (block, concurrency) in cases.chunks(9).zip([1, 8]) {
         let incr = &block[0];
         assert_eq!(
             incr["name"],
@@ -111,6 +111,8 @@ fn the_redis_scripts_beside_plain_incr_at_each_concurrency_leaving_no_key() {
             "gcra script, one hot key",
             "sliding_log (limit 1000/s) script, one hot key",
             "sliding_window n=8 conservative script, 100000 keys",
+            "sliding_window n=8 conservative script unbatched, one hot key",
+            "sliding_window n=8 conservative script unbatched, 100000 keys",
         ] {
             let name = format!("{name}, {concurrency} in flight");
             let case = block
@@ -237,7 +239,7 @@ fn the_redis_table_has_a_line_per_case_and_a_column_per_concurrency() {
         .lines()
         .skip_while(|line| !line.starts_with("redis: decisions/s (ratio to INCR) by calls in flight"))
         .collect();
-    assert_eq!(matrix.len(), 1 + 7, "{table}");
+    assert_eq!(matrix.len(), 1 + 9, "{table}");
     assert!(
         matrix[0].contains("2 in flight") && matrix[0].contains("3 in flight"),
         "{table}"

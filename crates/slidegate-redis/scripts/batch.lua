@@ -1,49 +1,103 @@
 -- slidegate batch: many requests, each on its key against its limits,
 -- decided (or charged) one after the other in one call, in the order sent.
 --
--- Sent after prelude.lua, cache.lua, the algorithm scripts and multi.lua
--- (the function `multi(KEYS, ARGV)`: one request), all joined by src/lib.rs
+-- Sent last, after prelude.lua, cache.lua, the algorithm scripts and
+-- multi.lua (`set_now`, `decide`, `charge`), all joined by src/lib.rs
 -- (`scripts::MULTI`).
 --
--- KEYS     every request's keys, in the order of the requests (multi.lua's
---          KEYS for each). On a Redis Cluster all in one slot.
--- ARGV[1]  the number of requests r.
--- then each request's fields as multi.lua takes them: its time (-1 for the
---          server's TIME, read once for the whole call), its mode, its
---          number of limits k, and six fields per limit.
+-- The requests come as shapes (a key's limits: sent once for every request
+-- on them) and requests (a shape, a time, the costs):
+--
+-- ARGV[1]  `1` when some key is in more than one request: the hashes are
+--          cached (cache.lua), each read once and written once; `0` when
+--          not.
+-- ARGV[2]  the number of shapes s; then each shape: its mode (`d` decides,
+--          `c` charges), its number of limits k, and five fields per limit:
+--          the algorithm (`f` fixed_window, `g` gcra, `l` sliding_log, `w`
+--          sliding_window) and its four figures as its own script takes
+--          them after `now` (unused ones 0): f: W, limit; g: T, burst,
+--          limit; l: W, limit; w: b, n, limit, weighting.
+-- KEYS     every shape's keys in the order of the shapes and their limits:
+--          one per limit (`<prefix><tag>:{<key>}`), two for sliding_log (its
+--          `:log` and `:sum`); all with the hash tag `{<key>}`. On a Redis
+--          Cluster all in one slot.
+-- then     the number of requests r; then each request: its shape (from 1),
+--          its time in microseconds (-1 for the server's TIME, read once
+--          for the whole call), and its k costs.
 -- Reply    every request's reply, one after the other: 8k integers for a
 --          decision, {k} for a charge.
 -- Writes   the hashes once each, at the end (cache.lua's `flush`).
 
-local r = tonumber(ARGV[1])
-local server_now = nil
-local out = {}
-local a, key_at = 2, 1
-for _ = 1, r do
-  local k = tonumber(ARGV[a + 2])
-  local argv = {}
-  for j = 1, 3 + 6 * k do
-    argv[j] = ARGV[a + j - 1]
+-- Shapes by their index as sent (a string), and the numbers read so far
+-- by their text: a table lookup costs far less than `tonumber`.
+local shapes = {}
+local numbers = {}
+local function number(text)
+  local x = numbers[text]
+  if x == nil then
+    x = tonumber(text)
+    numbers[text] = x
   end
-  if tonumber(argv[1]) < 0 then
+  return x
+end
+
+if ARGV[1] == '1' then
+  cache()
+end
+local a, key_at = 3, 1
+for s = 1, tonumber(ARGV[2]) do
+  local k = tonumber(ARGV[a + 1])
+  local shape = { decides = ARGV[a] == 'd', k = k }
+  a = a + 2
+  for j = 1, k do
+    local kind = ARGV[a]
+    local q = {
+      kind = kind,
+      f1 = tonumber(ARGV[a + 1]),
+      f2 = tonumber(ARGV[a + 2]),
+      f3 = tonumber(ARGV[a + 3]),
+      f4 = ARGV[a + 4],
+    }
+    if kind == 'l' then
+      q.keys = { KEYS[key_at], KEYS[key_at + 1] }
+      key_at = key_at + 2
+    else
+      q.keys = { KEYS[key_at] }
+      key_at = key_at + 1
+    end
+    shape[j] = q
+    a = a + 5
+  end
+  shapes[tostring(s)] = shape
+end
+
+local server_now = nil
+local out, n = {}, 0
+local costs = {}
+for _ = 1, tonumber(ARGV[a]) do
+  local shape = shapes[ARGV[a + 1]]
+  local t = ARGV[a + 2]
+  if t == '-1' then
     if server_now == nil then
       server_now = clock(-1)
     end
-    argv[1] = server_now
+    t = server_now
+  else
+    t = number(t)
   end
-  local keys = {}
+  set_now(t)
+  local k = shape.k
   for j = 1, k do
-    keys[#keys + 1] = KEYS[key_at]
-    key_at = key_at + 1
-    if argv[3 + (j - 1) * 6 + 1] == 'l' then
-      keys[#keys + 1] = KEYS[key_at]
-      key_at = key_at + 1
-    end
+    costs[j] = number(ARGV[a + 2 + j])
   end
-  for _, x in ipairs(multi(keys, argv)) do
-    out[#out + 1] = x
+  if shape.decides then
+    n = decide(shape, costs, out, n)
+  else
+    charge(shape, costs)
+    n = n + 1
+    out[n] = k
   end
-  a = a + 3 + 6 * k
+  a = a + 2 + k
 end
 flush()
 return out

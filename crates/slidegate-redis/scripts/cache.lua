@@ -2,24 +2,27 @@
 -- algorithm scripts touch is read from Redis once and written back once.
 --
 -- Sent after prelude.lua and before the algorithm scripts, which call
--- `redis.call` as if alone: the `redis` they see is this table, which
--- answers HGET, HMGET, HGETALL, HSET, HDEL, HINCRBY, and PEXPIRE of a hash
--- it holds, from the cache, and passes every other command (TIME, the
--- sliding log's sorted set and string) to Redis. The first command on a hash reads it whole
--- (HGETALL); `flush()` at the end of the call writes the fields set
--- (HSET), deletes the fields deleted (HDEL), and sets the last expiry asked
--- for (PEXPIRE). The script runs atomically, so the state it leaves, and
--- every answer read in between, is what the same commands run one by one
--- would give; a hash touched by many requests costs four Redis commands in
--- all instead of four each. Nothing is written before `flush()`: a call
--- that fails midway leaves every hash as it was.
+-- `redis.call` as if alone: the `redis` they see is this file's, whose
+-- `call` answers HGET, HMGET, HGETALL, HSET, HDEL, HINCRBY, and PEXPIRE of
+-- a hash it holds, from the cache, and passes every other command (TIME,
+-- the sliding log's sorted set and string) to Redis. The first command on
+-- a hash reads it whole (HGETALL); `flush()` at the end of the call writes
+-- the fields set (HSET), deletes the fields deleted (HDEL), and sets the
+-- last expiry asked for (PEXPIRE). The script runs atomically, so the
+-- state it leaves, and every answer read in between, is what the same
+-- commands run one by one would give; a hash touched by many requests
+-- costs four Redis commands in all instead of four each. Nothing is
+-- written before `flush()`: a call that fails midway leaves every hash as
+-- it was. A call whose requests touch each key once does without (batch.lua
+-- says so): every command goes straight to Redis.
 
 local real = redis
 local hashes = {}
 local touched = {}
 
--- The cached hash `key`: `fields` (name -> value, as Redis keeps them:
--- strings), the names `set` and `del` since the read, and the last `ttl`.
+-- The cached hash `key`: `fields` (name -> value: a string as read, or a
+-- number as set), the names `set` and `del` since the read, and the last
+-- `ttl`.
 local function hash(key)
   local h = hashes[key]
   if h == nil then
@@ -35,90 +38,84 @@ local function hash(key)
   return h
 end
 
-local function put(h, name, value)
-  h.fields[name] = value
-  h.set[name] = true
-  h.del[name] = nil
-end
+-- The commands the algorithm scripts send, answered as Redis would. They
+-- ask at most two fields at once and set at most two; the values set are
+-- numbers (Redis 7 writes an integer-valued number as an integer). One
+-- function rather than one per command: every function a script defines
+-- is made anew on every call.
+local caching = false
 
-local cached = {}
-
-function cached.HGET(key, name)
-  local v = hash(key).fields[name]
-  if v == nil then
-    return false
+local function call(command, key, ...)
+  if not caching then
+    return real.call(command, key, ...)
   end
-  return v
-end
-
-function cached.HMGET(key, ...)
-  local h = hash(key)
-  local out = {}
-  for i, name in ipairs({ ... }) do
-    local v = h.fields[name]
+  local a, b, c, d = ...
+  if command == 'HGET' then
+    local v = hash(key).fields[a]
     if v == nil then
-      v = false
+      return false
     end
-    out[i] = v
-  end
-  return out
-end
-
-function cached.HGETALL(key)
-  local out = {}
-  for name, value in pairs(hash(key).fields) do
-    out[#out + 1] = name
-    out[#out + 1] = value
-  end
-  return out
-end
-
-function cached.HSET(key, ...)
-  local h = hash(key)
-  local args = { ... }
-  local added = 0
-  for i = 1, #args, 2 do
-    local name = tostring(args[i])
-    if h.fields[name] == nil then
-      added = added + 1
+    return v
+  elseif command == 'HMGET' then
+    local fields = hash(key).fields
+    local x, y = fields[a], fields[b]
+    if x == nil then
+      x = false
     end
-    put(h, name, tostring(args[i + 1]))
-  end
-  return added
-end
-
-function cached.HDEL(key, ...)
-  local h = hash(key)
-  local gone = 0
-  for _, name in ipairs({ ... }) do
-    name = tostring(name)
-    if h.fields[name] ~= nil then
-      gone = gone + 1
-      h.fields[name] = nil
-      h.set[name] = nil
-      h.del[name] = true
+    if y == nil then
+      y = false
     end
+    return { x, y }
+  elseif command == 'HGETALL' then
+    local out, i = {}, 0
+    for name, value in pairs(hash(key).fields) do
+      out[i + 1], out[i + 2] = name, value
+      i = i + 2
+    end
+    return out
+  elseif command == 'HSET' then
+    local h = hash(key)
+    local fields, set, del = h.fields, h.set, h.del
+    local added = 0
+    if fields[a] == nil then
+      added = 1
+    end
+    fields[a], set[a], del[a] = b, true, nil
+    if c ~= nil then
+      if fields[c] == nil then
+        added = added + 1
+      end
+      fields[c], set[c], del[c] = d, true, nil
+    end
+    return added
+  elseif command == 'HINCRBY' then
+    local h = hash(key)
+    local value = (tonumber(h.fields[a]) or 0) + b
+    h.fields[a], h.set[a], h.del[a] = value, true, nil
+    return value
+  elseif command == 'HDEL' then
+    local h = hash(key)
+    local gone = 0
+    for _, name in ipairs({ ... }) do
+      if h.fields[name] ~= nil then
+        gone = gone + 1
+        h.fields[name], h.set[name], h.del[name] = nil, nil, true
+      end
+    end
+    return gone
+  elseif command == 'PEXPIRE' and hashes[key] ~= nil then
+    -- A cached hash's expiry waits for `flush()`; any other key's (the
+    -- sliding log's) is set now.
+    hashes[key].ttl = a
+    return 1
   end
-  return gone
+  return real.call(command, key, ...)
 end
 
-function cached.HINCRBY(key, name, by)
-  local h = hash(key)
-  name = tostring(name)
-  local value = (tonumber(h.fields[name]) or 0) + tonumber(by)
-  put(h, name, int(value))
-  return value
-end
-
--- The expiry of a cached hash waits for `flush()`; any other key's (the
--- sliding log's) is set now.
-function cached.PEXPIRE(key, ms)
-  local h = hashes[key]
-  if h == nil then
-    return real.call('PEXPIRE', key, ms)
-  end
-  h.ttl = ms
-  return 1
+-- From now on, the hashes are cached (else every command goes to Redis:
+-- the call touches no key twice).
+local function cache()
+  caching = true
 end
 
 -- Writes every touched hash back: its deleted fields, its set fields, its
@@ -147,12 +144,4 @@ local function flush()
   end
 end
 
-local redis = setmetatable({
-  call = function(command, key, ...)
-    local f = cached[command]
-    if f ~= nil then
-      return f(key, ...)
-    end
-    return real.call(command, key, ...)
-  end,
-}, { __index = real })
+local redis = { call = call }

@@ -15,6 +15,8 @@
 -- Expiry   PEXPIRE max(1 s, 2 W) on every write, in this same call.
 -- Exact    for integers below 2^53: every figure stays below it.
 -- Helpers  clock, divmod and int come from prelude.lua, sent before this.
+-- Writes   through cache.lua (sent before this), which takes the values as
+--          numbers and writes them as integers.
 
 local now = clock(ARGV[1])
 local w = tonumber(ARGV[2])
@@ -42,8 +44,8 @@ if allowed and cost > 0 then
   count = used + cost
 end
 if cost > 0 and (allowed or rolled) then
-  redis.call('HSET', KEYS[1], 'w', int(win), 'c', int(count))
-  redis.call('PEXPIRE', KEYS[1], int(math.max(1000, math.ceil(2 * w / 1000))))
+  redis.call('HSET', KEYS[1], 'w', win, 'c', count)
+  redis.call('PEXPIRE', KEYS[1], math.max(1000, math.ceil(2 * w / 1000)))
 end
 local after = used
 if allowed then

@@ -17,6 +17,8 @@
 --          same call.
 -- Exact    for integers below 2^53: every figure stays below it.
 -- Helpers  clock, divmod and int come from prelude.lua, sent before this.
+-- Writes   through cache.lua (sent before this), which takes the values as
+--          numbers and writes them as integers.
 
 local now = clock(ARGV[1])
 local t = tonumber(ARGV[2])
@@ -32,9 +34,9 @@ local backlog = base - now
 local allowed = cost <= most and backlog + cost * t <= cap
 if allowed and cost > 0 then
   tat = base + cost * t
-  redis.call('HSET', KEYS[1], 't', int(tat))
+  redis.call('HSET', KEYS[1], 't', tat)
   local span = math.max(limit * t, tat - now)
-  redis.call('PEXPIRE', KEYS[1], int(math.max(1000, math.ceil(2 * span / 1000))))
+  redis.call('PEXPIRE', KEYS[1], math.max(1000, math.ceil(2 * span / 1000)))
 end
 local q, r = divmod(math.max(tat, now) - now, t)
 if r > 0 then

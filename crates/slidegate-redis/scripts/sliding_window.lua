@@ -24,6 +24,8 @@
 --          time moves the ring forward (`n`, and the buckets that left it),
 --          as the core's state moves, in one HSET (and one HDEL of the
 --          buckets that left the ring); a peek (cost 0) never writes.
+--          Through cache.lua (sent before this), which takes the values as
+--          numbers and writes them as integers.
 -- Expiry   PEXPIRE max(1 s, 2 max((n - 1) b, (newest + n) b - now)) on every
 --          write, in this same call.
 -- Cost     O(n): the whole ring is read (HGETALL of at most n + 1 fields) and
@@ -123,15 +125,15 @@ if #stale > 0 then
   redis.call('HDEL', KEYS[1], unpack(stale))
 end
 if moves and counted then
-  redis.call('HSET', KEYS[1], 'n', int(newest), int(own), int(counts[own]))
+  redis.call('HSET', KEYS[1], 'n', newest, int(own), counts[own])
 elseif moves then
-  redis.call('HSET', KEYS[1], 'n', int(newest))
+  redis.call('HSET', KEYS[1], 'n', newest)
 elseif counted then
-  redis.call('HSET', KEYS[1], int(own), int(counts[own]))
+  redis.call('HSET', KEYS[1], int(own), counts[own])
 end
 if moves or counted then
   local span = math.max((n - 1) * b, (newest + n) * b - now)
-  redis.call('PEXPIRE', KEYS[1], int(math.max(1000, math.ceil(2 * span / 1000))))
+  redis.call('PEXPIRE', KEYS[1], math.max(1000, math.ceil(2 * span / 1000)))
 end
 
 -- remaining = free after the request - ceil(part / b), at least 0.

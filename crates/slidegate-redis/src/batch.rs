@@ -55,8 +55,8 @@ impl Batching {
 /// The most requests in one script call: 64.
 pub const MAX_BATCH: usize = 64;
 
-/// One argument of a request's part of a script call.
-#[derive(Clone, Copy, Debug)]
+/// One argument of a script call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Arg {
     Int(i64),
     Str(&'static str),
@@ -71,15 +71,61 @@ impl ToRedisArgs for Arg {
     }
 }
 
-/// One request's part of a script call: its keys, its arguments (as
-/// `scripts/multi.lua` takes them), how many integers its reply has, and
-/// the range of slots whose backoff it follows.
+/// One request's part of a script call, as `scripts/batch.lua` takes it:
+/// its keys and its shape (the mode, the number of limits, and each
+/// limit's algorithm and figures), sent once for all the requests of a
+/// call that share them; its time and its cost under each limit; how many
+/// integers its reply has; and the range of slots whose backoff it follows.
 #[derive(Debug)]
 pub(crate) struct Call {
     pub(crate) keys: Vec<String>,
-    pub(crate) args: Vec<Arg>,
+    pub(crate) shape: Vec<Arg>,
+    pub(crate) now: i64,
+    pub(crate) costs: Vec<i64>,
     pub(crate) reply_len: usize,
     pub(crate) range: usize,
+}
+
+/// The script arguments of `calls`: the distinct shapes (with their keys),
+/// then each request.
+pub(crate) fn invocation(calls: &[Call]) -> redis::ScriptInvocation<'static> {
+    let mut shapes: Vec<&Call> = Vec::new();
+    let mut index = Vec::with_capacity(calls.len());
+    for call in calls {
+        let same = |s: &&Call| s.shape == call.shape && s.keys == call.keys;
+        let at = match shapes.iter().position(same) {
+            Some(at) => at,
+            None => {
+                shapes.push(call);
+                shapes.len() - 1
+            }
+        };
+        index.push(at + 1);
+    }
+    // Some key in more than one request: the script caches the hashes.
+    let mut keys: Vec<&str> = shapes.iter().flat_map(|s| s.keys.iter().map(String::as_str)).collect();
+    let all = keys.len();
+    keys.sort_unstable();
+    keys.dedup();
+    let caching = shapes.len() < calls.len() || keys.len() < all;
+    let mut invocation = crate::MULTI.prepare_invoke();
+    invocation.arg(if caching { "1" } else { "0" }).arg(shapes.len());
+    for shape in &shapes {
+        for key in &shape.keys {
+            invocation.key(key);
+        }
+        for arg in &shape.shape {
+            invocation.arg(arg);
+        }
+    }
+    invocation.arg(calls.len());
+    for (call, at) in calls.iter().zip(index) {
+        invocation.arg(at).arg(call.now);
+        for cost in &call.costs {
+            invocation.arg(cost);
+        }
+    }
+    invocation
 }
 
 /// Why a call failed, for every request it carried.

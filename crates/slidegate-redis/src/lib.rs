@@ -324,12 +324,12 @@ pub mod scripts {
     /// and written once per call), each algorithm's script
     /// (`scripts/<algorithm>.lua`, which opens with its contract) wrapped
     /// as a function `<name>(KEYS, ARGV)` of its own keys and arguments,
-    /// `scripts/multi.lua` wrapped as `multi(KEYS, ARGV)`, which reads the
-    /// time once and decides (or charges) every limit of one request, then
-    /// `scripts/batch.lua`, which runs `multi` for each request in order.
-    /// `KEYS` every request's limits' keys in order; `ARGV = [r, then per
-    /// request: now, mode, k, then six fields per limit]` (the files'
-    /// first comments).
+    /// `scripts/multi.lua` (one request against all of its limits, all or
+    /// nothing, or a charge), then `scripts/batch.lua`, which runs it for
+    /// each request in order. `KEYS` the keys of each distinct shape (a
+    /// key's limits); `ARGV = [s, the shapes, r, then per request: its
+    /// shape, its time, its cost under each limit]` (batch.lua's first
+    /// comment).
     pub const MULTI: &str = concat!(
         include_str!("../scripts/prelude.lua"),
         include_str!("../scripts/cache.lua"),
@@ -341,9 +341,8 @@ pub mod scripts {
         include_str!("../scripts/sliding_log.lua"),
         "\nend\nlocal function sliding_window(KEYS, ARGV)\n",
         include_str!("../scripts/sliding_window.lua"),
-        "\nend\nlocal function multi(KEYS, ARGV)\n",
-        include_str!("../scripts/multi.lua"),
         "\nend\n",
+        include_str!("../scripts/multi.lua"),
         include_str!("../scripts/batch.lua")
     );
 }

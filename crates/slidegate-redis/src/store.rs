@@ -2,10 +2,10 @@
 //! Cluster) as a [`Store`], every decision on a key one script call for
 //! all of its limits.
 
-use crate::batch::{Arg, Batching, Call, Failure, Lanes, Reply, Turn, split};
+use crate::batch::{Arg, Batching, Call, Failure, Lanes, Reply, Turn, invocation, split};
 use crate::{
-    DEFAULT_BACKOFF, Health, MAX_SPAN_US, MAX_TIME_US, MULTI, Params, RedisClock, RedisStoreError, SLOT_RANGES,
-    cluster_slot, decision_of, microsecond_policy,
+    DEFAULT_BACKOFF, Health, MAX_SPAN_US, MAX_TIME_US, Params, RedisClock, RedisStoreError, SLOT_RANGES, cluster_slot,
+    decision_of, microsecond_policy,
 };
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
@@ -235,10 +235,10 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisStore<C> {
     /// every quota.
     fn request(&self, key: &str, quotas: &[Quota], mode: Mode, cost: u64) -> Result<Call, StoreError> {
         let mut keys = Vec::with_capacity(quotas.len());
-        let mut args = Vec::with_capacity(3 + 6 * quotas.len());
-        args.push(Arg::Int(self.now()?));
-        args.push(Arg::Str(if mode == Mode::Decide { "d" } else { "c" }));
-        args.push(Arg::Int(quotas.len() as i64));
+        let mut shape = Vec::with_capacity(2 + 5 * quotas.len());
+        let mut costs = Vec::with_capacity(quotas.len());
+        shape.push(Arg::Str(if mode == Mode::Decide { "d" } else { "c" }));
+        shape.push(Arg::Int(quotas.len() as i64));
         for quota in quotas {
             let params = params(quota)?;
             keys.extend(self.redis_keys(key, quota));
@@ -259,14 +259,16 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisStore<C> {
                 // Kept exact: at most 2^50 (of µs for gcra and a bucket).
                 Mode::Charge => cost.min(MAX_SPAN_US / step.max(1)),
             };
-            args.push(Arg::Str(kind));
-            // Every figure is at most 2^52 (the crate's ranges).
-            args.push(Arg::Int(cost as i64));
-            args.extend(figures.map(|f| Arg::Int(f as i64)));
+            shape.push(Arg::Str(kind));
+            // Every figure and cost is at most 2^52 (the crate's ranges).
+            shape.extend(figures.map(|f| Arg::Int(f as i64)));
+            costs.push(cost as i64);
         }
         Ok(Call {
             keys,
-            args,
+            shape,
+            now: self.now()?,
+            costs,
             reply_len: if mode == Mode::Decide { 8 * quotas.len() } else { 1 },
             range: self.range(key),
         })
@@ -293,16 +295,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisStore<C> {
     /// One script call of `calls`, in order: their replies.
     async fn send(&self, calls: &[Call]) -> Result<Vec<Vec<i64>>, Failure> {
         let range = calls.first().map_or(0, |c| c.range);
-        let mut invocation = MULTI.prepare_invoke();
-        invocation.arg(calls.len());
-        for call in calls {
-            for key in &call.keys {
-                invocation.key(key);
-            }
-            for arg in &call.args {
-                invocation.arg(arg);
-            }
-        }
+        let invocation = invocation(calls);
         self.lanes.count(calls.len());
         let mut conn = self.conn.clone();
         let reply: Vec<i64> = self.run(range, invocation.invoke_async(&mut conn)).await?;

@@ -200,10 +200,22 @@ async fn a_slot_move_in_the_middle_of_a_run_keeps_decisions_and_counts() {
             }
         }));
     }
-    // Some keys exist before the move starts.
-    while decided.load(Ordering::Relaxed) < 200 {
-        progress.notified().await;
-    }
+    // Some keys exist before the move starts. Every wait is bounded: a
+    // task that failed makes no progress.
+    let until = |n: u64| {
+        let (decided, progress) = (decided.clone(), progress.clone());
+        async move {
+            let reached = async {
+                while decided.load(Ordering::Relaxed) < n {
+                    progress.notified().await;
+                }
+            };
+            tokio::time::timeout(Duration::from_secs(60), reached)
+                .await
+                .unwrap_or_else(|_| panic!("fewer than {n} decisions within 60 s"));
+        }
+    };
+    until(200).await;
     let (from, to) = (cluster.node_id(0), cluster.node_id(1));
     let address = format!("127.0.0.1:{}", cluster.nodes[0].port());
     let before = decided.load(Ordering::Relaxed);
@@ -233,9 +245,7 @@ async fn a_slot_move_in_the_middle_of_a_run_keeps_decisions_and_counts() {
     cluster.wait_ok(Duration::from_secs(10));
     // A few more after the move, on the new owner.
     let after = decided.load(Ordering::Relaxed);
-    while decided.load(Ordering::Relaxed) < after + 200 {
-        progress.notified().await;
-    }
+    until(after + 200).await;
     stop.store(true, Ordering::Relaxed);
     for task in tasks {
         task.await.unwrap();
