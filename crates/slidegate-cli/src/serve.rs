@@ -267,6 +267,22 @@ pub(crate) struct Args {
     /// that died) is counted as spent.
     #[arg(long, env = "SLIDEGATE_REDIS_BOUNDED", requires = "redis_sync_interval")]
     redis_bounded: bool,
+    /// `on`: the decisions that come while a script call to Redis is in
+    /// flight wait for it and go together in the next call, one script run
+    /// that decides each in order, exactly and atomically, reading each
+    /// key's state once (on a cluster, those of one hash slot). A call
+    /// with nothing in flight goes at once. `off`: one call per decision.
+    #[arg(long, env = "SLIDEGATE_REDIS_BATCHING", value_enum, default_value_t = Switch::On, value_name = "on|off", requires = "redis")]
+    redis_batching: Switch,
+}
+
+/// `--redis-batching`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Switch {
+    /// Decisions that wait for a call in flight go together in the next.
+    On,
+    /// One script call per decision.
+    Off,
 }
 
 /// `--redis-failure`.
@@ -372,6 +388,7 @@ impl Args {
             prefix: self.redis_prefix.clone(),
             sync_interval: self.redis_sync_interval,
             bounded: self.redis_bounded,
+            batching: self.redis_batching == Switch::On,
         });
         Ok(Options {
             redis,

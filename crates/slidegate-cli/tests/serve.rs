@@ -149,7 +149,8 @@ fn flags_come_from_the_environment_too() {
 }
 
 /// Two processes on one Redis admit the limit once between them; one reads
-/// its flags from the environment.
+/// its flags from the environment, and sends one script call per decision
+/// (`--redis-batching off`) where the other batches.
 #[test]
 fn two_processes_share_one_redis() {
     let redis = slidegate_conformance::redis::RedisServer::start();
@@ -160,7 +161,8 @@ fn two_processes_share_one_redis() {
         .env("SLIDEGATE_HTTP", "127.0.0.1:0")
         .env("SLIDEGATE_GRPC", "127.0.0.1:0")
         .env("SLIDEGATE_REDIS", &url)
-        .env("SLIDEGATE_REDIS_TIMEOUT", "1s");
+        .env("SLIDEGATE_REDIS_TIMEOUT", "1s")
+        .env("SLIDEGATE_REDIS_BATCHING", "off");
     let (b, b_addr) = spawn_serve(b);
     let body = r#"{"key":"shared","limit":5,"window":"1h","algorithm":"fixed_window"}"#;
     let admitted = (0..12)
@@ -213,6 +215,21 @@ fn an_unreachable_or_bad_redis_stops_it_with_the_reason() {
     assert_eq!(code, Some(1));
     assert!(stderr.contains(&format!("cannot reach Redis at {url}")), "{stderr}");
     assert_eq!(stderr.matches(&url).count(), 1, "{stderr}");
+}
+
+/// A `--redis-batching` that is neither `on` nor `off`, or without
+/// `--redis`, stops `serve` at start with the reason.
+#[test]
+fn a_bad_redis_batching_stops_it_with_the_reason() {
+    let (code, stderr) = serve_fails(&["--redis", "redis://127.0.0.1:1/", "--redis-batching", "sometimes"]);
+    assert_eq!(code, Some(2));
+    assert!(
+        stderr.contains("invalid value 'sometimes' for '--redis-batching <on|off>'"),
+        "{stderr}"
+    );
+    let (code, stderr) = serve_fails(&["--redis-batching", "off"]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("--redis <"), "{stderr}");
 }
 
 /// An absurd `--workers` stops `serve` at start, naming the flag once.

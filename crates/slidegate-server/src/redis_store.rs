@@ -75,6 +75,10 @@ pub struct RedisOptions {
     /// `max(4 × interval, 200 ms)`, so that instances together never admit
     /// more than the limit in any window.
     pub bounded: bool,
+    /// Requests that come while a script call is in flight go together in
+    /// the next (on one server whatever their keys, on a cluster per hash
+    /// slot; see [`Batching`]); `false`: one call per request.
+    pub batching: bool,
 }
 
 impl RedisOptions {
@@ -100,6 +104,7 @@ impl Default for RedisOptions {
             prefix: DEFAULT_PREFIX.to_owned(),
             sync_interval: None,
             bounded: false,
+            batching: true,
         }
     }
 }
@@ -278,10 +283,13 @@ pub async fn connect_probed(options: &RedisOptions) -> Result<(Arc<dyn DynStore>
     if cluster {
         // A dead master backs off its own slots, not the live masters'.
         store = store.with_backoff_per_slot_range();
-    } else {
-        // One server: requests on any keys share script calls.
-        store = store.with_batching(Batching::PerServer);
     }
+    store = store.with_batching(match (options.batching, cluster) {
+        (false, _) => Batching::Off,
+        (true, true) => Batching::PerSlot,
+        // One server: requests on any keys share script calls.
+        (true, false) => Batching::PerServer,
+    });
     match options.sync_interval {
         None => Ok((with_failure_policy(store, options.failure), probe)),
         Some(interval) => {

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# `slidegate serve --redis` with batching on and off, taking turns, on a
+# throw-away redis-server this script starts on loopback: decisions/s,
+# latency, the server's CPU time per decision (utime + stime from
+# /proc/PID/stat over the calls answered) and redis-server's (used_cpu_user
+# + used_cpu_sys from INFO cpu over the same calls). Every run is bounded
+# (100,000 gRPC calls, 5 s of wrk).
+#
+#   bench/load/redis.sh SLIDEGATE_BIN [ROUNDS]
+#
+# Needs redis-server, h2load and wrk (Debian: redis-server, nghttp2-client,
+# wrk). Only servers this script starts, on loopback, are loaded.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+bin=${1:?slidegate binary}
+rounds=${2:-3}
+http=127.0.0.1:18280
+grpc=127.0.0.1:18281
+port=18279
+hz=$(getconf CLK_TCK)
+if redis-cli -p $port PING >/dev/null 2>&1; then
+  echo "error: 127.0.0.1:$port is already taken" >&2
+  exit 1
+fi
+redis-server --bind 127.0.0.1 --port $port --save "" --appendonly no >/dev/null &
+redis=$!
+trap 'kill $redis 2>/dev/null || true' EXIT
+for _ in $(seq 100); do redis-cli -p $port PING >/dev/null 2>&1 && break; sleep 0.05; done
+
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+redis_cpu() { redis-cli -p $port INFO cpu | awk -F: '/^used_cpu_(user|sys):/ { s += $2 } END { printf "%.6f", s }'; }
+
+# report LABEL LOAD CALLS RATE LATENCY SERVER_TICKS REDIS_SECONDS
+report() {
+  awk -v l="$1" -v n="$2" -v c="$3" -v r="$4" -v lat="$5" -v t="$6" -v rs="$7" -v hz="$hz" 'BEGIN {
+    printf "%s %-6s %9.0f calls/s  %-14s  slidegate %6.2f us/decision  redis %6.2f us/decision\n",
+      l, n, r, lat, t / hz * 1e6 / c, rs * 1e6 / c }'
+}
+
+# run LABEL on|off: one round of both loads on a fresh server.
+run() {
+  local label=$1 batching=$2
+  if curl -sf "http://$http/healthz" >/dev/null; then
+    echo "error: $http is already served by another process" >&2
+    exit 1
+  fi
+  redis-cli -p $port FLUSHALL >/dev/null
+  "$bin" serve --config bench/load/edge.yaml --http "$http" --grpc "$grpc" \
+    --redis "redis://127.0.0.1:$port" --redis-batching "$batching" 2>/dev/null &
+  local server=$!
+  for _ in $(seq 100); do curl -sf "http://$http/healthz" >/dev/null && break; sleep 0.05; done
+  if ! kill -0 $server 2>/dev/null; then
+    echo "error: $bin serve did not start" >&2
+    exit 1
+  fi
+  local before after rbefore rafter out calls rate mean
+  # gRPC ShouldRateLimit, one hot key, 640 calls in flight.
+  before=$(cpu_ticks $server); rbefore=$(redis_cpu)
+  out=$(h2load -n 100000 -c 64 -m 10 -t 2 -H 'content-type: application/grpc' -H 'te: trailers' \
+    -d bench/load/grpc-hot.bin "http://$grpc/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
+  after=$(cpu_ticks $server); rafter=$(redis_cpu)
+  calls=$(echo "$out" | awk '/^requests:/ { print $6 }')
+  rate=$(echo "$out" | awk '/^finished in/ { print $4 }')
+  mean=$(echo "$out" | awk '/^time for request:/ { print $6 }')
+  report "$label" grpc "$calls" "$rate" "mean $mean" $((after - before)) "$(echo "$rafter - $rbefore" | bc -l)"
+  # HTTP POST /v1/check over 100,000 keys, 64 connections.
+  before=$(cpu_ticks $server); rbefore=$(redis_cpu)
+  out=$(wrk -t2 -c64 -d5s --latency -s bench/load/many.lua "http://$http/v1/check")
+  after=$(cpu_ticks $server); rafter=$(redis_cpu)
+  calls=$(echo "$out" | awk '/ requests in / { print $1 }')
+  rate=$(echo "$out" | awk '/Requests\/sec/ { print $2 }')
+  mean=$(echo "$out" | awk '/^ +99%/ { print $2 }')
+  report "$label" 100k "$calls" "$rate" "p99 $mean" $((after - before)) "$(echo "$rafter - $rbefore" | bc -l)"
+  kill $server
+  wait $server 2>/dev/null || true
+}
+
+for r in $(seq "$rounds"); do
+  run "on   r$r" on
+  run "off  r$r" off
+done
