@@ -187,7 +187,15 @@
 //!
 //! # Calls
 //!
-//! A decision is one `EVALSHA`, for all of the key's limits. When the server answers `NOSCRIPT` (its
+//! A decision is one request in an `EVALSHA`, for all of the key's limits.
+//! A request that finds no call in flight on its lane is sent at once; the
+//! requests that come while one is in flight wait for it and go together in
+//! the next call (at most [`MAX_BATCH`]), one script run that decides each
+//! in arrival order, exactly and atomically as if alone ([`Batching`]: per
+//! server for [`RedisStore::connect`] and [`RedisStore::connect_sentinel`],
+//! per Cluster hash slot for [`RedisStore::new`] and
+//! [`RedisStore::connect_cluster`], or off). [`RedisStore::script_calls`]
+//! counts the calls and the requests they carried. When the server answers `NOSCRIPT` (its
 //! script cache was flushed by a restart or a failover), the script is
 //! loaded and the call retried, invisibly to the caller. Many decisions in
 //! flight share one multiplexed connection (clone it freely); each call,
@@ -201,7 +209,11 @@
 //! # Cost on the server
 //!
 //! Redis runs one command at a time, so what bounds the decisions per
-//! second of a busy server is its CPU time per decision. An algorithm's
+//! second of a busy server is its CPU time per decision. Batching shares a
+//! call's fixed cost (the `EVALSHA`, the time, the script's own functions)
+//! among its requests, and a hot key's state is read and written once per
+//! call: `BENCHMARKS.md` ("Redis batching") has the instructions per
+//! request. The figures below are of one request per call. An algorithm's
 //! script, measured on its own (the `.lua` file after the prelude, one
 //! limit: [`scripts::MULTI`] runs it as a function, once per limit), costs the
 //! `EVALSHA` itself, about twice an `INCR`'s before any Lua runs, plus each

@@ -34,8 +34,10 @@ use tokio::sync::oneshot;
 ///
 /// # Decisions
 ///
-/// [`Store::decide`] is one `EVALSHA` for all the quotas of the key: the
-/// script reads the time once (the server's `TIME`, or the client clock's
+/// [`Store::decide`] is one request in an `EVALSHA`, for all the quotas of
+/// the key, alone or with the requests that waited together for a call in
+/// flight ([`Batching`], decided in arrival order): the script reads the
+/// time once (the server's `TIME`, or the client clock's
 /// time sent with the call), peeks every quota and charges them all or
 /// none, by the rule of [`slidegate_store::decide_all`], so that it
 /// decides figure for figure as the in-memory store does (on
@@ -62,10 +64,12 @@ use tokio::sync::oneshot;
 ///
 /// # Concurrency
 ///
-/// Cheap to clone: clones share the connection, the backoff and the
-/// figures. Calls on the same key are atomic with respect to each other
-/// (Redis runs one script at a time); calls in flight share the
-/// connection (a multiplexed connection pipelines them).
+/// Cheap to clone: clones share the connection, the backoff, the lanes of
+/// the batching and the figures. Calls on the same key are atomic with
+/// respect to each other (Redis runs one script at a time); calls in
+/// flight share the connection (a multiplexed connection pipelines them).
+/// A request waiting for a call in flight waits at most the timeout; one
+/// given up before its call is sent is left out of it.
 #[derive(Clone)]
 pub struct RedisStore<C = MultiplexedConnection> {
     conn: C,
