@@ -20,16 +20,19 @@ local real = redis
 local hashes = {}
 local touched = {}
 
--- The cached hash `key`: `fields` (name -> value: a string as read, or a
--- number as set), the names `set` and `del` since the read, and the last
--- `ttl`.
+-- The cached hash `key`: `fields` (name -> value), the names `set` and
+-- `del` since the read, and the last `ttl`. Every value is a number (the
+-- algorithms keep integers), and so is every name that reads as one (a
+-- sliding window's bucket index): the scripts pass them as numbers, and
+-- `tonumber` of a number is cheap where of a string it is not.
 local function hash(key)
   local h = hashes[key]
   if h == nil then
     local flat = real.call('HGETALL', key)
     local fields = {}
     for i = 1, #flat, 2 do
-      fields[flat[i]] = flat[i + 1]
+      local name = flat[i]
+      fields[tonumber(name) or name] = tonumber(flat[i + 1])
     end
     h = { fields = fields, set = {}, del = {}, ttl = nil }
     hashes[key] = h

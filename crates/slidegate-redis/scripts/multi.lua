@@ -118,7 +118,7 @@ local function record_sliding_window(keys, b, n, cost)
     redis.call('HSET', keys[1], 'n', newest)
   end
   if newest - own < n then
-    redis.call('HINCRBY', keys[1], int(own), cost)
+    redis.call('HINCRBY', keys[1], own, cost)
   end
   local span = math.max((n - 1) * b, (newest + n) * b - now)
   redis.call('PEXPIRE', keys[1], math.max(1000, math.ceil(2 * span / 1000)))

@@ -125,11 +125,11 @@ if #stale > 0 then
   redis.call('HDEL', KEYS[1], unpack(stale))
 end
 if moves and counted then
-  redis.call('HSET', KEYS[1], 'n', newest, int(own), counts[own])
+  redis.call('HSET', KEYS[1], 'n', newest, own, counts[own])
 elseif moves then
   redis.call('HSET', KEYS[1], 'n', newest)
 elseif counted then
-  redis.call('HSET', KEYS[1], int(own), counts[own])
+  redis.call('HSET', KEYS[1], own, counts[own])
 end
 if moves or counted then
   local span = math.max((n - 1) * b, (newest + n) * b - now)
