@@ -212,8 +212,14 @@ fn the_hybrid_mode_beside_the_direct_script_leaving_no_key() {
     // limit.
     let over = cases[3]["admitted_over_limit"].as_f64().unwrap();
     assert!((0.9..=4.0).contains(&over), "{}", cases[3]);
+    // The bench reads the bounded mode's windows off this process's wall
+    // clock while the leases follow Redis's: on a loaded machine it has
+    // read 1.0004 (4 of 10,000 in one window of 1 s, twice in six runs).
+    // The exact bound is the property test of `slidegate-redis`'s
+    // `tests/lease.rs` (`instances_together_never_admit_more_than_the_limit`,
+    // on manual clocks); this checks the figure is there and near it.
     let bounded = cases[6]["admitted_over_limit"].as_f64().unwrap();
-    assert!((0.5..=1.0).contains(&bounded), "{}", cases[6]);
+    assert!((0.5..=1.002).contains(&bounded), "{}", cases[6]);
     assert_eq!(server.cli(&["DBSIZE"]), "0");
 }
 
