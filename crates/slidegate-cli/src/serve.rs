@@ -252,7 +252,7 @@ pub(crate) struct Args {
     /// decision, one command per key per interval. Instances together may
     /// admit more than the limit, up to about (instances − 1) × rate ×
     /// interval (two intervals at worst; see the README). Other algorithms
-    /// stay one script per decision. Syncs failing for 4 intervals (at
+    /// stay script decisions (see `--redis-batching`). Syncs failing for 4 intervals (at
     /// least 200 ms) hand decisions to `--redis-failure`.
     #[arg(long, env = "SLIDEGATE_REDIS_SYNC_INTERVAL", value_parser = parse_timeout, value_name = "DURATION", requires = "redis")]
     redis_sync_interval: Option<Duration>,

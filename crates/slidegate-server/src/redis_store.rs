@@ -186,7 +186,8 @@ impl ConnectionLike for RedisConn {
 /// answers: a [`ConnectionManager`] for one URL, a cluster connection for
 /// several or with [`RedisOptions::cluster`]. The store is the Redis
 /// store ([`RedisStore`]: one script call per decision for all of a key's
-/// limits) wrapped in the failure policy ([`FailOver`]).
+/// limits, or per batch of the decisions that waited together for a call
+/// in flight) wrapped in the failure policy ([`FailOver`]).
 ///
 /// # Errors
 ///
