@@ -84,6 +84,7 @@ pub(crate) struct Call {
     pub(crate) costs: Vec<i64>,
     pub(crate) reply_len: usize,
     pub(crate) range: usize,
+    pub(crate) lane: usize,
 }
 
 /// The script arguments of `calls`: the distinct shapes (with their keys),
@@ -168,6 +169,7 @@ struct Lane {
 
 /// Every lane of a store, and the figures of the calls.
 pub(crate) struct Lanes {
+    batching: Batching,
     lanes: Box<[Mutex<Lane>]>,
     calls: AtomicU64,
     requests: AtomicU64,
@@ -185,20 +187,16 @@ pub(crate) enum Turn {
 impl Lanes {
     pub(crate) fn new(batching: Batching) -> Self {
         Lanes {
+            batching,
             lanes: (0..batching.lanes()).map(|_| Mutex::new(Lane::default())).collect(),
             calls: AtomicU64::new(0),
             requests: AtomicU64::new(0),
         }
     }
 
-    /// Whether requests wait for one another at all.
-    pub(crate) fn batching(&self) -> bool {
-        !self.lanes.is_empty()
-    }
-
-    /// The lane of a request whose keys are in `slot`.
-    pub(crate) fn lane_of(&self, slot: u16) -> usize {
-        usize::from(slot) % self.lanes.len().max(1)
+    /// How requests are grouped.
+    pub(crate) fn batching(&self) -> Batching {
+        self.batching
     }
 
     /// Takes `call`'s turn on `lane`.
@@ -271,18 +269,19 @@ impl Lanes {
 
 /// Splits a call's `reply` into the replies of `calls`, in order.
 pub(crate) fn split(calls: &[Call], reply: Vec<i64>) -> Result<Vec<Vec<i64>>, Failure> {
-    let total: usize = calls.iter().map(|c| c.reply_len).sum();
-    if reply.len() != total {
-        return Err(Failure::Reply(reply));
-    }
     let mut rest = reply.as_slice();
     let mut out = Vec::with_capacity(calls.len());
     for call in calls {
-        let Some((one, tail)) = rest.split_at_checked(call.reply_len) else {
-            return Err(Failure::Reply(reply.clone()));
-        };
-        out.push(one.to_vec());
-        rest = tail;
+        match rest.split_at_checked(call.reply_len) {
+            Some((one, tail)) => {
+                out.push(one.to_vec());
+                rest = tail;
+            }
+            None => break,
+        }
+    }
+    if out.len() < calls.len() || !rest.is_empty() {
+        return Err(Failure::Reply(reply));
     }
     Ok(out)
 }

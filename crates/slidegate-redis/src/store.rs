@@ -78,7 +78,6 @@ pub struct RedisStore<C = MultiplexedConnection> {
     clock: RedisClock,
     backoff: Duration,
     per_slot_range: bool,
-    batching: Batching,
     health: Arc<Health>,
     lanes: Arc<Lanes>,
 }
@@ -91,7 +90,7 @@ impl<C> fmt::Debug for RedisStore<C> {
             .field("clock", &self.clock)
             .field("backoff", &self.backoff)
             .field("per_slot_range", &self.per_slot_range)
-            .field("batching", &self.batching)
+            .field("batching", &self.lanes.batching())
             .field("errors", &self.health.failures)
             .finish_non_exhaustive()
     }
@@ -123,7 +122,6 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisStore<C> {
             clock: RedisClock::Server,
             backoff: DEFAULT_BACKOFF,
             per_slot_range: false,
-            batching: Batching::default(),
             health: Arc::new(Health::new()),
             lanes: Arc::new(Lanes::new(Batching::default())),
         })
@@ -158,14 +156,13 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisStore<C> {
     /// before share the old grouping.
     #[must_use]
     pub fn with_batching(mut self, batching: Batching) -> Self {
-        self.batching = batching;
         self.lanes = Arc::new(Lanes::new(batching));
         self
     }
 
     /// How requests are grouped into script calls.
     pub fn batching(&self) -> Batching {
-        self.batching
+        self.lanes.batching()
     }
 
     /// The script calls sent for decisions and charges, and the requests
@@ -210,14 +207,22 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisStore<C> {
         }
     }
 
-    /// The range of slots whose backoff `key` follows (0 for the whole).
-    fn range(&self, key: &str) -> usize {
-        if !self.per_slot_range {
-            return 0;
+    /// The range of slots whose backoff `key` follows (0 for the whole),
+    /// and the lane its requests wait on: both of its cluster slot, read
+    /// only when one needs it.
+    fn range_and_lane(&self, key: &str) -> (usize, usize) {
+        let per_slot_lane = self.lanes.batching() == Batching::PerSlot;
+        if !self.per_slot_range && !per_slot_lane {
+            return (0, 0);
         }
         // Every key of the request has the hash tag `{<key>}`.
-        let tagged = format!("{{{key}}}");
-        usize::from(cluster_slot(tagged.as_bytes())) * SLOT_RANGES / 16384
+        let slot = usize::from(cluster_slot(format!("{{{key}}}").as_bytes()));
+        let range = if self.per_slot_range {
+            slot * SLOT_RANGES / 16384
+        } else {
+            0
+        };
+        (range, if per_slot_lane { slot } else { 0 })
     }
 
     /// The time sent to the script: the client clock's microseconds, or
@@ -268,13 +273,15 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisStore<C> {
             shape.extend(figures.map(|f| Arg::Int(f as i64)));
             costs.push(cost as i64);
         }
+        let (range, lane) = self.range_and_lane(key);
         Ok(Call {
             keys,
             shape,
             now: self.now()?,
             costs,
             reply_len: if mode == Mode::Decide { 8 * quotas.len() } else { 1 },
-            range: self.range(key),
+            range,
+            lane,
         })
     }
 
@@ -296,28 +303,27 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisStore<C> {
         }
     }
 
-    /// One script call of `calls`, in order: their replies.
-    async fn send(&self, calls: &[Call]) -> Result<Vec<Vec<i64>>, Failure> {
+    /// One script call of `calls`, in order: the replies of all, one after
+    /// the other.
+    async fn send(&self, calls: &[Call]) -> Result<Vec<i64>, Failure> {
         let range = calls.first().map_or(0, |c| c.range);
         let invocation = invocation(calls);
         self.lanes.count(calls.len());
         let mut conn = self.conn.clone();
-        let reply: Vec<i64> = self.run(range, invocation.invoke_async(&mut conn)).await?;
-        split(calls, reply)
+        self.run(range, invocation.invoke_async(&mut conn)).await
     }
 
-    /// The reply to `call` on `key`: sent at once when its lane is free
-    /// (then the lane is handed on to the requests that came meanwhile),
-    /// else in the lane's next call.
-    async fn call(&self, key: &str, call: Call) -> Result<Vec<i64>, StoreError> {
+    /// The reply to `call`: sent at once when its lane is free (then the
+    /// lane is handed on to the requests that came meanwhile), else in the
+    /// lane's next call.
+    async fn call(&self, call: Call) -> Result<Vec<i64>, StoreError> {
         if self.health.in_backoff(call.range) {
             return Err(Failure::Backoff(self.backoff).into());
         }
-        if !self.lanes.batching() {
+        if self.lanes.batching() == Batching::Off {
             return Ok(self.send_one(call).await?);
         }
-        // Every key of the request has the hash tag `{<key>}`.
-        let lane = self.lanes.lane_of(cluster_slot(format!("{{{key}}}").as_bytes()));
+        let lane = call.lane;
         match self.lanes.turn(lane, call) {
             Turn::Lead(call) => {
                 let _hand_on = HandOn { store: self, lane };
@@ -331,9 +337,14 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisStore<C> {
         }
     }
 
+    /// One script call of `call` alone: its reply.
     async fn send_one(&self, call: Call) -> Result<Vec<i64>, Failure> {
-        let calls = [call];
-        self.send(&calls).await?.pop().ok_or(Failure::Reply(Vec::new()))
+        let reply_len = call.reply_len;
+        let reply = self.send(&[call]).await?;
+        if reply.len() != reply_len {
+            return Err(Failure::Reply(reply));
+        }
+        Ok(reply)
     }
 
     async fn decide_all(&self, key: &str, quotas: &[Quota], cost: u64, out: &mut Decisions) -> Result<(), StoreError> {
@@ -342,7 +353,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisStore<C> {
             return Err(StoreError::NoQuota);
         }
         let call = self.request(key, quotas, Mode::Decide, cost)?;
-        let reply = self.call(key, call).await?;
+        let reply = self.call(call).await?;
         for (quota, one) in quotas.iter().zip(reply.chunks_exact(8)) {
             match decision_of(quota.policy(), one) {
                 Ok(decision) => out.push(decision),
@@ -361,7 +372,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisStore<C> {
             return Ok(());
         }
         let call = self.request(key, quotas, Mode::Charge, cost)?;
-        self.call(key, call).await?;
+        self.call(call).await?;
         Ok(())
     }
 
@@ -374,7 +385,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisStore<C> {
             del.arg(self.redis_keys(key, quota));
         }
         let mut conn = self.conn.clone();
-        let deleted: i64 = self.run(self.range(key), del.query_async(&mut conn)).await?;
+        let deleted: i64 = self.run(self.range_and_lane(key).0, del.query_async(&mut conn)).await?;
         Ok(deleted > 0)
     }
 }
@@ -425,7 +436,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Drain<C> {
     async fn run(mut self, mut next: (Vec<Call>, Vec<oneshot::Sender<Reply>>)) {
         loop {
             let (calls, replies) = next;
-            match self.store.send(&calls).await {
+            match self.store.send(&calls).await.and_then(|reply| split(&calls, reply)) {
                 Ok(out) => {
                     for (reply, one) in replies.into_iter().zip(out) {
                         let _ = reply.send(Ok(one));

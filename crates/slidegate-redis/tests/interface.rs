@@ -575,6 +575,24 @@ fn command_calls(server: &RedisServer, command: &str) -> u64 {
         .map_or(0, |n| n.parse().unwrap())
 }
 
+/// A task per key, spawned in order, each deciding a cost of 1 on its key
+/// under `limits`.
+fn spawn_decisions(
+    store: &RedisStore,
+    limits: &[Quota],
+    keys: &[&'static str],
+) -> Vec<tokio::task::JoinHandle<Result<Decisions, StoreError>>> {
+    keys.iter()
+        .map(|&key| {
+            let (store, limits) = (store.clone(), limits.to_vec());
+            tokio::spawn(async move {
+                let mut out = Decisions::new();
+                store.decide(key, &limits, 1, &mut out).await.map(|()| out)
+            })
+        })
+        .collect()
+}
+
 #[tokio::test]
 async fn a_call_of_many_requests_on_one_key_reads_and_writes_its_state_once() {
     let server = RedisServer::start();
@@ -586,19 +604,9 @@ async fn a_call_of_many_requests_on_one_key_reads_and_writes_its_state_once() {
     store.decide("warm", &limits, 1, &mut out).await.unwrap();
     let commands = ["evalsha", "hmget", "hgetall", "hset", "pexpire"];
     let before: Vec<u64> = commands.iter().map(|c| command_calls(&server, c)).collect();
-    let tasks: Vec<_> = (0..41)
-        .map(|_| {
-            let (store, limits) = (store.clone(), limits.clone());
-            tokio::spawn(async move {
-                let mut out = Decisions::new();
-                store.decide("hot", &limits, 1, &mut out).await.unwrap();
-                out[0].allowed()
-            })
-        })
-        .collect();
     let mut admitted = 0;
-    for task in tasks {
-        admitted += u32::from(task.await.unwrap());
+    for task in spawn_decisions(&store, &limits, &["hot"; 41]) {
+        admitted += u32::from(task.await.unwrap().unwrap()[0].allowed());
     }
     assert_eq!(admitted, 30);
     assert_eq!(
@@ -630,18 +638,8 @@ async fn a_failed_call_fails_every_request_in_it_and_writes_nothing() {
     let broken = store.redis_keys("broken", &limits[0]).remove(0);
     server.cli(&["SET", &broken, "x", "PX", "60000"]);
     let keys = ["first", "good", "broken", "good"];
-    let tasks: Vec<_> = keys
-        .iter()
-        .map(|&key| {
-            let (store, limits) = (store.clone(), limits.clone());
-            tokio::spawn(async move {
-                let mut out = Decisions::new();
-                store.decide(key, &limits, 1, &mut out).await
-            })
-        })
-        .collect();
     let mut results = Vec::new();
-    for task in tasks {
+    for task in spawn_decisions(&store, &limits, &keys) {
         results.push(task.await.unwrap());
     }
     assert!(results[0].is_ok(), "the first went alone");
@@ -667,15 +665,7 @@ async fn a_request_given_up_while_it_waits_is_left_out_of_the_call() {
     let clock = ManualClock::new(T0_US * 1000);
     let store = store(&server, &clock).await;
     let limits = quotas(&[policy(100, Duration::from_secs(60), Algorithm::FixedWindow)]);
-    let tasks: Vec<_> = (0..10)
-        .map(|_| {
-            let (store, limits) = (store.clone(), limits.clone());
-            tokio::spawn(async move {
-                let mut out = Decisions::new();
-                store.decide("hot", &limits, 1, &mut out).await.unwrap();
-            })
-        })
-        .collect();
+    let tasks = spawn_decisions(&store, &limits, &["hot"; 10]);
     // Every task is queued behind the first's call before this one runs
     // again.
     tokio::task::yield_now().await;
@@ -683,7 +673,7 @@ async fn a_request_given_up_while_it_waits_is_left_out_of_the_call() {
     tasks[7].abort();
     let mut finished = 0;
     for task in tasks {
-        finished += u32::from(task.await.is_ok());
+        finished += u32::from(matches!(task.await, Ok(Ok(_))));
     }
     assert_eq!(finished, 8);
     let mut out = Decisions::new();
