@@ -23,6 +23,7 @@ mod plots;
 mod progress;
 mod serve;
 mod simulate;
+mod whatif;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

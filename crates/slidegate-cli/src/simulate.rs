@@ -98,6 +98,46 @@ pub(crate) struct Args {
     /// against buckets, the most admitted in a window per algorithm
     #[arg(long, value_name = "DIR")]
     plot: Option<PathBuf>,
+
+    /// What-if replay: the service's config (files or directories, as `serve --config`); every --trace line is
+    /// decided as a request of --domain, and each rule's refusals are reported
+    ///
+    /// The requests are decided by the service's own matching and engine on
+    /// a clock set to each line's time, and again with every limit counted
+    /// by the exact sliding log and by a fixed window of the same length.
+    /// Several --trace files are one log, replayed in the order given.
+    #[arg(long, value_name = "PATH", requires_all = ["trace", "domain", "descriptor"],
+          conflicts_with_all = ["algorithm", "limit", "window", "buckets", "weighting", "burst", "epsilon", "key_by"])]
+    config: Vec<PathBuf>,
+
+    /// The domain of the what-if requests
+    #[arg(long, value_name = "NAME", requires = "config")]
+    domain: Option<String>,
+
+    /// An entry of the what-if requests' descriptor: KEY=FIELD (the log field's value) or KEY=literal:TEXT;
+    /// repeat for the descriptor's next entry
+    ///
+    /// FIELD is any field of the log's format (its name as --key-by takes
+    /// it). A line whose field is missing, empty or `-` sends the request
+    /// without this descriptor, as Envoy leaves out a descriptor it cannot
+    /// fill.
+    #[arg(long, value_name = "KEY=FIELD", requires = "config")]
+    descriptor: Vec<crate::whatif::EntrySpec>,
+
+    /// Another descriptor of the same what-if requests: its entries as KEY=FIELD or KEY=literal:TEXT separated
+    /// by commas; repeat for more descriptors
+    #[arg(long, value_name = "ENTRIES", requires = "descriptor", value_parser = parse_descriptor)]
+    other_descriptor: Vec<Vec<crate::whatif::EntrySpec>>,
+
+    /// Memory of each what-if store, in MiB (three stores, one per way of counting)
+    #[arg(long, value_name = "MIB", default_value_t = 64, requires = "config",
+          value_parser = value_parser!(u32).range(1..=1 << 20))]
+    memory_mib: u32,
+}
+
+/// `--other-descriptor`: entries separated by commas.
+fn parse_descriptor(s: &str) -> Result<Vec<crate::whatif::EntrySpec>, String> {
+    s.split(',').map(str::parse).collect()
 }
 
 /// `--weighting`.
@@ -212,6 +252,9 @@ pub(crate) fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
 
 /// [`run`], with progress bars on stderr or not.
 fn execute(args: &Args, out: &mut dyn Write, progress: bool) -> Result<()> {
+    if !args.config.is_empty() {
+        return whatif(args, out, progress);
+    }
     let policies = policies(args)?;
     if !args.trace.is_empty() {
         return replay(args, &policies, out, progress);
@@ -337,6 +380,29 @@ fn replay(args: &Args, policies: &[Policy], out: &mut dyn Write, progress: bool)
         }
     }
     write_rows(args.format, &heading, &rows, out)
+}
+
+/// `--config`: the what-if replay of the `--trace` files, one log in the
+/// order given.
+fn whatif(args: &Args, out: &mut dyn Write, _progress: bool) -> Result<()> {
+    let mut descriptors = vec![args.descriptor.clone()];
+    descriptors.extend(args.other_descriptor.iter().cloned());
+    let setup = crate::whatif::Setup {
+        config: args.config.clone(),
+        domain: args.domain.clone().unwrap_or_default(),
+        descriptors,
+        memory_bytes: (args.memory_mib as usize) << 20,
+    };
+    let replay = crate::whatif::Replay::new(&setup)?;
+    let report = replay.report();
+    let heading = format!("what-if replay of domain `{}`", report.domain);
+    match args.format {
+        Format::Json => writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?,
+        Format::Csv => crate::whatif::write_csv(&report, out)?,
+        Format::Table => crate::whatif::write_table(&report, &heading, out)?,
+    }
+    out.flush()?;
+    Ok(())
 }
 
 /// The paths given, without repeats.

@@ -468,6 +468,47 @@ impl Config {
     pub fn domains(&self) -> impl Iterator<Item = &Domain> {
         self.domains.values()
     }
+
+    /// The same config with every limit counted by `algorithm` instead of
+    /// its own: the same rules, limits and windows (`slidegate simulate`'s
+    /// what-if replay sets one config's rules beside the exact
+    /// `sliding_log` and a `fixed_window` of the same length). A limit of 0
+    /// stays one.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] at the rule of a limit that `algorithm` cannot
+    /// keep (a `sliding_window` whose buckets would be narrower than a
+    /// nanosecond, say), naming the policy's complaint.
+    pub fn with_algorithm(&self, algorithm: Algorithm) -> Result<Config, ConfigError> {
+        fn rewrite(domain: &str, file: &str, rules: &mut [Rule], algorithm: Algorithm) -> Result<(), ConfigError> {
+            for rule in rules.iter_mut() {
+                for limit in &mut rule.limits {
+                    limit.algorithm = algorithm;
+                    if let Some(policy) = limit.policy {
+                        let policy = Policy::new(policy.limit(), limit.window, algorithm).map_err(|e| ConfigError {
+                            file: file.to_owned(),
+                            line: rule.line,
+                            column: rule.column,
+                            key: Some("algorithm".to_owned()),
+                            message: format!("domain `{domain}`: {} cannot count this limit: {e}", algorithm.name()),
+                        })?;
+                        limit.policy = Some(policy);
+                    }
+                }
+                rewrite(domain, file, &mut rule.children, algorithm)?;
+            }
+            Ok(())
+        }
+        let mut config = self.clone();
+        for (name, domain) in &mut config.domains {
+            let file = self.file_of(name).unwrap_or("<config>");
+            rewrite(name, file, &mut domain.rules, algorithm)?;
+            parse::name_counts(&mut domain.rules);
+        }
+        config.index_now();
+        Ok(config)
+    }
 }
 
 /// The text of the config file at `path`: only a regular file (a FIFO

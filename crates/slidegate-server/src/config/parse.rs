@@ -999,7 +999,7 @@ fn is_float(text: &str) -> bool {
 /// limit's emission interval: its identity keeps the limit, and a changed
 /// limit starts afresh. The descriptor itself is the store's key, not
 /// part of the identity.
-fn name_counts(rules: &mut [Rule]) {
+pub(super) fn name_counts(rules: &mut [Rule]) {
     for rule in rules {
         for (j, limit) in rule.limits.iter_mut().enumerate() {
             if let Some(policy) = limit.policy {
