@@ -1174,6 +1174,41 @@ impl Domain {
 mod tests {
     use super::*;
 
+    #[test]
+    fn with_algorithm_recounts_every_limit_and_keeps_the_rest() {
+        let config = Config::parse(
+            "a.yaml",
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: minute, requests_per_unit: 3 }\n    \
+             descriptors:\n      - key: n\n        rate_limits:\n          - { window: 10s, requests_per_unit: 2, \
+             algorithm: gcra }\n          - { unit: hour, requests_per_unit: 0 }\n",
+        )
+        .unwrap();
+        let log = config.with_algorithm(Algorithm::SlidingLog).unwrap();
+        let domain = log.domain("d").unwrap();
+        let top = &domain.rules[0].limits[0];
+        let nested = &domain.rules[0].children[0].limits;
+        let policy = |l: &Limit| l.policy.map(|p| (p.limit(), p.window(), p.algorithm()));
+        assert_eq!(policy(top), Some((3, Duration::from_secs(60), Algorithm::SlidingLog)));
+        assert_eq!(
+            policy(&nested[0]),
+            Some((2, Duration::from_secs(10), Algorithm::SlidingLog))
+        );
+        // A limit of 0 still refuses everything; units, names and the
+        // quotas' identities follow the new algorithm.
+        assert_eq!((nested[1].policy, nested[1].unit), (None, Some(Unit::Hour)));
+        assert_eq!(
+            top.quota.as_ref().map(|q| q.policy().algorithm()),
+            Some(Algorithm::SlidingLog)
+        );
+        assert_ne!(top.quota, config.domain("d").unwrap().rules[0].limits[0].quota);
+        // The original is untouched, and the copy matches as it does.
+        assert_eq!(
+            config.domain("d").unwrap().rules[0].children[0].limits[0].algorithm,
+            Algorithm::Gcra { burst: 2 }
+        );
+        assert!(domain.find(&[("k", "x"), ("n", "y")]).is_some());
+    }
+
     fn rule(key: &str, value: Option<&str>, children: Vec<Rule>) -> Rule {
         Rule {
             key: key.to_owned(),
