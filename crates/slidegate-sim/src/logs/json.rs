@@ -163,6 +163,11 @@ pub(crate) fn time_of(v: &Value, format: Option<TimeFormat>) -> Result<i64, Line
             if let Some(i) = n.as_i64() {
                 return i64::try_from(i128::from(i) * unit).map_err(|_| out_of_range());
             }
+            // A fraction: from its shortest decimal form, exact to the
+            // nanosecond where the float was.
+            if let Ok(ns) = crate::logs::unix_scaled(&n.to_string(), unit as i64) {
+                return Ok(ns);
+            }
             let f = n.as_f64().unwrap_or(f64::NAN) * unit as f64;
             if f.is_finite() && f.abs() < 9.2e18 {
                 Ok(f.round() as i64)

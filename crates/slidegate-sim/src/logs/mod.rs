@@ -200,7 +200,7 @@ impl TimeKind {
 }
 
 /// `digits[.digits]` in units of `unit_ns` nanoseconds.
-fn unix_scaled(s: &str, unit_ns: i64) -> Result<i64, LineError> {
+pub(crate) fn unix_scaled(s: &str, unit_ns: i64) -> Result<i64, LineError> {
     let bad = |reason| LineError::BadTimestamp {
         timestamp: clip(s),
         reason,
@@ -425,8 +425,8 @@ impl LogFormat {
                 }
                 resolve(&CLF_NAMES[..7], &CLF_ROLES[..7], name, false)?
             }
-            Kind::Combined { .. } => match name.strip_prefix("extra").and_then(|n| n.parse::<usize>().ok()) {
-                Some(n) if n >= 1 => Getter::Span(8 + n),
+            Kind::Combined { extra_fields } => match name.strip_prefix("extra").and_then(|n| n.parse::<usize>().ok()) {
+                Some(n) if n >= 1 && n <= *extra_fields => Getter::Span(8 + n),
                 _ => resolve(&CLF_NAMES, &CLF_ROLES, name, false)?,
             },
             Kind::Template(t) => resolve(&t.names, &t.roles, name, t.dialect != Dialect::Nginx)?,

@@ -463,7 +463,7 @@ impl Template {
         let mut next = i + 1;
         let mut query_follows = false;
         while let Some(Item::Field { shape, .. }) = self.items.get(next) {
-            query_follows |= *shape == Shape::Query;
+            query_follows |= matches!(shape, Shape::Query | Shape::IsArgs);
             next += 1;
         }
         let limit = match self.items.get(next) {
