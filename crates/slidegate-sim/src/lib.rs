@@ -57,6 +57,10 @@
 //! clock is read.
 
 #![forbid(unsafe_code)]
+// A log's errors (`TraceError`) carry the file, the line and its text for
+// the message; they are made once per file, never on a hot path, so their
+// size does not matter.
+#![allow(clippy::result_large_err)]
 
 pub mod logs;
 mod metrics;

@@ -18,6 +18,7 @@ fn fixture() -> Vec<u8> {
     std::fs::read(FIXTURE).unwrap()
 }
 
+#[allow(clippy::result_large_err)] // the library's error, as it is
 fn read(input: &[u8], options: TraceOptions) -> Result<Trace, TraceError> {
     read_trace("test.log", input, &options, &mut |_| {})
 }

@@ -438,7 +438,7 @@ impl LogFormat {
     }
 
     /// Parses one line (no line end) into `scratch`; the time.
-    fn parse<'s>(&self, text: &str, scratch: &'s mut Scratch) -> Result<i64, LineError> {
+    fn parse(&self, text: &str, scratch: &mut Scratch) -> Result<i64, LineError> {
         match &self.0 {
             Kind::Clf => parse_log_spans(text, false, &mut scratch.spans),
             Kind::Combined { .. } => parse_log_spans(text, true, &mut scratch.spans),
