@@ -672,7 +672,7 @@ pub fn is_csv_header(line: &str) -> bool {
     }
 }
 
-/// Parses a CSV trace line, `timestamp,key` (see [`TraceFormat::Csv`]).
+/// Parses a CSV trace line, `timestamp,key` (see [`LogFormat::csv`]).
 ///
 /// # Errors
 ///
@@ -712,7 +712,7 @@ pub struct BadLine {
 }
 
 impl fmt::Display for BadLine {
-    /// `line 3: <reason>: `<text>``.
+    /// The line number, the reason, then the text in backquotes.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "line {}: {}: `{}`", self.line, self.error, self.text)
     }
