@@ -384,7 +384,7 @@ impl LogFormat {
     /// aliases it has. For JSON, the aliases: any key path is a name too.
     pub fn fields(&self) -> Vec<String> {
         let mut out: Vec<String> = match &self.0 {
-            Kind::Csv => return vec!["timestamp".into(), "key".into(), "client".into()],
+            Kind::Csv => return vec!["key".into(), "client".into()],
             Kind::Json { .. } => ALIASES.iter().filter(|&&a| a != "key").map(|a| a.to_string()).collect(),
             Kind::Clf => CLF_NAMES[..7].iter().map(|s| s.to_string()).collect(),
             Kind::Combined { extra_fields } => CLF_NAMES
