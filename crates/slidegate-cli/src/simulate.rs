@@ -8,10 +8,9 @@ use clap::{ValueEnum, value_parser};
 use slidegate_core::duration::{format_duration, parse_positive_duration};
 use slidegate_core::{Algorithm, AlgorithmSpec, Policy, Weighting};
 use slidegate_sim::{
-    KeyBy, MAX_CLIENTS, OnError, Row, Scenario, Trace, TraceError, TraceFormat, TraceOptions, Traffic,
+    FormatChoice, LogOptions, MAX_CLIENTS, OnError, Row, Scenario, TimeFormat, Trace, TraceError, TraceOptions, Traffic,
 };
-use std::fs::File;
-use std::io::{BufReader, IsTerminal, Write};
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -25,18 +24,43 @@ pub(crate) struct Args {
 
     /// Replay an access log instead of the traffic models; repeat for several files, each its own traffic row
     ///
-    /// Common Log Format, Combined Log Format or `timestamp,key` CSV. Every
-    /// line is a request of cost 1; time 0 is the earliest request.
+    /// Common or Combined Log Format (with extra fields), nginx or Apache logs
+    /// in their format (--log-format), Envoy's default format, JSON lines
+    /// (Envoy, Caddy, Traefik or any with --time-field) or `timestamp,key`
+    /// CSV, plain or gzip-compressed. Every line is a request of cost 1;
+    /// time 0 is the earliest request.
     #[arg(long, value_name = "FILE")]
     trace: Vec<PathBuf>,
 
-    /// Format of the --trace files (auto: from each file's first non-empty line)
+    /// Format of the --trace files (auto: from each file's first lines)
     #[arg(long, value_enum, value_name = "FORMAT", default_value_t = TraceFormatArg::Auto, requires = "trace")]
     trace_format: TraceFormatArg,
 
+    /// The nginx `log_format` or Apache `LogFormat` string the --trace files were written with
+    ///
+    /// With --trace-format nginx or apache (or envoy, for an Envoy format
+    /// string); with auto, a `$` makes it nginx and a `%` Apache.
+    #[arg(long, value_name = "STRING", requires = "trace")]
+    log_format: Option<String>,
+
+    /// JSON --trace files: the key path of the time (default: start_time, ts, StartUTC, time, timestamp, @timestamp)
+    #[arg(long, value_name = "NAME", requires = "trace")]
+    time_field: Option<String>,
+
+    /// JSON --trace files: how the time is written (default: from its type)
+    #[arg(long, value_name = "F", value_parser = PossibleValuesParser::new(TimeFormat::NAMES), requires = "trace")]
+    time_format: Option<String>,
+
     /// The field of a --trace line that is its client (the rate-limit key)
-    #[arg(long, value_enum, value_name = "FIELD", default_value_t = KeyByArg::Client, requires = "trace")]
-    key_by: KeyByArg,
+    ///
+    /// A name of the format's (an nginx variable without `$`, an Apache
+    /// directive such as `%{X-Forwarded-For}i`, an Envoy command such as
+    /// `REQ(:AUTHORITY)`, a JSON key path such as `request.remote_ip`,
+    /// `extra1` for a combined log's first extra field) or one of client,
+    /// user, method, path, request, status, referer, user-agent, host,
+    /// forwarded-for, key.
+    #[arg(long, value_name = "FIELD", default_value = "client", requires = "trace")]
+    key_by: String,
 
     /// What a malformed --trace line does
     #[arg(long, value_enum, value_name = "ACTION", default_value_t = OnErrorArg::Skip, requires = "trace")]
@@ -173,53 +197,35 @@ impl WeightingArg {
 /// `--trace-format`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum TraceFormatArg {
-    /// Each file's format from its first non-empty line
+    /// Each file's format from its first lines (or from --log-format)
     Auto,
     /// Common Log Format: host, ident, authuser, time in brackets, quoted request, status, bytes
     Clf,
-    /// Combined Log Format: CLF and "referer" "user-agent"
+    /// Combined Log Format: CLF, "referer" "user-agent", then any extra fields (extra1, extra2, ...)
     Combined,
     /// timestamp,key lines: Unix seconds or RFC 3339, and a key
     Csv,
+    /// Envoy's default access log format, or --log-format's Envoy format string
+    Envoy,
+    /// One JSON object per line (Envoy, Caddy, Traefik; see --time-field)
+    Json,
+    /// nginx, in the log_format given with --log-format
+    Nginx,
+    /// Apache, in the LogFormat given with --log-format
+    Apache,
 }
 
 impl TraceFormatArg {
-    fn format(self) -> Option<TraceFormat> {
+    fn choice(self) -> FormatChoice {
         match self {
-            TraceFormatArg::Auto => None,
-            TraceFormatArg::Clf => Some(TraceFormat::Clf),
-            TraceFormatArg::Combined => Some(TraceFormat::Combined),
-            TraceFormatArg::Csv => Some(TraceFormat::Csv),
-        }
-    }
-}
-
-/// `--key-by`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum KeyByArg {
-    /// The remote host (clf, combined) or the key column (csv)
-    Client,
-    /// The authenticated user (clf, combined)
-    User,
-    /// The request path without its query string (clf, combined)
-    Path,
-    /// The user agent (combined)
-    UserAgent,
-    /// The referer (combined)
-    Referer,
-    /// The key column (csv)
-    Key,
-}
-
-impl KeyByArg {
-    fn key_by(self) -> KeyBy {
-        match self {
-            KeyByArg::Client => KeyBy::Client,
-            KeyByArg::User => KeyBy::User,
-            KeyByArg::Path => KeyBy::Path,
-            KeyByArg::UserAgent => KeyBy::UserAgent,
-            KeyByArg::Referer => KeyBy::Referer,
-            KeyByArg::Key => KeyBy::Key,
+            TraceFormatArg::Auto => FormatChoice::Auto,
+            TraceFormatArg::Clf => FormatChoice::Clf,
+            TraceFormatArg::Combined => FormatChoice::Combined,
+            TraceFormatArg::Csv => FormatChoice::Csv,
+            TraceFormatArg::Envoy => FormatChoice::Envoy,
+            TraceFormatArg::Json => FormatChoice::Json,
+            TraceFormatArg::Nginx => FormatChoice::Nginx,
+            TraceFormatArg::Apache => FormatChoice::Apache,
         }
     }
 }
@@ -319,12 +325,17 @@ fn write_rows(format: Format, heading: &str, rows: &[Row], out: &mut dyn Write) 
 /// traffic row per file named by its file name.
 fn replay(args: &Args, policies: &[Policy], out: &mut dyn Write, progress: bool) -> Result<()> {
     let options = TraceOptions {
-        format: args.trace_format.format(),
-        key_by: args.key_by.key_by(),
-        on_error: match args.on_error {
-            OnErrorArg::Skip => OnError::Skip,
-            OnErrorArg::Stop => OnError::Stop,
+        log: LogOptions {
+            format: args.trace_format.choice(),
+            log_format: args.log_format.clone(),
+            time_field: args.time_field.clone(),
+            time_format: args.time_format.as_deref().and_then(TimeFormat::from_name),
+            on_error: match args.on_error {
+                OnErrorArg::Skip => OnError::Skip,
+                OnErrorArg::Stop => OnError::Stop,
+            },
         },
+        key_by: args.key_by.clone(),
         max_clients: args.max_clients,
     };
     let paths = unique(&args.trace);
@@ -436,19 +447,25 @@ fn traffic_names(paths: &[&Path]) -> Vec<String> {
         .collect()
 }
 
-/// Reads one `--trace` file, with a progress bar over its bytes.
+/// Reads one `--trace` file (gzip or not), with a progress bar over its
+/// bytes as stored.
 fn read_trace_file(path: &Path, options: &TraceOptions, progress: bool) -> Result<Trace> {
     let shown = path.display().to_string();
-    let file = File::open(path).with_context(|| format!("reading {shown}"))?;
-    let size = file.metadata().map_or(0, |m| m.len());
-    let bar = crate::progress::bar(progress, size, "reading {msg} [{bar:30}] {bytes}/{total_bytes}");
+    let input = slidegate_sim::open_log(path).with_context(|| format!("reading {shown}"))?;
+    let consumed = input.consumed();
+    let bar = crate::progress::bar(progress, input.len(), "reading {msg} [{bar:30}] {bytes}/{total_bytes}");
     bar.set_message(shown.clone());
-    let read = slidegate_sim::read_trace(&shown, BufReader::with_capacity(1 << 16, file), options, &mut |n| {
-        bar.set_position(n)
-    });
+    let read = slidegate_sim::read_trace(&shown, input, options, &mut |_| bar.set_position(consumed.get()));
     bar.finish_and_clear();
     read.map_err(|e| match e {
         TraceError::TooManyClients { .. } => anyhow::anyhow!("{e}: raise --max-clients to replay it"),
+        TraceError::NoRequests { malformed, .. } if malformed > 0 => anyhow::anyhow!(
+            "{e}; name the format with --trace-format (and --log-format for an nginx or Apache format string)"
+        ),
+        TraceError::UnknownFormat { .. } => anyhow::anyhow!(
+            "{e}; name the format with --trace-format (and --log-format for an nginx or Apache format string)"
+        ),
+        TraceError::MissingLogFormat { .. } => anyhow::anyhow!("{e}: give it with --log-format"),
         e => e.into(),
     })
 }
@@ -457,7 +474,7 @@ fn read_trace_file(path: &Path, options: &TraceOptions, progress: bool) -> Resul
 /// how many more.
 fn report_skipped(trace: &Trace) {
     for bad in &trace.bad_lines {
-        eprintln!("warning: {}:{}: {}", trace.name, bad.line, bad.error);
+        eprintln!("warning: {}:{}: {}: `{}`", trace.name, bad.line, bad.error, bad.text);
     }
     let more = trace.skipped - trace.bad_lines.len() as u64;
     if more > 0 {

@@ -72,12 +72,12 @@ fn sliding_log_on_the_fixture_is_exact() {
     assert_eq!(warnings.len(), 3, "{err}");
     assert!(
         warnings[0].starts_with("warning: ")
-            && warnings[0].ends_with("access.log:16: missing `[` before the time, found `10/Oct/2023:13:55:10`"),
+            && warnings[0].contains("access.log:16: missing `[` before the time, found `10/Oct/2023:13:55:10`: `"),
         "{err}"
     );
-    assert!(warnings[1].ends_with("access.log:24: unknown month `Okt`"), "{err}");
+    assert!(warnings[1].contains("access.log:24: unknown month `Okt`: `"), "{err}");
     assert!(
-        warnings[2].ends_with("access.log:34: wrong field count: expected 9, found 6"),
+        warnings[2].contains("access.log:34: wrong field count: expected 9, found 6: `"),
         "{err}"
     );
     assert!(!err.contains('\u{1b}') && !err.contains('\r'), "{err:?}");
@@ -124,9 +124,24 @@ fn on_error_stop_ends_at_the_first_bad_line() {
     let out = slidegate(&["simulate", "--trace", FIXTURE, "--on-error", "stop", "--format", "json"]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let err = stderr(&out);
+    let line = std::fs::read_to_string(FIXTURE)
+        .unwrap()
+        .lines()
+        .nth(15)
+        .unwrap()
+        .to_string();
+    let clipped: String = line.chars().take(120).collect();
+    let clipped = if clipped.len() < line.len() {
+        format!("{clipped}…")
+    } else {
+        clipped
+    };
     assert_eq!(
         err.trim_end(),
-        format!("error: {FIXTURE}:16: missing `[` before the time, found `10/Oct/2023:13:55:10`")
+        format!(
+            "error: {FIXTURE}:16: missing `[` before the time, found `10/Oct/2023:13:55:10` (read as a combined \
+             log): `{clipped}`"
+        )
     );
     assert!(out.stdout.is_empty());
 }
@@ -138,12 +153,24 @@ fn files_without_requests_are_refused() {
         "bad.log",
         b"a - - [10/Okt/2000:13:55:36 -0700] \"GET / HTTP/1.0\" 200 1\n\n",
     );
-    for path in [&empty, &bad] {
+    for (path, why) in [
+        (&empty, "it has no non-empty line".to_string()),
+        (
+            &bad,
+            "all 1 non-empty line is malformed as a Common Log Format log; line 1: unknown month `Okt`: `a - - \
+             [10/Okt/2000:13:55:36 -0700] \"GET / HTTP/1.0\" 200 1`; name the format with --trace-format (and \
+             --log-format for an nginx or Apache format string)"
+                .to_string(),
+        ),
+    ] {
         let path = path.to_str().unwrap();
         let out = slidegate(&["simulate", "--trace", path]);
         assert_eq!(out.status.code(), Some(1), "{path}: {}", stderr(&out));
         let err = stderr(&out);
-        assert!(err.ends_with(&format!("error: no requests in {path}\n")), "{err}");
+        assert!(
+            err.ends_with(&format!("error: no requests in {path}: {why}\n")),
+            "{err}"
+        );
         assert!(!err.contains("panicked"), "{err}");
         assert!(out.stdout.is_empty(), "{path}: no empty table");
     }
@@ -273,4 +300,132 @@ fn plots_are_written_for_a_trace() {
     // The busiest client of the fixture (17 of its requests) is drawn, by key.
     assert!(svgs.iter().any(|svg| svg.contains("client 198.51.100.7")));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+const NGINX_MAIN: &str = r#"$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent "$http_referer" "$http_user_agent" "$http_x_forwarded_for""#;
+
+/// nginx's stock `main` format: a combined log with one extra field.
+fn nginx_main_log() -> String {
+    let mut log = String::new();
+    for i in 0..12 {
+        let forwarded = if i % 3 == 0 { "203.0.113.1" } else { "203.0.113.2" };
+        log.push_str(&format!(
+            "10.0.0.1 - - [10/Oct/2023:13:55:{i:02} +0000] \"GET /a HTTP/1.1\" 200 5 \"-\" \"curl/8\" \"{forwarded}\"\n"
+        ));
+    }
+    log
+}
+
+fn clients_of(args: &[&str]) -> Value {
+    let mut all = vec!["simulate", "--algorithm", "sliding_log", "--format", "json"];
+    all.extend_from_slice(args);
+    let out = slidegate(&all);
+    rows(&out)[0]["clients"].clone()
+}
+
+#[test]
+fn nginx_main_format_by_detection_and_by_its_string() {
+    let path = scratch("nginx.log", nginx_main_log().as_bytes());
+    let path = path.to_str().unwrap();
+    assert_eq!(clients_of(&["--trace", path]), 1);
+    assert_eq!(clients_of(&["--trace", path, "--key-by", "extra1"]), 2);
+    assert_eq!(
+        clients_of(&["--trace", path, "--log-format", NGINX_MAIN, "--key-by", "forwarded-for"]),
+        2
+    );
+    assert_eq!(
+        clients_of(&[
+            "--trace",
+            path,
+            "--trace-format",
+            "nginx",
+            "--log-format",
+            NGINX_MAIN,
+            "--key-by",
+            "http_x_forwarded_for"
+        ]),
+        2
+    );
+    let out = slidegate(&["simulate", "--trace", path, "--key-by", "host"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr(&out).trim_end(),
+        format!(
+            "error: field `host` is not in {path}, a combined log with 1 extra field: expected one of remote_host, \
+             ident, remote_user, time, request, status, bytes, referer, user-agent, extra1, client, user, method, path"
+        )
+    );
+    let out = slidegate(&["simulate", "--trace", path, "--trace-format", "nginx"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr(&out).trim_end(),
+        "error: the nginx format needs its format string (nginx's `log_format`, Apache's `LogFormat`): give it with \
+         --log-format"
+    );
+    let out = slidegate(&[
+        "simulate",
+        "--trace",
+        path,
+        "--log-format",
+        "$remote_addr $ [$time_local]",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr(&out).trim_end(),
+        format!("error: reading {path}: bad nginx log format: `$` at position 14 is not followed by a variable name")
+    );
+}
+
+#[test]
+fn gzip_and_json_traces() {
+    use std::io::Write;
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(nginx_main_log().as_bytes()).unwrap();
+    let path = scratch("nginx.log.1", &gz.finish().unwrap());
+    assert_eq!(
+        clients_of(&["--trace", path.to_str().unwrap(), "--key-by", "extra1"]),
+        2
+    );
+
+    let mut json = String::new();
+    for i in 0..6 {
+        json.push_str(&format!(
+            "{{\"at\":{},\"who\":{{\"ip\":\"10.0.0.{}\"}}}}\n",
+            1_696_946_136_000u64 + i * 250,
+            i % 2
+        ));
+    }
+    let path = scratch("app.json", json.as_bytes());
+    let path = path.to_str().unwrap();
+    let args = [
+        "--trace",
+        path,
+        "--trace-format",
+        "json",
+        "--time-field",
+        "at",
+        "--time-format",
+        "unix_ms",
+    ];
+    let mut with_key = args.to_vec();
+    with_key.extend(["--key-by", "who.ip"]);
+    assert_eq!(clients_of(&with_key), 2);
+    let out = slidegate(&[
+        "simulate",
+        "--trace",
+        path,
+        "--trace-format",
+        "json",
+        "--time-field",
+        "at",
+        "--time-format",
+        "unix_ms",
+        "--key-by",
+        "who.ip",
+        "--algorithm",
+        "sliding_log",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(rows(&out)[0]["requests"], 6);
 }

@@ -57,20 +57,28 @@
 //! clock is read.
 
 #![forbid(unsafe_code)]
+// A log's errors (`TraceError`) carry the file, the line and its text for
+// the message; they are made once per file, never on a hot path, so their
+// size does not matter.
+#![allow(clippy::result_large_err)]
 
+pub mod logs;
 mod metrics;
 mod oracle;
 mod series;
 mod trace;
 mod traffic;
 
+pub use logs::{
+    ByteCount, Detection, Field, FormatChoice, FormatError, LogFormat, LogInput, LogOptions, LogReader, Record,
+    TimeFormat, open_log, open_log_file,
+};
 pub use metrics::{Metrics, evaluate};
 pub use oracle::{ExactWindow, max_window_sum};
 pub use series::{ClientSeries, Point, busiest_clients, count_series};
 pub use trace::{
-    BadLine, CsvLine, KeyBy, LineError, LogLine, OnError, REPORTED_BAD_LINES, Trace, TraceError, TraceFormat,
-    TraceOptions, is_csv_header, parse_clf_line, parse_clf_time, parse_combined_line, parse_csv_line, parse_csv_time,
-    read_trace,
+    BadLine, CsvLine, LineError, LogLine, OnError, REPORTED_BAD_LINES, Trace, TraceError, TraceOptions, is_csv_header,
+    parse_clf_line, parse_clf_time, parse_combined_line, parse_csv_line, parse_csv_time, read_trace,
 };
 pub use traffic::{
     FEW_CLIENTS, MANY_SOURCES_SCALE, MAX_CLIENTS, MAX_REQUESTS, PARETO_ALPHA, Request, Traffic, generate,

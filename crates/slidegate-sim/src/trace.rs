@@ -1,10 +1,13 @@
-//! Access logs as traffic: parsers for the Common Log Format, the Combined
-//! Log Format and `timestamp,key` CSV, and the conversion of a log into a
-//! time-sorted request stream (see [`read_trace`]).
+//! Access logs as traffic: the line parsers of the Common Log Format, the
+//! Combined Log Format and `timestamp,key` CSV, the errors of every format
+//! (see [`crate::logs`] for the others and the streaming reader), and the
+//! conversion of a log into a time-sorted request stream (see
+//! [`read_trace`]).
 //!
 //! Nothing here panics on any input: every malformed line gives a
 //! [`LineError`] that says why.
 
+use crate::logs::{FormatError, LogFormat, LogOptions, LogReader};
 use crate::traffic::{MAX_CLIENTS, Request};
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -14,145 +17,6 @@ use std::io::BufRead;
 /// How many malformed lines a [`Trace`] keeps the details of (in
 /// [`Trace::bad_lines`]); the rest are only counted.
 pub const REPORTED_BAD_LINES: usize = 20;
-
-/// The format of an access log.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum TraceFormat {
-    /// Common Log Format: `host ident authuser [10/Oct/2000:13:55:36 -0700]
-    /// "GET /apache_pb.gif HTTP/1.0" 200 2326`.
-    Clf,
-    /// Combined Log Format: the Common Log Format followed by `"referer"
-    /// "user-agent"`.
-    Combined,
-    /// `timestamp,key` lines, with an optional `timestamp,key` header line;
-    /// the timestamp is Unix seconds with an optional fraction
-    /// (`1700000000.250`) or RFC 3339 (`2023-11-14T22:13:20.25Z`), and a
-    /// key holding a comma is quoted with double quotes (`""` inside stands
-    /// for one).
-    Csv,
-}
-
-impl TraceFormat {
-    /// Every format, in the order of [`TraceFormat::NAMES`].
-    pub const ALL: [TraceFormat; 3] = [TraceFormat::Clf, TraceFormat::Combined, TraceFormat::Csv];
-
-    /// Every format's name.
-    pub const NAMES: [&'static str; 3] = ["clf", "combined", "csv"];
-
-    /// The format's name.
-    pub fn name(self) -> &'static str {
-        match self {
-            TraceFormat::Clf => "clf",
-            TraceFormat::Combined => "combined",
-            TraceFormat::Csv => "csv",
-        }
-    }
-
-    /// The keys a line of this format has.
-    pub fn keys(self) -> &'static [KeyBy] {
-        match self {
-            TraceFormat::Clf => &[KeyBy::Client, KeyBy::User, KeyBy::Path],
-            TraceFormat::Combined => &[
-                KeyBy::Client,
-                KeyBy::User,
-                KeyBy::Path,
-                KeyBy::UserAgent,
-                KeyBy::Referer,
-            ],
-            TraceFormat::Csv => &[KeyBy::Client, KeyBy::Key],
-        }
-    }
-
-    /// The format of a log whose first non-empty line is `line`.
-    ///
-    /// A line that parses as a Combined, Common Log Format or CSV line (or
-    /// is the CSV header `timestamp,key`) gives that format. Otherwise the
-    /// line is malformed, and its shape decides, so that a bad first line
-    /// does not hide the format of the others: a `[` or `]` and at least
-    /// two double quotes make a log line (Combined with six quotes or more),
-    /// a comma makes CSV. `None` when nothing fits.
-    pub fn detect(line: &str) -> Option<TraceFormat> {
-        if parse_combined_line(line).is_ok() {
-            return Some(TraceFormat::Combined);
-        }
-        if parse_clf_line(line).is_ok() {
-            return Some(TraceFormat::Clf);
-        }
-        if is_csv_header(line) || parse_csv_line(line).is_ok() {
-            return Some(TraceFormat::Csv);
-        }
-        let quotes = line.bytes().filter(|&b| b == b'"').count();
-        if line.contains(['[', ']']) && quotes >= 2 {
-            Some(if quotes >= 6 {
-                TraceFormat::Combined
-            } else {
-                TraceFormat::Clf
-            })
-        } else if line.contains(',') {
-            Some(TraceFormat::Csv)
-        } else {
-            None
-        }
-    }
-}
-
-impl fmt::Display for TraceFormat {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// Which field of a log line is the client (the rate-limit key).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum KeyBy {
-    /// The remote host (CLF and Combined), or the key column (CSV).
-    #[default]
-    Client,
-    /// The authenticated user (CLF and Combined).
-    User,
-    /// The request's path: its target without the query string, or the
-    /// whole request when it has no target, as `-` (CLF and Combined).
-    Path,
-    /// The user agent (Combined).
-    UserAgent,
-    /// The referer (Combined).
-    Referer,
-    /// The key column (CSV).
-    Key,
-}
-
-impl KeyBy {
-    /// Every key, in the order of [`KeyBy::NAMES`].
-    pub const ALL: [KeyBy; 6] = [
-        KeyBy::Client,
-        KeyBy::User,
-        KeyBy::Path,
-        KeyBy::UserAgent,
-        KeyBy::Referer,
-        KeyBy::Key,
-    ];
-
-    /// Every key's name.
-    pub const NAMES: [&'static str; 6] = ["client", "user", "path", "user-agent", "referer", "key"];
-
-    /// The key's name.
-    pub fn name(self) -> &'static str {
-        match self {
-            KeyBy::Client => "client",
-            KeyBy::User => "user",
-            KeyBy::Path => "path",
-            KeyBy::UserAgent => "user-agent",
-            KeyBy::Referer => "referer",
-            KeyBy::Key => "key",
-        }
-    }
-}
-
-impl fmt::Display for KeyBy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// What to do with a malformed line.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -166,15 +30,13 @@ pub enum OnError {
 }
 
 /// How to read a trace.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TraceOptions {
-    /// The format, or `None` to detect it from the first non-empty line
-    /// (see [`TraceFormat::detect`]).
-    pub format: Option<TraceFormat>,
-    /// Which field is the client.
-    pub key_by: KeyBy,
-    /// What to do with a malformed line.
-    pub on_error: OnError,
+    /// The format and what a malformed line does.
+    pub log: LogOptions,
+    /// The field that is the client: a name of the format's or an alias
+    /// (see [`crate::logs`]).
+    pub key_by: String,
     /// The most distinct keys the trace may have.
     pub max_clients: u32,
 }
@@ -184,9 +46,8 @@ impl Default for TraceOptions {
     /// [`MAX_CLIENTS`] clients.
     fn default() -> Self {
         TraceOptions {
-            format: None,
-            key_by: KeyBy::Client,
-            on_error: OnError::Skip,
+            log: LogOptions::default(),
+            key_by: "client".to_string(),
             max_clients: MAX_CLIENTS,
         }
     }
@@ -250,6 +111,31 @@ pub enum LineError {
     TextAfterQuote,
     /// A CSV line whose key is empty.
     EmptyKey,
+    /// A line of a format string's log without the literal text the
+    /// format puts after a field.
+    MissingText {
+        /// The text expected.
+        expected: String,
+        /// The field it should follow (or the start of the line).
+        after: String,
+        /// What stands there (clipped).
+        found: String,
+    },
+    /// Text after the last field of a format string's log.
+    TrailingText {
+        /// The text (clipped).
+        text: String,
+    },
+    /// A JSON line that is not a JSON object.
+    NotJson {
+        /// What is wrong.
+        reason: String,
+    },
+    /// A JSON line without its time field.
+    MissingField {
+        /// The field (or the fields tried).
+        field: String,
+    },
 }
 
 impl fmt::Display for LineError {
@@ -270,6 +156,12 @@ impl fmt::Display for LineError {
             LineError::BadTimestamp { timestamp, reason } => write!(f, "bad timestamp `{timestamp}`: {reason}"),
             LineError::TextAfterQuote => f.write_str("text after a quoted field's closing `\"`"),
             LineError::EmptyKey => f.write_str("empty key"),
+            LineError::MissingText { expected, after, found } => {
+                write!(f, "expected `{expected}` after {after}, found `{found}`")
+            }
+            LineError::TrailingText { text } => write!(f, "text after the last field: `{text}`"),
+            LineError::NotJson { reason } => write!(f, "not a JSON object: {reason}"),
+            LineError::MissingField { field } => write!(f, "no time field: expected {field}"),
         }
     }
 }
@@ -277,10 +169,14 @@ impl fmt::Display for LineError {
 impl std::error::Error for LineError {}
 
 /// At most 60 characters of `s`, for messages.
-fn clip(s: &str) -> String {
-    const MAX: usize = 60;
-    match s.char_indices().nth(MAX) {
-        Some((at, _)) => format!("{}…", &s[..at]),
+pub(crate) fn clip(s: &str) -> String {
+    clip_to(s, 60)
+}
+
+/// At most `max` characters of `s`, and `…` when there were more.
+pub(crate) fn clip_to(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", s.get(..at).unwrap_or(s)),
         None => s.to_string(),
     }
 }
@@ -317,19 +213,6 @@ impl<'a> LogLine<'a> {
         match (words.next(), words.next()) {
             (Some(_), Some(target)) => target.split('?').next().unwrap_or(target),
             _ => self.request,
-        }
-    }
-
-    /// The field `key` names, `None` for one this line does not have (the
-    /// CSV key, or the referer and user agent of a Common Log Format line).
-    pub fn key(&self, key: KeyBy) -> Option<&'a str> {
-        match key {
-            KeyBy::Client => Some(self.host),
-            KeyBy::User => Some(self.user),
-            KeyBy::Path => Some(self.path()),
-            KeyBy::UserAgent => self.user_agent,
-            KeyBy::Referer => self.referer,
-            KeyBy::Key => None,
         }
     }
 }
@@ -396,11 +279,15 @@ const LOG_FIELDS: [&str; 9] = [
     "user agent",
 ];
 
-fn parse_log(line: &str, combined: bool) -> Result<LogLine<'_>, LineError> {
+/// Splits a Common (`combined` false) or Combined Log Format line into
+/// `spans`, the byte range of each field in `line` (the Combined one's
+/// extra fields after the ninth); returns the time.
+pub(crate) fn parse_log_spans(line: &str, combined: bool, spans: &mut Vec<(usize, usize)>) -> Result<i64, LineError> {
+    spans.clear();
     let expected = if combined { 9 } else { 7 };
-    let mut fields = [""; 9];
     let mut found = 0;
     let mut rest = line;
+    let offset = |s: &str| (s.as_ptr() as usize).saturating_sub(line.as_ptr() as usize);
     while let Some((token, after)) = next_token(rest)? {
         if found < expected {
             let fits = match found {
@@ -425,16 +312,21 @@ fn parse_log(line: &str, combined: bool) -> Result<LogLine<'_>, LineError> {
                     },
                 });
             }
-            fields[found] = token.text();
+        }
+        // Only combined lines may have more fields: counted, not kept.
+        if found < expected || combined {
+            let text = token.text();
+            spans.push((offset(text), offset(text) + text.len()));
         }
         found += 1;
         rest = after;
     }
-    if found != expected {
+    if found < expected || (!combined && found != expected) {
         return Err(LineError::FieldCount { expected, found });
     }
-    let time_unix_ns = parse_clf_time(fields[3])?;
-    let [host, ident, user, _, request, status, bytes, referer, user_agent] = fields;
+    let field = |i: usize| spans.get(i).and_then(|&(a, b)| line.get(a..b)).unwrap_or("");
+    let time_unix_ns = parse_clf_time(field(3))?;
+    let (status, bytes) = (field(5), field(6));
     if status.is_empty() || !status.bytes().all(|b| b.is_ascii_digit()) {
         return Err(LineError::BadField {
             field: "status",
@@ -449,6 +341,14 @@ fn parse_log(line: &str, combined: bool) -> Result<LogLine<'_>, LineError> {
             expected: "a number or -",
         });
     }
+    Ok(time_unix_ns)
+}
+
+fn parse_log(line: &str, combined: bool) -> Result<LogLine<'_>, LineError> {
+    let mut spans = Vec::with_capacity(9);
+    let time_unix_ns = parse_log_spans(line, combined, &mut spans)?;
+    let field = |i: usize| spans.get(i).and_then(|&(a, b)| line.get(a..b)).unwrap_or("");
+    let [host, ident, user, _, request, status, bytes, referer, user_agent] = std::array::from_fn(field);
     Ok(LogLine {
         time_unix_ns,
         host,
@@ -474,7 +374,8 @@ pub fn parse_clf_line(line: &str) -> Result<LogLine<'_>, LineError> {
 }
 
 /// Parses a Combined Log Format line: a Common Log Format line followed by
-/// `"referer" "user-agent"`, exactly nine fields.
+/// `"referer" "user-agent"`, nine fields, then any number of extra fields
+/// (ignored here; see [`LogFormat::combined`]).
 ///
 /// # Errors
 ///
@@ -662,7 +563,7 @@ fn fraction_ns(f: &[u8]) -> Option<i64> {
 }
 
 /// `YYYY-MM-DD(T| )HH:MM:SS[.frac](Z|±HH:MM)`.
-fn parse_rfc3339(s: &str) -> Result<i64, &'static str> {
+pub(crate) fn parse_rfc3339(s: &str) -> Result<i64, &'static str> {
     const SHAPE: &str = "expected RFC 3339, as 2023-11-14T22:13:20.25Z";
     let b = s.as_bytes();
     let shaped = s.is_ascii()
@@ -771,7 +672,7 @@ pub fn is_csv_header(line: &str) -> bool {
     }
 }
 
-/// Parses a CSV trace line, `timestamp,key` (see [`TraceFormat::Csv`]).
+/// Parses a CSV trace line, `timestamp,key` (see [`LogFormat::csv`]).
 ///
 /// # Errors
 ///
@@ -806,6 +707,15 @@ pub struct BadLine {
     pub line: u64,
     /// Why it is malformed.
     pub error: LineError,
+    /// The line, clipped to [`crate::logs::BAD_LINE_TEXT`] characters.
+    pub text: String,
+}
+
+impl fmt::Display for BadLine {
+    /// The line number, the reason, then the text in backquotes.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "line {}: {}: `{}`", self.line, self.error, self.text)
+    }
 }
 
 /// A trace read into a request stream (see [`read_trace`]).
@@ -814,7 +724,7 @@ pub struct Trace {
     /// The name it was read under (for messages).
     pub name: String,
     /// Its format, as given or detected.
-    pub format: TraceFormat,
+    pub format: LogFormat,
     /// Its requests, sorted by time (stably: lines at the same time keep
     /// their order), time 0 being the earliest; each costs 1.
     pub requests: Vec<Request>,
@@ -841,58 +751,84 @@ impl Trace {
     }
 }
 
-/// Why a trace could not be read.
+/// Why a log could not be read.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum TraceError {
     /// Reading failed.
     Io {
-        /// The trace's name.
+        /// The log's name.
         file: String,
         /// The error.
         error: std::io::Error,
     },
     /// A malformed line, with [`OnError::Stop`].
     BadLine {
-        /// The trace's name.
+        /// The log's name.
         file: String,
         /// The 1-based line number.
         line: u64,
         /// Why it is malformed.
         error: LineError,
+        /// The format it was read as (as [`LogFormat`] displays it).
+        format: String,
+        /// The line (clipped).
+        text: String,
     },
-    /// No well-formed line: the trace is empty, blank or all malformed.
+    /// No well-formed line: the log is empty, blank or all malformed.
     NoRequests {
-        /// The trace's name.
+        /// The log's name.
         file: String,
+        /// Its non-empty lines.
+        non_empty: u64,
+        /// Its malformed lines.
+        malformed: u64,
+        /// The format it was read as (as [`LogFormat`] displays it), if
+        /// any.
+        format: Option<String>,
+        /// The first three malformed lines.
+        first: Vec<BadLine>,
     },
-    /// The format was to be detected, and the first non-empty line fits
-    /// none.
+    /// The format was to be detected, and the first lines fit none.
     UnknownFormat {
-        /// The trace's name.
+        /// The log's name.
         file: String,
-        /// The line's number.
+        /// The first non-empty line's number.
         line: u64,
     },
-    /// The key asked for is not a field of the trace's format.
-    KeyNotInFormat {
-        /// The trace's name.
+    /// The field asked for is not one of the log's format.
+    FieldNotInFormat {
+        /// The log's name.
         file: String,
-        /// The key asked for.
-        key_by: KeyBy,
-        /// The format.
-        format: TraceFormat,
+        /// The field asked for.
+        field: String,
+        /// The format (as [`LogFormat`] displays it).
+        format: String,
+        /// The names there are.
+        expected: Vec<String>,
     },
     /// More distinct keys than [`TraceOptions::max_clients`].
     TooManyClients {
-        /// The trace's name.
+        /// The log's name.
         file: String,
-        /// The key.
-        key_by: KeyBy,
-        /// How many distinct keys the trace has.
+        /// The key's field.
+        key_by: String,
+        /// How many distinct keys the log has.
         clients: u64,
         /// The most allowed.
         max: u32,
+    },
+    /// A bad nginx, Apache or Envoy format string.
+    Format {
+        /// The log's name.
+        file: String,
+        /// What is wrong with the string.
+        error: FormatError,
+    },
+    /// nginx or Apache chosen without a format string.
+    MissingLogFormat {
+        /// `nginx` or `apache`.
+        format: &'static str,
     },
 }
 
@@ -900,21 +836,54 @@ impl fmt::Display for TraceError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             TraceError::Io { file, error } => write!(f, "reading {file}: {error}"),
-            TraceError::BadLine { file, line, error } => write!(f, "{file}:{line}: {error}"),
-            TraceError::NoRequests { file } => write!(f, "no requests in {file}"),
+            TraceError::BadLine {
+                file,
+                line,
+                error,
+                format,
+                text,
+            } => write!(f, "{file}:{line}: {error} (read as {format}): `{text}`"),
+            TraceError::NoRequests {
+                file,
+                non_empty,
+                malformed,
+                format,
+                first,
+            } => {
+                write!(f, "no requests in {file}")?;
+                if *non_empty == 0 {
+                    return f.write_str(": it has no non-empty line");
+                }
+                if *malformed == 0 {
+                    return f.write_str(": it has only a header line");
+                }
+                let all = if malformed == non_empty { "all " } else { "" };
+                let s = if *malformed == 1 { " is" } else { "s are" };
+                write!(f, ": {all}{malformed} non-empty line{s} malformed")?;
+                if let Some(format) = format {
+                    write!(f, " as {format}")?;
+                }
+                for bad in first {
+                    write!(f, "; {bad}")?;
+                }
+                Ok(())
+            }
             TraceError::UnknownFormat { file, line } => write!(
                 f,
-                "cannot tell the format of {file} from its line {line}: expected a Common or Combined Log Format \
-                 line or `timestamp,key` CSV"
+                "cannot tell the format of {file} from its first lines (line {line} on): expected a Common or \
+                 Combined Log Format line (with extra fields or not), an Envoy default-format line, a JSON object \
+                 or `timestamp,key` CSV"
             ),
-            TraceError::KeyNotInFormat { file, key_by, format } => {
-                let keys: Vec<&str> = format.keys().iter().map(|k| k.name()).collect();
-                write!(
-                    f,
-                    "key `{key_by}` is not a field of {file}, a {format} trace: expected one of {}",
-                    keys.join(", ")
-                )
-            }
+            TraceError::FieldNotInFormat {
+                file,
+                field,
+                format,
+                expected,
+            } => write!(
+                f,
+                "field `{field}` is not in {file}, {format}: expected one of {}",
+                expected.join(", ")
+            ),
             TraceError::TooManyClients {
                 file,
                 key_by,
@@ -923,6 +892,11 @@ impl fmt::Display for TraceError {
             } => write!(
                 f,
                 "{file} has {clients} distinct keys by {key_by}, more than the {max} clients allowed"
+            ),
+            TraceError::Format { file, error } => write!(f, "reading {file}: {error}"),
+            TraceError::MissingLogFormat { format } => write!(
+                f,
+                "the {format} format needs its format string (nginx's `log_format`, Apache's `LogFormat`)"
             ),
         }
     }
@@ -936,14 +910,13 @@ const PROGRESS_LINES: u64 = 4096;
 
 /// Reads the trace called `name` from `input` into a request stream.
 ///
-/// Lines end with `\n` or `\r\n`; blank lines are ignored, and so are a
-/// UTF-8 byte order mark and, in CSV, a `timestamp,key` header as the
-/// first non-empty line. The format is `options.format`, or detected from
-/// the first non-empty line ([`TraceFormat::detect`]). Every well-formed
-/// line is one request of cost 1 from the client its `options.key_by`
-/// field names (a field that is `-` is the key `-`); the clients are
-/// numbered in the order their keys first appear. The requests are sorted
-/// by time, stably, and time 0 is the earliest one's.
+/// The lines are read by a [`LogReader`] (see it for the formats, their
+/// detection, blank lines, a byte order mark and a CSV header). Every
+/// well-formed line is one request of cost 1 from the client its
+/// `options.key_by` field names (a field that is `-` or absent is the key
+/// `-`); the clients are numbered in the order their keys first appear.
+/// The requests are sorted by time, stably, and time 0 is the earliest
+/// one's.
 ///
 /// `progress` is called now and then, and at the end, with the number of
 /// bytes read so far.
@@ -953,117 +926,56 @@ const PROGRESS_LINES: u64 = 4096;
 /// - [`TraceError::BadLine`] at the first malformed line with
 ///   [`OnError::Stop`] (with [`OnError::Skip`], malformed lines are counted
 ///   in [`Trace::skipped`] and the first few kept in [`Trace::bad_lines`]);
-/// - [`TraceError::NoRequests`] when no line is a request;
-/// - [`TraceError::UnknownFormat`], [`TraceError::KeyNotInFormat`],
-///   [`TraceError::TooManyClients`] and [`TraceError::Io`].
+/// - [`TraceError::NoRequests`] when no line is a request, with why;
+/// - [`TraceError::FieldNotInFormat`], [`TraceError::TooManyClients`] and
+///   those of [`LogReader::new`].
 pub fn read_trace(
     name: &str,
-    mut input: impl BufRead,
+    input: impl BufRead,
     options: &TraceOptions,
     progress: &mut dyn FnMut(u64),
 ) -> Result<Trace, TraceError> {
-    let file = || name.to_string();
-    let mut format = options.format;
-    let mut checked = false;
+    let mut reader = LogReader::new(name, input, &options.log)?;
+    let key_field = reader.field(&options.key_by)?;
     let mut keys: HashMap<String, u32> = HashMap::new();
     let mut distinct: u64 = 0;
     let mut times: Vec<(i64, u32)> = Vec::new();
-    let (mut lines, mut read, mut skipped) = (0u64, 0u64, 0u64);
-    let mut bad_lines = Vec::new();
-    let mut buf = Vec::new();
-    loop {
-        buf.clear();
-        let n = input
-            .read_until(b'\n', &mut buf)
-            .map_err(|error| TraceError::Io { file: file(), error })?;
-        if n == 0 {
-            break;
-        }
-        lines += 1;
-        read += n as u64;
-        if lines.is_multiple_of(PROGRESS_LINES) {
-            progress(read);
-        }
-        let mut bytes = buf.as_slice();
-        if lines == 1 {
-            bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
-        }
-        let bytes = bytes.strip_suffix(b"\n").unwrap_or(bytes);
-        let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
-        if bytes.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        let text = std::str::from_utf8(bytes);
-        if !checked {
-            checked = true;
-            let detected = match format {
-                Some(f) => f,
-                None => {
-                    TraceFormat::detect(&String::from_utf8_lossy(bytes)).ok_or_else(|| TraceError::UnknownFormat {
-                        file: file(),
-                        line: lines,
-                    })?
-                }
-            };
-            format = Some(detected);
-            if !detected.keys().contains(&options.key_by) {
-                return Err(TraceError::KeyNotInFormat {
-                    file: file(),
-                    key_by: options.key_by,
-                    format: detected,
-                });
-            }
-            if detected == TraceFormat::Csv && text.is_ok_and(is_csv_header) {
-                continue;
-            }
-        }
-        let parsed = match text {
-            Err(e) => Err(LineError::InvalidUtf8 {
-                byte: e.valid_up_to() + 1,
-            }),
-            Ok(text) => parse(text, format.unwrap_or(TraceFormat::Csv), options.key_by),
-        };
-        match parsed {
-            Ok((time, key)) => {
-                let client = match keys.get(key.as_ref()) {
-                    Some(&client) => client,
-                    None => {
-                        distinct += 1;
-                        let Ok(client) = u32::try_from(keys.len()) else {
-                            return Err(too_many(file(), options, distinct));
-                        };
-                        keys.insert(key.into_owned(), client);
-                        client
-                    }
+    let too_many = |clients| TraceError::TooManyClients {
+        file: name.to_string(),
+        key_by: options.key_by.clone(),
+        clients,
+        max: options.max_clients,
+    };
+    let mut next_progress = PROGRESS_LINES;
+    while let Some(record) = reader.next_record()? {
+        let time = record.time_unix_ns();
+        let key = record.get(&key_field).unwrap_or(Cow::Borrowed("-"));
+        let client = match keys.get(key.as_ref()) {
+            Some(&client) => client,
+            None => {
+                distinct += 1;
+                let Ok(client) = u32::try_from(keys.len()) else {
+                    return Err(too_many(distinct));
                 };
-                // Past the limit, only count the keys: the run will fail.
-                if distinct <= u64::from(options.max_clients) {
-                    times.push((time, client));
-                }
+                keys.insert(key.into_owned(), client);
+                client
             }
-            Err(error) => match options.on_error {
-                OnError::Stop => {
-                    return Err(TraceError::BadLine {
-                        file: file(),
-                        line: lines,
-                        error,
-                    });
-                }
-                OnError::Skip => {
-                    skipped += 1;
-                    if bad_lines.len() < REPORTED_BAD_LINES {
-                        bad_lines.push(BadLine { line: lines, error });
-                    }
-                }
-            },
+        };
+        // Past the limit, only count the keys: the run will fail.
+        if distinct <= u64::from(options.max_clients) {
+            times.push((time, client));
+        }
+        if reader.lines() >= next_progress {
+            next_progress = reader.lines() + PROGRESS_LINES;
+            progress(reader.bytes_read());
         }
     }
-    progress(read);
+    progress(reader.bytes_read());
     if distinct > u64::from(options.max_clients) {
-        return Err(too_many(file(), options, distinct));
+        return Err(too_many(distinct));
     }
-    let (Some(format), Some(start)) = (format, times.iter().map(|&(t, _)| t).min()) else {
-        return Err(TraceError::NoRequests { file: file() });
+    let (Some(format), Some(start)) = (reader.format(), times.iter().map(|&(t, _)| t).min()) else {
+        return Err(reader.no_requests());
     };
     times.sort_by_key(|&(t, _)| t);
     let requests = times
@@ -1082,41 +994,16 @@ pub fn read_trace(
         }
     }
     Ok(Trace {
-        name: file(),
-        format,
+        name: name.to_string(),
+        format: format.clone(),
         requests,
         clients: u32::try_from(distinct).unwrap_or(u32::MAX),
         keys: names,
         start_unix_ns: start,
-        lines,
-        skipped,
-        bad_lines,
+        lines: reader.lines(),
+        skipped: reader.skipped(),
+        bad_lines: reader.bad_lines().to_vec(),
     })
-}
-
-fn too_many(file: String, options: &TraceOptions, clients: u64) -> TraceError {
-    TraceError::TooManyClients {
-        file,
-        key_by: options.key_by,
-        clients,
-        max: options.max_clients,
-    }
-}
-
-/// The time and key of one line.
-fn parse(line: &str, format: TraceFormat, key_by: KeyBy) -> Result<(i64, Cow<'_, str>), LineError> {
-    match format {
-        TraceFormat::Csv => parse_csv_line(line).map(|l| (l.time_unix_ns, l.key)),
-        TraceFormat::Clf | TraceFormat::Combined => {
-            let l = if format == TraceFormat::Combined {
-                parse_combined_line(line)?
-            } else {
-                parse_clf_line(line)?
-            };
-            // The key was checked against the format: always there.
-            Ok((l.time_unix_ns, Cow::Borrowed(l.key(key_by).unwrap_or("-"))))
-        }
-    }
 }
 
 #[cfg(test)]

@@ -5,8 +5,9 @@
 use proptest::prelude::*;
 use slidegate_core::{Algorithm, Policy, Weighting};
 use slidegate_sim::{
-    KeyBy, LineError, OnError, Request, Row, Trace, TraceError, TraceFormat, TraceOptions, evaluate, is_csv_header,
-    parse_clf_line, parse_clf_time, parse_combined_line, parse_csv_line, parse_csv_time, read_trace, run_requests,
+    FormatChoice, LineError, LogFormat, LogOptions, OnError, Request, Row, Trace, TraceError, TraceOptions, evaluate,
+    is_csv_header, parse_clf_line, parse_clf_time, parse_combined_line, parse_csv_line, parse_csv_time, read_trace,
+    run_requests,
 };
 use std::time::Duration;
 
@@ -17,15 +18,19 @@ fn fixture() -> Vec<u8> {
     std::fs::read(FIXTURE).unwrap()
 }
 
+#[allow(clippy::result_large_err)] // the library's error, as it is
 fn read(input: &[u8], options: TraceOptions) -> Result<Trace, TraceError> {
     read_trace("test.log", input, &options, &mut |_| {})
 }
 
-fn options(format: Option<TraceFormat>, key_by: KeyBy, on_error: OnError) -> TraceOptions {
+fn options(format: FormatChoice, key_by: &str, on_error: OnError) -> TraceOptions {
     TraceOptions {
-        format,
-        key_by,
-        on_error,
+        log: LogOptions {
+            format,
+            on_error,
+            ..LogOptions::default()
+        },
+        key_by: key_by.to_string(),
         ..TraceOptions::default()
     }
 }
@@ -35,7 +40,7 @@ fn skip() -> TraceOptions {
 }
 
 fn stop() -> TraceOptions {
-    options(None, KeyBy::Client, OnError::Stop)
+    options(FormatChoice::Auto, "client", OnError::Stop)
 }
 
 // ---------------------------------------------------------------- parsers
@@ -52,8 +57,6 @@ fn clf_line_with_a_negative_offset() {
     );
     assert_eq!((l.referer, l.user_agent), (None, None));
     assert_eq!(l.path(), "/apache_pb.gif");
-    assert_eq!(l.key(KeyBy::User), Some("frank"));
-    assert_eq!(l.key(KeyBy::UserAgent), None);
 }
 
 #[test]
@@ -75,7 +78,6 @@ fn combined_line() {
     assert_eq!(l.path(), "/api/orders");
     assert_eq!(l.referer, Some("https://example.com/a?b=1"));
     assert_eq!(l.user_agent, Some(r#"curl/8.4.0 \"x\""#));
-    assert_eq!(l.key(KeyBy::Referer), Some("https://example.com/a?b=1"));
     // A combined line is not a CLF line, nor the reverse.
     assert_eq!(
         parse_clf_line(line).unwrap_err(),
@@ -198,7 +200,7 @@ fn csv_trace_with_a_header_sorted_stably() {
                   2023-11-14T22:13:22Z,c\r\n\
                   1700000000,\"b\"\r\n";
     let t = read(input, skip()).unwrap();
-    assert_eq!(t.format, TraceFormat::Csv);
+    assert_eq!(t.format, LogFormat::csv());
     assert_eq!((t.lines, t.skipped, t.clients), (6, 0, 3));
     assert_eq!(t.start_unix_ns, 1_700_000_000 * S);
     let r = |time_ns: u64, client| Request {
@@ -265,7 +267,7 @@ fn bad_dates_are_numbered_with_their_reason() {
                   h - - [10/Oct/2000:25:00:00 -0700] \"GET / HTTP/1.0\" 200 1\n\
                   h - - [10/Oct/2000:13:55:38 +2400] \"GET / HTTP/1.0\" 200 1\n";
     let t = read(input, skip()).unwrap();
-    assert_eq!((t.format, t.requests.len(), t.skipped), (TraceFormat::Clf, 2, 3));
+    assert_eq!((t.format, t.requests.len(), t.skipped), (LogFormat::clf(), 2, 3));
     let lines: Vec<(u64, String)> = t.bad_lines.iter().map(|b| (b.line, b.error.to_string())).collect();
     assert_eq!(
         lines,
@@ -287,7 +289,8 @@ fn bad_dates_are_numbered_with_their_reason() {
     let err = read(input, stop()).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "test.log:2: bad date `31/Sep/2000:13:55:36 -0700`: day out of range for its month"
+        "test.log:2: bad date `31/Sep/2000:13:55:36 -0700`: day out of range for its month (read as a Common Log \
+         Format log): `h - - [31/Sep/2000:13:55:36 -0700] \"GET / HTTP/1.0\" 200 1`"
     );
 }
 
@@ -304,56 +307,59 @@ fn only_the_first_bad_lines_are_kept() {
 
 #[test]
 fn no_requests_is_an_error() {
-    for input in [
-        &b""[..],
-        b"\n\n  \r\n",
-        b"timestamp,key\n",
-        b"x,a\ny,b\n",
-        b"\xEF\xBB\xBF",
+    for (input, message) in [
+        (&b""[..], "no requests in test.log: it has no non-empty line"),
+        (b"\n\n  \r\n", "no requests in test.log: it has no non-empty line"),
+        (b"\xEF\xBB\xBF", "no requests in test.log: it has no non-empty line"),
+        (b"timestamp,key\n", "no requests in test.log: it has only a header line"),
+        (
+            b"x,a\ny,b\n",
+            "no requests in test.log: all 2 non-empty lines are malformed as a `timestamp,key` CSV; line 1: bad \
+             timestamp `x`: expected Unix seconds (1700000000.250) or RFC 3339 (2023-11-14T22:13:20.25Z): `x,a`; \
+             line 2: bad timestamp `y`: expected Unix seconds (1700000000.250) or RFC 3339 \
+             (2023-11-14T22:13:20.25Z): `y,b`",
+        ),
     ] {
         let err = read(input, skip()).unwrap_err();
         assert!(matches!(err, TraceError::NoRequests { .. }), "{input:?}: {err:?}");
-        assert_eq!(err.to_string(), "no requests in test.log");
+        assert_eq!(err.to_string(), message);
     }
 }
 
 #[test]
 fn format_detection() {
     let clf = br#"h - - [10/Oct/2000:13:55:36 -0700] "GET / HTTP/1.0" 200 1"#;
-    assert_eq!(read(clf, skip()).unwrap().format, TraceFormat::Clf);
-    assert_eq!(read(&fixture(), skip()).unwrap().format, TraceFormat::Combined);
-    // A malformed first line still tells the format by its shape.
+    assert_eq!(read(clf, skip()).unwrap().format, LogFormat::clf());
+    assert_eq!(read(&fixture(), skip()).unwrap().format, LogFormat::combined(0));
+    // A malformed first line does not hide the format of the others.
     let bad_first = b"h - - [10/Okt/2000:13:55:36 -0700] \"GET / HTTP/1.0\" 200 1\n\
                       h - - [10/Oct/2000:13:55:36 -0700] \"GET / HTTP/1.0\" 200 1\n";
     let t = read(bad_first, skip()).unwrap();
-    assert_eq!((t.format, t.requests.len(), t.skipped), (TraceFormat::Clf, 1, 1));
-    assert_eq!(TraceFormat::detect("soon,a"), Some(TraceFormat::Csv));
-    assert_eq!(TraceFormat::detect("hello"), None);
+    assert_eq!((t.format, t.requests.len(), t.skipped), (LogFormat::clf(), 1, 1));
     let err = read(b"\nhello\n", skip()).unwrap_err();
     assert!(matches!(err, TraceError::UnknownFormat { line: 2, .. }), "{err:?}");
     // A format given is not second-guessed: every line is checked against it.
-    let err = read(clf, options(Some(TraceFormat::Combined), KeyBy::Client, OnError::Stop)).unwrap_err();
-    assert_eq!(err.to_string(), "test.log:1: wrong field count: expected 9, found 7");
+    let err = read(clf, options(FormatChoice::Combined, "client", OnError::Stop)).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "test.log:1: wrong field count: expected 9, found 7 (read as a combined log): `h - - [10/Oct/2000:13:55:36 \
+         -0700] \"GET / HTTP/1.0\" 200 1`"
+    );
 }
 
 #[test]
 fn keys_must_be_fields_of_the_format() {
     let clf = br#"h - - [10/Oct/2000:13:55:36 -0700] "GET / HTTP/1.0" 200 1"#;
-    let err = read(clf, options(None, KeyBy::UserAgent, OnError::Skip)).unwrap_err();
+    let err = read(clf, options(FormatChoice::Auto, "user-agent", OnError::Skip)).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "key `user-agent` is not a field of test.log, a clf trace: expected one of client, user, path"
+        "field `user-agent` is not in test.log, a Common Log Format log: expected one of remote_host, ident, \
+         remote_user, time, request, status, bytes, client, user, method, path"
     );
-    let err = read(b"1,a\n", options(None, KeyBy::Path, OnError::Skip)).unwrap_err();
-    assert!(matches!(
-        err,
-        TraceError::KeyNotInFormat {
-            format: TraceFormat::Csv,
-            ..
-        }
-    ));
+    let err = read(b"1,a\n", options(FormatChoice::Auto, "path", OnError::Skip)).unwrap_err();
+    assert!(matches!(err, TraceError::FieldNotInFormat { .. }));
     assert_eq!(
-        read(b"1,a\n", options(None, KeyBy::Key, OnError::Skip))
+        read(b"1,a\n", options(FormatChoice::Auto, "key", OnError::Skip))
             .unwrap()
             .clients,
         1
@@ -362,17 +368,24 @@ fn keys_must_be_fields_of_the_format() {
 
 #[test]
 fn keys_of_the_fixture() {
-    let clients = |key_by| read(&fixture(), options(None, key_by, OnError::Skip)).unwrap().clients;
-    assert_eq!(clients(KeyBy::Client), 3);
+    let clients = |key_by| {
+        read(&fixture(), options(FormatChoice::Auto, key_by, OnError::Skip))
+            .unwrap()
+            .clients
+    };
+    assert_eq!(clients("client"), 3);
+    assert_eq!(clients("remote_host"), 3);
     // `-` is a key like any other: everyone but alice.
-    assert_eq!(clients(KeyBy::User), 2);
-    assert_eq!(clients(KeyBy::UserAgent), 3);
+    assert_eq!(clients("user"), 2);
+    assert_eq!(clients("user-agent"), 3);
     // "-" and three pages.
-    assert_eq!(clients(KeyBy::Referer), 4);
+    assert_eq!(clients("referer"), 4);
+    // GET, POST and DELETE.
+    assert_eq!(clients("method"), 3);
     // /index.html /static/app.css /api/orders /static/app.js /api/search
     // /favicon.ico /about.html /contact.html /static/logo.png
     // /api/orders/17 /api/orders/18 /blog/
-    assert_eq!(clients(KeyBy::Path), 12);
+    assert_eq!(clients("path"), 12);
 }
 
 #[test]
@@ -406,8 +419,9 @@ proptest! {
     /// Any bytes: a trace or an error, never a panic.
     #[test]
     fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..300)) {
-        for format in [None, Some(TraceFormat::Clf), Some(TraceFormat::Combined), Some(TraceFormat::Csv)] {
-            let _ = read(&bytes, options(format, KeyBy::Client, OnError::Skip));
+        for format in [FormatChoice::Auto, FormatChoice::Clf, FormatChoice::Combined, FormatChoice::Csv,
+                       FormatChoice::Envoy, FormatChoice::Json] {
+            let _ = read(&bytes, options(format, "client", OnError::Skip));
         }
     }
 
@@ -428,7 +442,6 @@ proptest! {
                     let _ = parse_clf_line(s);
                     let _ = parse_combined_line(s);
                     let _ = parse_csv_line(s);
-                    let _ = TraceFormat::detect(s);
                 }
                 let _ = read(input, skip());
             }
