@@ -17,9 +17,10 @@
 //!
 //! Each writes `<stem>.svg` and `<stem>.png` ([`WIDTH`] × [`HEIGHT`] pixels;
 //! [`count_panels`] taller when its panels need more rows) and returns both
-//! paths. Every plot has a title, axes labelled with their
-//! units, a legend beside the plot naming every series, and one colour per
-//! series (the Okabe–Ito palette, which colour-blind readers can tell apart).
+//! paths. Every plot has a title, axes labelled with their units, a legend
+//! beside the plot naming every series (for [`count_panels`], a legend row
+//! above the panels and a title on each), and one colour per series (the
+//! Okabe–Ito palette, which colour-blind readers can tell apart).
 //!
 //! Text is drawn with DejaVu Sans, embedded in the crate: no system font is
 //! read at run time. It is registered with plotters (process-wide) as the
@@ -56,7 +57,8 @@ pub const HEIGHT: u32 = 700;
 pub struct Line {
     /// The name shown in the legend.
     pub label: String,
-    /// The points, `(x, y)`; every value must be finite.
+    /// The points, `(x, y)`; every value must be finite, but for a y of
+    /// [`refusals_over_time`], where NaN means no data.
     pub points: Vec<(f64, f64)>,
 }
 

@@ -366,7 +366,16 @@ fn one_point_and_flat_series_still_plot() {
     let stem = dir("flat").join("plot");
     let truth = Line::new("truth", vec![(3.0, 5.0)]);
     let est = Line::new("estimate", vec![(3.0, 5.0)]);
-    check_files(&count_over_time(&stem, "", 0.0, &truth, &[est]).unwrap(), &stem);
+    check_files(
+        &count_over_time(&stem, "", 0.0, &truth, std::slice::from_ref(&est)).unwrap(),
+        &stem,
+    );
+    let unnamed = Line::new("", est.points.clone());
+    check_files(
+        &count_panels(&stem, "", 0.0, &unnamed, &[est, unnamed.clone()]).unwrap(),
+        &stem,
+    );
+    check_files(&refusals_over_time(&stem, "", &[unnamed]).unwrap(), &stem);
     let bars = [("zero".to_string(), 0.0)];
     check_files(&max_window_ratio(&stem, "", &bars).unwrap(), &stem);
     let lines = [Line::new("flat", vec![(8.0, 0.0), (8.0, 0.0)])];
