@@ -1,5 +1,6 @@
 //! `slidegate simulate --plot DIR`: for each traffic of a run, the true
-//! against the estimated count over time for its busiest clients, the
+//! against the estimated count over time for its busiest clients (one
+//! panel per algorithm, each against the true count), the
 //! wrong decisions against the number of buckets for both weightings, and
 //! the most admitted in any window over the limit, per algorithm; each as
 //! SVG and PNG.
@@ -71,10 +72,18 @@ pub(crate) fn traffic_plots(
 
     // True against estimated count, for the busiest clients, with every
     // policy that keeps a window count (gcra keeps none).
-    let counted: Vec<&Policy> = policies
+    let mut counted: Vec<&Policy> = policies
         .iter()
         .filter(|p| !matches!(p.algorithm(), Algorithm::Gcra { .. }))
         .collect();
+    if counted.len() > slidegate_plot::MAX_PANELS {
+        eprintln!(
+            "plots: the count plots show the first {} of the {} algorithms that keep a count",
+            slidegate_plot::MAX_PANELS,
+            counted.len()
+        );
+        counted.truncate(slidegate_plot::MAX_PANELS);
+    }
     if let Some(truth_policy) = counted.first() {
         for client in slidegate_sim::busiest_clients(requests, BUSIEST) {
             let series = |policy: &Policy| {
@@ -106,7 +115,7 @@ pub(crate) fn traffic_plots(
                 .collect();
             let name = client_name(client);
             let title = format!("{traffic}: client {name}, true and estimated count before each request");
-            let files = slidegate_plot::count_over_time(
+            let files = slidegate_plot::count_panels(
                 &stem(dir, traffic, &format!("count-client-{client}")),
                 &title,
                 limit as f64,

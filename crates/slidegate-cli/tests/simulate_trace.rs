@@ -296,6 +296,10 @@ fn plots_are_written_for_a_trace() {
         .collect();
     for svg in &svgs {
         assert!(svg.contains("time (s)") && svg.contains("true count over 10s"));
+        // One panel per algorithm that keeps a count, titled with it.
+        for panel in ["sliding_window n=2", "sliding_window n=8", "limit (5)"] {
+            assert!(svg.contains(panel), "no `{panel}` in a count plot");
+        }
     }
     // The busiest client of the fixture (17 of its requests) is drawn, by key.
     assert!(svgs.iter().any(|svg| svg.contains("client 198.51.100.7")));

@@ -1,16 +1,17 @@
-//! Writes the three accuracy plots of a synthetic run into a directory:
+//! Writes the accuracy plots of a synthetic run into a directory:
 //!
 //! ```text
 //! cargo run -p slidegate-plot --example demo -- target/plots
 //! ```
 //!
-//! `count.{svg,png}`: one bursty client's true and estimated counts;
+//! `count.{svg,png}`: one bursty client's true and estimated counts, and
+//! `count_panels.{svg,png}` the same as one panel per estimate;
 //! `error_rates.{svg,png}`: wrong decisions against the number of buckets
 //! on heavy-tailed clients; `max_window_ratio.{svg,png}`: the end-of-bucket
 //! attack against every algorithm.
 
 use slidegate_core::{Algorithm, Policy, Weighting};
-use slidegate_plot::{Line, PlotError, count_over_time, error_rates_by_buckets, max_window_ratio};
+use slidegate_plot::{Line, PlotError, count_over_time, count_panels, error_rates_by_buckets, max_window_ratio};
 use slidegate_sim::{Scenario, Traffic, busiest_clients, count_series, run_many};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -93,9 +94,17 @@ fn plots(dir: &Path) -> Result<Vec<PathBuf>, PlotError> {
             series.points.iter().map(|p| (seconds(p.time_ns), p.estimate)).collect(),
         ));
     }
+    let title = format!("Requests in the last minute, one bursty client (limit {LIMIT} per minute)");
     written.extend(count_over_time(
         &dir.join("count"),
-        &format!("Requests in the last minute, one bursty client (limit {LIMIT} per minute)"),
+        &title,
+        LIMIT as f64,
+        &truth,
+        &estimates,
+    )?);
+    written.extend(count_panels(
+        &dir.join("count_panels"),
+        &title,
         LIMIT as f64,
         &truth,
         &estimates,

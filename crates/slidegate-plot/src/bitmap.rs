@@ -5,6 +5,12 @@
 //! shape to the bitmap backend and draws text itself with the same font, the
 //! same advances and the same layout box as plotters measures (so the
 //! layout is the SVG's), placing every glyph where the font says.
+//!
+//! It also draws wide lines a segment at a time, with round joins: plotters
+//! turns a wide path into one polygon whose inner corner, where the path
+//! turns back on itself (a count that drops and climbs again), lies far
+//! from the line, so the PNG had spikes across the plot (the SVG's viewer
+//! joins them itself and never had).
 
 use ab_glyph::{Font, FontRef, PxScale, ScaleFont, point};
 use plotters::prelude::*;
@@ -63,12 +69,28 @@ impl DrawingBackend for Bitmap<'_> {
         self.inner.draw_rect(upper_left, bottom_right, style, fill)
     }
 
+    /// A path wider than a pixel as one quadrilateral per segment and a
+    /// disc at each inner vertex, never as one polygon.
     fn draw_path<S: BackendStyle, I: IntoIterator<Item = BackendCoord>>(
         &mut self,
         path: I,
         style: &S,
     ) -> Result<(), DrawingErrorKind<Error>> {
-        self.inner.draw_path(path, style)
+        let width = style.stroke_width();
+        if width <= 1 {
+            return self.inner.draw_path(path, style);
+        }
+        let mut points: Vec<BackendCoord> = path.into_iter().collect();
+        points.dedup();
+        for segment in points.windows(2) {
+            self.inner.draw_path(segment.iter().copied(), style)?;
+        }
+        if let [_, inner @ .., _] = points.as_slice() {
+            for &p in inner {
+                self.inner.draw_circle(p, width / 2, style, true)?;
+            }
+        }
+        Ok(())
     }
 
     fn draw_circle<S: BackendStyle>(
@@ -162,5 +184,49 @@ impl DrawingBackend for Bitmap<'_> {
             });
         }
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The painted pixels' `(min x, max x, min y, max y)` after drawing
+    /// `path` `width` px wide on a white 300 × 100 image.
+    fn painted(path: &[BackendCoord], width: u32) -> (usize, usize, usize, usize) {
+        let (w, h) = (300usize, 100usize);
+        let mut rgb = vec![255u8; w * h * 3];
+        {
+            let font = FontRef::try_from_slice(include_bytes!("../fonts/DejaVuSans.ttf")).unwrap();
+            let mut bitmap = Bitmap::new(BitMapBackend::with_buffer(&mut rgb, (w as u32, h as u32)), font);
+            let style = ShapeStyle::from(BLACK).stroke_width(width);
+            bitmap.draw_path(path.iter().copied(), &style).unwrap();
+            bitmap.present().unwrap();
+        }
+        let mut bounds = (usize::MAX, 0, usize::MAX, 0);
+        for (i, px) in rgb.chunks_exact(3).enumerate() {
+            if px != [255, 255, 255] {
+                let (x, y) = (i % w, i / w);
+                bounds = (bounds.0.min(x), bounds.1.max(x), bounds.2.min(y), bounds.3.max(y));
+            }
+        }
+        bounds
+    }
+
+    #[test]
+    fn wide_lines_that_turn_back_stay_near_their_points() {
+        // A count that climbs and drops back: plotters' own polygon put the
+        // inner corner far to the right (and off the image).
+        let zigzag = [(20, 50), (200, 48), (20, 52), (200, 50)];
+        let (x0, x1, y0, y1) = painted(&zigzag, 4);
+        assert!(x0 >= 17 && x1 <= 203, "x from {x0} to {x1}");
+        assert!(y0 >= 45 && y1 <= 55, "y from {y0} to {y1}");
+        // A thin line and a straight one are as before.
+        assert_eq!(painted(&[(10, 10), (100, 10)], 1), (10, 100, 10, 10));
+        let (x0, x1, y0, y1) = painted(&[(10, 10), (50, 10), (100, 10)], 4);
+        assert!(x0 >= 8 && x1 <= 102 && y0 >= 8 && y1 <= 12, "{x0} {x1} {y0} {y1}");
+        // A lone point or nothing draws nothing, and does not fail.
+        assert_eq!(painted(&[(5, 5)], 4), (usize::MAX, 0, usize::MAX, 0));
+        assert_eq!(painted(&[], 4), (usize::MAX, 0, usize::MAX, 0));
     }
 }

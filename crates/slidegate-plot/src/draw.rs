@@ -83,6 +83,12 @@ fn text(size: f64) -> TextStyle<'static> {
 pub(crate) trait Figure {
     /// Draws the whole figure on `root`.
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), PlotError>;
+
+    /// Width and height in pixels: [`WIDTH`] × [`HEIGHT`] unless the figure
+    /// needs more room.
+    fn size(&self) -> (u32, u32) {
+        (WIDTH, HEIGHT)
+    }
 }
 
 /// `<stem>.svg` and `<stem>.png`.
@@ -107,21 +113,22 @@ fn paths(stem: &Path) -> Result<(PathBuf, PathBuf), PlotError> {
 pub(crate) fn render(stem: &Path, figure: &impl Figure) -> Result<Vec<PathBuf>, PlotError> {
     let (svg_path, png_path) = paths(stem)?;
     register()?;
+    let (width, height) = figure.size();
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, (width, height)).into_drawing_area();
         figure.draw(&root)?;
         root.present().map_err(drawing)?;
     }
-    let mut rgb = vec![0u8; WIDTH as usize * HEIGHT as usize * 3];
+    let mut rgb = vec![0u8; width as usize * height as usize * 3];
     {
         let font =
             ab_glyph::FontRef::try_from_slice(FONT).map_err(|e| PlotError::new(format!("the embedded font: {e}")))?;
-        let root = Bitmap::new(BitMapBackend::with_buffer(&mut rgb, (WIDTH, HEIGHT)), font).into_drawing_area();
+        let root = Bitmap::new(BitMapBackend::with_buffer(&mut rgb, (width, height)), font).into_drawing_area();
         figure.draw(&root)?;
         root.present().map_err(drawing)?;
     }
-    let png = encode_png(&rgb)?;
+    let png = encode_png(&rgb, width, height)?;
     write(&svg_path, svg.as_bytes())?;
     write(&png_path, &png)?;
     Ok(vec![svg_path, png_path])
@@ -131,11 +138,11 @@ fn write(path: &Path, bytes: &[u8]) -> Result<(), PlotError> {
     std::fs::write(path, bytes).map_err(|e| PlotError::new(format!("could not write `{}`: {e}", path.display())))
 }
 
-/// An 8-bit RGB PNG of `WIDTH × HEIGHT`.
-fn encode_png(rgb: &[u8]) -> Result<Vec<u8>, PlotError> {
+/// An 8-bit RGB PNG of `width × height`.
+fn encode_png(rgb: &[u8], width: u32, height: u32) -> Result<Vec<u8>, PlotError> {
     let fail = |e: png::EncodingError| PlotError::new(format!("could not encode the PNG: {e}"));
     let mut out = Vec::new();
-    let mut encoder = png::Encoder::new(&mut out, WIDTH, HEIGHT);
+    let mut encoder = png::Encoder::new(&mut out, width, height);
     encoder.set_color(png::ColorType::Rgb);
     encoder.set_depth(png::BitDepth::Eight);
     let mut writer = encoder.write_header().map_err(fail)?;
@@ -247,36 +254,9 @@ fn frame<DB: DrawingBackend>(
     let label_style = style.pos(Pos::new(HPos::Left, VPos::Center));
     for (i, (e, label)) in legend.iter().zip(&labels).take(shown).enumerate() {
         let y = TOP + PAD + i as i32 * ROW + ROW / 2;
-        let (x0, x1) = (PAD, PAD + SWATCH);
-        match e.swatch {
-            Swatch::Line {
-                colour,
-                width,
-                dashed,
-                marker,
-            } => {
-                let stroke = ShapeStyle::from(colour).stroke_width(width);
-                if dashed {
-                    let mut x = x0;
-                    while x < x1 {
-                        side.draw(&PathElement::new(vec![(x, y), ((x + 7).min(x1), y)], stroke))
-                            .map_err(drawing)?;
-                        x += 11;
-                    }
-                } else {
-                    side.draw(&PathElement::new(vec![(x0, y), (x1, y)], stroke))
-                        .map_err(drawing)?;
-                }
-                if let Some(m) = marker {
-                    draw_marker(&side, m, ((x0 + x1) / 2, y), colour)?;
-                }
-            }
-            Swatch::Bar(colour) => {
-                side.draw(&Rectangle::new([(x0 + 4, y - 8), (x1 - 4, y + 8)], colour.filled()))
-                    .map_err(drawing)?;
-            }
-        }
-        side.draw_text(label, &label_style, (x1 + PAD, y)).map_err(drawing)?;
+        draw_swatch(&side, &e.swatch, PAD, y)?;
+        side.draw_text(label, &label_style, (PAD + SWATCH + PAD, y))
+            .map_err(drawing)?;
     }
     if more > 0 {
         let y = TOP + PAD + shown as i32 * ROW + ROW / 2;
@@ -284,6 +264,45 @@ fn frame<DB: DrawingBackend>(
             .map_err(drawing)?;
     }
     Ok(plot)
+}
+
+/// A legend swatch `SWATCH` px wide, from `x0`, centred on `y`.
+fn draw_swatch<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    swatch: &Swatch,
+    x0: i32,
+    y: i32,
+) -> Result<(), PlotError> {
+    let x1 = x0 + SWATCH;
+    match *swatch {
+        Swatch::Line {
+            colour,
+            width,
+            dashed,
+            marker,
+        } => {
+            let stroke = ShapeStyle::from(colour).stroke_width(width);
+            if dashed {
+                let mut x = x0;
+                while x < x1 {
+                    area.draw(&PathElement::new(vec![(x, y), ((x + 7).min(x1), y)], stroke))
+                        .map_err(drawing)?;
+                    x += 11;
+                }
+            } else {
+                area.draw(&PathElement::new(vec![(x0, y), (x1, y)], stroke))
+                    .map_err(drawing)?;
+            }
+            if let Some(m) = marker {
+                draw_marker(area, m, ((x0 + x1) / 2, y), colour)?;
+            }
+        }
+        Swatch::Bar(colour) => {
+            area.draw(&Rectangle::new([(x0 + 4, y - 8), (x1 - 4, y + 8)], colour.filled()))
+                .map_err(drawing)?;
+        }
+    }
+    Ok(())
 }
 
 /// One marker at `at`, in the coordinates of `area` (pixels or the
@@ -428,6 +447,77 @@ pub(crate) struct CountOverTime<'a> {
     pub(crate) estimates: &'a [Line],
 }
 
+/// The legend entry of a count plot's limit.
+fn limit_entry(limit: f64) -> Entry {
+    Entry {
+        label: format!("limit ({})", number(limit)),
+        swatch: Swatch::Line {
+            colour: LIMIT.to_rgba(),
+            width: 2,
+            dashed: true,
+            marker: None,
+        },
+    }
+}
+
+/// The axes of a count plot, shared by every panel of [`CountPanels`]:
+/// x from the first to the last sample (from zero when the run starts just
+/// after it), y from zero (or the lowest value) to above the highest value
+/// and the limit.
+fn count_ranges(truth: &Line, estimates: &[Line], limit: f64) -> Result<(Range<f64>, Range<f64>), PlotError> {
+    let all = || std::iter::once(truth).chain(estimates).flat_map(|l| l.points.iter());
+    let (x0, x1) = bounds(all().map(|p| p.0));
+    // A run that starts just after zero (a simulation's) starts at zero.
+    let x0 = if x0 > 0.0 && x0 <= 0.05 * (x1 - x0) { 0.0 } else { x0 };
+    let (lo, hi) = extent(all().map(|p| p.1).chain([limit]));
+    let (y0, y1) = y_range(lo, hi);
+    Ok((axis("time", x0, x1)?, axis("count", y0, y1)?))
+}
+
+/// The y tick labels as wide as a chart spanning `y0..y1` may need.
+fn y_samples(ys: &Range<f64>) -> [String; 4] {
+    let span = ys.end - ys.start;
+    [ys.start, ys.end, (ys.start + ys.end) / 2.0, ys.end * 0.9].map(|v| tick(v, span) + "0")
+}
+
+/// A chart with linear f64 axes.
+type Chart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// Each of `runs` as a line of `colour`, `width` px wide; a run of one
+/// point as a dot.
+fn draw_runs<DB: DrawingBackend>(
+    chart: &mut Chart<'_, DB>,
+    runs: &[&[(f64, f64)]],
+    colour: RGBAColor,
+    width: u32,
+) -> Result<(), PlotError> {
+    for run in runs {
+        if let [p] = run {
+            chart
+                .draw_series(std::iter::once(Circle::new(*p, width.max(2), colour.filled())))
+                .map_err(drawing)?;
+        } else {
+            chart
+                .draw_series(LineSeries::new(run.iter().copied(), colour.stroke_width(width)))
+                .map_err(drawing)?;
+        }
+    }
+    Ok(())
+}
+
+/// The limit, dashed, across the whole x axis.
+fn draw_limit<DB: DrawingBackend>(chart: &mut Chart<'_, DB>, xs: &Range<f64>, limit: f64) -> Result<(), PlotError> {
+    chart
+        .draw_series(DashedLineSeries::new(
+            [(xs.start, limit), (xs.end, limit)],
+            10,
+            6,
+            LIMIT.stroke_width(2),
+        ))
+        .map_err(drawing)?;
+    Ok(())
+}
+
 impl Figure for CountOverTime<'_> {
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), PlotError> {
         let mut legend = vec![Entry {
@@ -448,38 +538,19 @@ impl Figure for CountOverTime<'_> {
                 marker: None,
             },
         }));
-        legend.push(Entry {
-            label: format!("limit ({})", number(self.limit)),
-            swatch: Swatch::Line {
-                colour: LIMIT.to_rgba(),
-                width: 2,
-                dashed: true,
-                marker: None,
-            },
-        });
+        legend.push(limit_entry(self.limit));
         let plot = frame(root, self.title, &legend)?;
 
-        let all = || {
-            std::iter::once(self.truth)
-                .chain(self.estimates)
-                .flat_map(|l| l.points.iter())
-        };
-        let (x0, x1) = bounds(all().map(|p| p.0));
-        // A run that starts just after zero (a simulation's) starts at zero.
-        let x0 = if x0 > 0.0 && x0 <= 0.05 * (x1 - x0) { 0.0 } else { x0 };
-        let (lo, hi) = extent(all().map(|p| p.1).chain([self.limit]));
-        let (y0, y1) = y_range(lo, hi);
-        let (xs, ys) = (axis("time", x0, x1)?, axis("count", y0, y1)?);
-        let (xspan, yspan) = (x1 - x0, y1 - y0);
-        let samples = [y0, y1, (y0 + y1) / 2.0, y1 * 0.9].map(|v| tick(v, yspan) + "0");
+        let (xs, ys) = count_ranges(self.truth, self.estimates, self.limit)?;
+        let (xspan, yspan) = (xs.end - xs.start, ys.end - ys.start);
         let mut chart = ChartBuilder::on(&plot)
             .margin_top(TOP)
             .margin_right(30)
             .margin_left(8)
             .margin_bottom(10)
             .x_label_area_size(X_AREA)
-            .y_label_area_size(y_area(&plot, &samples)?)
-            .build_cartesian_2d(xs, ys)
+            .y_label_area_size(y_area(&plot, &y_samples(&ys))?)
+            .build_cartesian_2d(xs.clone(), ys)
             .map_err(drawing)?;
         let xfmt = |v: &f64| tick(*v, xspan);
         let yfmt = |v: &f64| tick(*v, yspan);
@@ -500,27 +571,9 @@ impl Figure for CountOverTime<'_> {
         let lines = std::iter::once((self.truth, BLACK.to_rgba(), 4))
             .chain(self.estimates.iter().enumerate().map(|(i, l)| (l, colour(i), 2)));
         for (line, c, width) in lines {
-            for run in runs(&line.points, xspan) {
-                if let [p] = run {
-                    chart
-                        .draw_series(std::iter::once(Circle::new(*p, width, c.filled())))
-                        .map_err(drawing)?;
-                } else {
-                    chart
-                        .draw_series(LineSeries::new(run.iter().copied(), c.stroke_width(width)))
-                        .map_err(drawing)?;
-                }
-            }
+            draw_runs(&mut chart, &runs(&line.points, xspan), c, width)?;
         }
-        chart
-            .draw_series(DashedLineSeries::new(
-                [(x0, self.limit), (x1, self.limit)],
-                10,
-                6,
-                LIMIT.stroke_width(2),
-            ))
-            .map_err(drawing)?;
-        Ok(())
+        draw_limit(&mut chart, &xs, self.limit)
     }
 }
 
@@ -545,6 +598,239 @@ fn runs(points: &[(f64, f64)], xspan: f64) -> Vec<&[(f64, f64)]> {
     }
     out.push(&points[start..]);
     out
+}
+
+/// The most panels [`crate::count_panels`] draws in one figure.
+pub(crate) const MAX_PANELS: usize = 24;
+/// The least height of one panel, px: the canvas grows past [`HEIGHT`] to
+/// keep it.
+const PANEL_MIN_HEIGHT: u32 = 230;
+/// Height of the panel figure's title and legend row, px.
+const PANELS_HEAD: i32 = 96;
+/// Height under the panels for the x axis name, px.
+const PANELS_FOOT: i32 = 40;
+/// Width left of the panels for the y axis name, px.
+const PANELS_LEFT: i32 = 36;
+/// Size of a panel's title.
+const PANEL_TITLE_SIZE: f64 = 19.0;
+
+/// `(columns, rows)` of a grid of `n` panels: one column for one panel,
+/// two for up to four, three beyond.
+fn grid(n: usize) -> (usize, usize) {
+    let columns = match n {
+        0 | 1 => 1,
+        2..=4 => 2,
+        _ => 3,
+    };
+    (columns, n.div_ceil(columns).max(1))
+}
+
+/// Width and height of a figure of `n` panels: [`WIDTH`] wide, and
+/// [`HEIGHT`] tall unless its rows need more.
+fn panels_size(n: usize) -> (u32, u32) {
+    let rows = grid(n).1.min(MAX_PANELS) as u32;
+    let needed = (PANELS_HEAD + PANELS_FOOT) as u32 + rows * PANEL_MIN_HEIGHT;
+    (WIDTH, HEIGHT.max(needed))
+}
+
+/// [`crate::count_panels`].
+pub(crate) struct CountPanels<'a> {
+    pub(crate) title: &'a str,
+    pub(crate) limit: f64,
+    pub(crate) truth: &'a Line,
+    pub(crate) estimates: &'a [Line],
+}
+
+/// The truth's colour and width in the panels: thin, dark, drawn over the
+/// estimate so that it shows where they meet.
+const TRUTH_IN_PANEL: (RGBColor, u32) = (BLACK, 1);
+/// The estimate's width in the panels: wide enough to show on both sides
+/// of the truth.
+const ESTIMATE_IN_PANEL: u32 = 4;
+
+impl Figure for CountPanels<'_> {
+    fn size(&self) -> (u32, u32) {
+        panels_size(self.estimates.len())
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), PlotError> {
+        root.fill(&WHITE).map_err(drawing)?;
+        let (width, height) = root.dim_in_pixel();
+        let (width, height) = (width as i32, height as i32);
+        let (head, body) = root.split_vertically(PANELS_HEAD);
+
+        // The title, then one legend row: the truth and the limit (each
+        // panel's title names its estimate).
+        let title_style = text(TITLE_SIZE).pos(Pos::new(HPos::Center, VPos::Top));
+        let (title, _) = fit(&head, self.title, &title_style, width - 40)?;
+        head.draw_text(&title, &title_style, (width / 2, 10)).map_err(drawing)?;
+        let legend = [
+            Entry {
+                label: self.truth.label.clone(),
+                swatch: Swatch::Line {
+                    colour: TRUTH_IN_PANEL.0.to_rgba(),
+                    width: TRUTH_IN_PANEL.1 + 1,
+                    dashed: false,
+                    marker: None,
+                },
+            },
+            Entry {
+                label: "estimate (one per panel)".to_string(),
+                swatch: Swatch::Line {
+                    colour: colour(0),
+                    width: ESTIMATE_IN_PANEL,
+                    dashed: false,
+                    marker: None,
+                },
+            },
+            limit_entry(self.limit),
+        ];
+        let style = text(LEGEND_SIZE);
+        let mut labels = Vec::with_capacity(legend.len());
+        for e in &legend {
+            labels.push(fit(&head, &e.label, &style, width / 4)?);
+        }
+        let gap = 3 * PAD;
+        let total: i32 = labels.iter().map(|(_, w)| SWATCH + PAD + w).sum::<i32>() + gap * (labels.len() as i32 - 1);
+        let label_style = style.pos(Pos::new(HPos::Left, VPos::Center));
+        let (mut x, y) = ((width - total).max(0) / 2, PANELS_HEAD - ROW / 2 - 8);
+        for (e, (label, w)) in legend.iter().zip(&labels) {
+            draw_swatch(&head, &e.swatch, x, y)?;
+            head.draw_text(label, &label_style, (x + SWATCH + PAD, y))
+                .map_err(drawing)?;
+            x += SWATCH + PAD + w + gap;
+        }
+
+        // The axis names, once for all panels.
+        let body_h = height - PANELS_HEAD;
+        body.draw_text(
+            "time (s)",
+            &text(DESC_SIZE).pos(Pos::new(HPos::Center, VPos::Center)),
+            (PANELS_LEFT + (width - PANELS_LEFT) / 2, body_h - PANELS_FOOT / 2),
+        )
+        .map_err(drawing)?;
+        body.draw_text(
+            "requests in the window",
+            &text(DESC_SIZE)
+                .pos(Pos::new(HPos::Center, VPos::Center))
+                .transform(FontTransform::Rotate270),
+            (PANELS_LEFT / 2, (body_h - PANELS_FOOT) / 2),
+        )
+        .map_err(drawing)?;
+
+        let (xs, ys) = count_ranges(self.truth, self.estimates, self.limit)?;
+        let (xspan, yspan) = (xs.end - xs.start, ys.end - ys.start);
+        let truth_runs = runs(&self.truth.points, xspan);
+        let (columns, rows) = grid(self.estimates.len());
+        let cells = body
+            .margin(0, PANELS_FOOT, PANELS_LEFT, 0)
+            .split_evenly((rows, columns));
+        let tick_style = text(TICK_SIZE);
+        let mut widest = 0;
+        for s in y_samples(&ys) {
+            widest = widest.max(body.estimate_text_size(&s, &tick_style).map_err(drawing)?.0 as i32);
+        }
+        let caption = text(PANEL_TITLE_SIZE);
+        let xfmt = |v: &f64| tick(*v, xspan);
+        let yfmt = |v: &f64| tick(*v, yspan);
+        for (i, (line, cell)) in self.estimates.iter().zip(&cells).enumerate() {
+            let (cell_w, _) = cell.dim_in_pixel();
+            let (name, _) = fit(cell, &line.label, &caption, cell_w as i32 - 24)?;
+            let mut chart = ChartBuilder::on(cell)
+                .caption(name, caption.clone())
+                .margin_top(4)
+                .margin_right(18)
+                .margin_left(6)
+                .margin_bottom(10)
+                .x_label_area_size(28)
+                .y_label_area_size(widest + 14)
+                .build_cartesian_2d(xs.clone(), ys.clone())
+                .map_err(drawing)?;
+            chart
+                .configure_mesh()
+                .label_style(tick_style.clone())
+                .x_label_formatter(&xfmt)
+                .y_label_formatter(&yfmt)
+                .x_labels(6)
+                .y_labels(5)
+                .bold_line_style(GRID)
+                .light_line_style(WHITE)
+                .draw()
+                .map_err(drawing)?;
+            draw_runs(&mut chart, &runs(&line.points, xspan), colour(i), ESTIMATE_IN_PANEL)?;
+            draw_runs(&mut chart, &truth_runs, TRUTH_IN_PANEL.0.to_rgba(), TRUTH_IN_PANEL.1)?;
+            draw_limit(&mut chart, &xs, self.limit)?;
+        }
+        Ok(())
+    }
+}
+
+/// [`crate::refusals_over_time`].
+pub(crate) struct Refusals<'a> {
+    pub(crate) title: &'a str,
+    pub(crate) lines: &'a [Line],
+}
+
+/// `points` cut at every point whose y is NaN (no data there), which is
+/// left out.
+fn defined_runs(points: &[(f64, f64)]) -> Vec<&[(f64, f64)]> {
+    points.split(|p| p.1.is_nan()).filter(|run| !run.is_empty()).collect()
+}
+
+impl Figure for Refusals<'_> {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), PlotError> {
+        let legend: Vec<Entry> = self
+            .lines
+            .iter()
+            .enumerate()
+            .map(|(i, line)| Entry {
+                label: line.label.clone(),
+                swatch: Swatch::Line {
+                    colour: colour(i),
+                    width: 2,
+                    dashed: false,
+                    marker: None,
+                },
+            })
+            .collect();
+        let plot = frame(root, self.title, &legend)?;
+
+        let all = || self.lines.iter().flat_map(|l| l.points.iter());
+        let (x0, x1) = bounds(all().map(|p| p.0));
+        let (lo, hi) = extent(all().map(|p| p.1).filter(|y| !y.is_nan()));
+        let (y0, y1) = y_range(lo, hi);
+        let (xs, ys) = (axis("time", x0, x1)?, axis("refusals", y0, y1)?);
+        let (xspan, yspan) = (x1 - x0, y1 - y0);
+        let mut chart = ChartBuilder::on(&plot)
+            .margin_top(TOP)
+            .margin_right(30)
+            .margin_left(8)
+            .margin_bottom(10)
+            .x_label_area_size(X_AREA)
+            .y_label_area_size(y_area(&plot, &y_samples(&ys))?)
+            .build_cartesian_2d(xs, ys)
+            .map_err(drawing)?;
+        let xfmt = |v: &f64| tick(*v, xspan);
+        let yfmt = |v: &f64| tick(*v, yspan);
+        chart
+            .configure_mesh()
+            .x_desc("time since the log's start (s)")
+            .y_desc("refused requests per interval")
+            .axis_desc_style(text(DESC_SIZE))
+            .label_style(text(TICK_SIZE))
+            .x_label_formatter(&xfmt)
+            .y_label_formatter(&yfmt)
+            .x_labels(10)
+            .y_labels(8)
+            .bold_line_style(GRID)
+            .light_line_style(WHITE)
+            .draw()
+            .map_err(drawing)?;
+        for (i, line) in self.lines.iter().enumerate() {
+            draw_runs(&mut chart, &defined_runs(&line.points), colour(i), 2)?;
+        }
+        Ok(())
+    }
 }
 
 /// [`crate::error_rates_by_buckets`].
@@ -786,6 +1072,68 @@ mod tests {
         // Even spacing is never cut, however sparse.
         let even: Vec<(f64, f64)> = (0..5).map(|i| (f64::from(i) * 25.0, 0.0)).collect();
         assert_eq!(runs(&even, 100.0).len(), 1);
+    }
+
+    #[test]
+    fn no_data_cuts_lines() {
+        let nan = f64::NAN;
+        let p = [
+            (0.0, 0.0),
+            (1.0, 2.0),
+            (2.0, nan),
+            (3.0, 1.0),
+            (4.0, nan),
+            (5.0, nan),
+            (6.0, 0.0),
+            (7.0, 0.0),
+        ];
+        let r = defined_runs(&p);
+        assert_eq!(r, [&p[..2], &p[3..4], &p[6..]]);
+        assert!(defined_runs(&[(0.0, nan), (1.0, nan)]).is_empty());
+        // Zeros are data: never cut, however far apart.
+        let zeros = [(0.0, 0.0), (1.0, 0.0), (100.0, 0.0)];
+        assert_eq!(defined_runs(&zeros), [&zeros[..]]);
+    }
+
+    #[test]
+    fn panels_fill_a_grid_that_grows_downwards() {
+        assert_eq!(grid(1), (1, 1));
+        assert_eq!(grid(2), (2, 1));
+        assert_eq!(grid(3), (2, 2));
+        assert_eq!(grid(4), (2, 2));
+        assert_eq!(grid(5), (3, 2));
+        assert_eq!(grid(7), (3, 3));
+        assert_eq!(grid(MAX_PANELS), (3, 8));
+        for n in 1..=MAX_PANELS {
+            let (columns, rows) = grid(n);
+            assert!(columns * rows >= n && columns * (rows - 1) < n, "{n}");
+            let (w, h) = panels_size(n);
+            assert_eq!(w, WIDTH);
+            assert!(h >= HEIGHT);
+            let room = (h as i32 - PANELS_HEAD - PANELS_FOOT) / rows as i32;
+            assert!(room >= PANEL_MIN_HEIGHT as i32, "{n} panels: {room} px each");
+        }
+        assert_eq!(panels_size(6), (WIDTH, HEIGHT));
+    }
+
+    #[test]
+    fn panels_share_the_ranges_of_every_series_and_the_limit() {
+        let truth = Line::new("truth", vec![(0.5, 0.0), (10.0, 40.0)]);
+        let low = Line::new("low", vec![(0.5, 0.0), (10.0, 30.0)]);
+        let high = Line::new("high", vec![(0.5, 0.0), (12.0, 90.0)]);
+        let (xs, ys) = count_ranges(&truth, &[low.clone(), high.clone()], 50.0).unwrap();
+        // From zero (the run starts just after it) to the last sample of any
+        // series; from zero to above the highest estimate.
+        assert_eq!(xs, 0.0..12.0);
+        assert_eq!(ys, y_range(0.0, 90.0).0..y_range(0.0, 90.0).1);
+        // The order of the estimates does not matter, and a limit above
+        // every series raises the top.
+        assert_eq!(
+            count_ranges(&truth, &[high, low.clone()], 50.0).unwrap(),
+            (xs.clone(), ys)
+        );
+        let (_, ys) = count_ranges(&truth, &[low], 200.0).unwrap();
+        assert_eq!(ys.end, y_range(0.0, 200.0).1);
     }
 
     #[test]

@@ -1,20 +1,26 @@
 //! Accuracy plots for slidegate's simulations, written as SVG and PNG.
 //!
-//! Three plots, each from plain data (no simulation types, so that any
+//! Five plots, each from plain data (no simulation types, so that any
 //! caller can convert its own results):
 //!
 //! - [`count_over_time`]: the true and the estimated count of one key's
 //!   window over time, with the limit drawn across;
+//! - [`count_panels`]: the same, one small panel per estimate, each against
+//!   the true count, on shared axes;
+//! - [`refusals_over_time`]: refused requests per interval over a log's
+//!   time, one line per rule;
 //! - [`error_rates_by_buckets`]: wrongly allowed and wrongly denied
 //!   requests (% of requests) against the number of buckets, on a log scale;
 //! - [`max_window_ratio`]: the most any key got admitted in one window,
 //!   divided by the limit, one bar per algorithm, with the limit (1.0) drawn
 //!   across.
 //!
-//! Each writes `<stem>.svg` and `<stem>.png` ([`WIDTH`] × [`HEIGHT`] pixels)
-//! and returns both paths. Every plot has a title, axes labelled with their
-//! units, a legend beside the plot naming every series, and one colour per
-//! series (the Okabe–Ito palette, which colour-blind readers can tell apart).
+//! Each writes `<stem>.svg` and `<stem>.png` ([`WIDTH`] × [`HEIGHT`] pixels;
+//! [`count_panels`] taller when its panels need more rows) and returns both
+//! paths. Every plot has a title, axes labelled with their units, a legend
+//! beside the plot naming every series (for [`count_panels`], a legend row
+//! above the panels and a title on each), and one colour per series (the
+//! Okabe–Ito palette, which colour-blind readers can tell apart).
 //!
 //! Text is drawn with DejaVu Sans, embedded in the crate: no system font is
 //! read at run time. It is registered with plotters (process-wide) as the
@@ -51,7 +57,8 @@ pub const HEIGHT: u32 = 700;
 pub struct Line {
     /// The name shown in the legend.
     pub label: String,
-    /// The points, `(x, y)`; every value must be finite.
+    /// The points, `(x, y)`; every value must be finite, but for a y of
+    /// [`refusals_over_time`], where NaN means no data.
     pub points: Vec<(f64, f64)>,
 }
 
@@ -116,16 +123,7 @@ pub fn count_over_time(
     truth: &Line,
     estimates: &[Line],
 ) -> Result<Vec<PathBuf>, PlotError> {
-    if !limit.is_finite() {
-        return Err(PlotError::new(format!(
-            "the limit must be a finite number, not {limit}"
-        )));
-    }
-    if estimates.is_empty() {
-        return Err(PlotError::new("no estimate to plot against the truth"));
-    }
-    check_line(truth)?;
-    estimates.iter().try_for_each(check_line)?;
+    check_counts(limit, truth, estimates)?;
     draw::render(
         path_stem,
         &draw::CountOverTime {
@@ -135,6 +133,95 @@ pub fn count_over_time(
             estimates,
         },
     )
+}
+
+/// The most estimates [`count_panels`] draws, one panel each.
+pub const MAX_PANELS: usize = draw::MAX_PANELS;
+
+/// True vs estimated count over time for one key as small multiples: one
+/// panel per estimate, each titled with the estimate's label and drawn
+/// against the true count; x in seconds, y in requests.
+///
+/// Every panel has the same x and y ranges (those of [`count_over_time`],
+/// over the truth, every estimate and the limit), so that panels compare at
+/// a glance. In each, the estimate is a wide line in its own colour, the
+/// truth a thin black line drawn over it, and the limit a dashed dark-red
+/// line. Lines are broken across silences as in [`count_over_time`]. The
+/// panels fill a grid of one column for one estimate, two for up to four,
+/// three beyond; a legend row under the title names the truth and the
+/// limit, and the axes are named once, under and left of the grid. The
+/// canvas is [`WIDTH`] wide and [`HEIGHT`] tall, taller when there are more
+/// than two rows of panels (every panel keeps at least 230 px of height).
+/// Writes `<path_stem>.svg` and `<path_stem>.png` and returns their paths,
+/// SVG first.
+///
+/// # Errors
+///
+/// No estimate or more than [`MAX_PANELS`], a series without points, a
+/// value or a limit that is not finite, values too far apart (or too close)
+/// for an axis, or a file that cannot be written.
+pub fn count_panels(
+    path_stem: &Path,
+    title: &str,
+    limit: f64,
+    truth: &Line,
+    estimates: &[Line],
+) -> Result<Vec<PathBuf>, PlotError> {
+    check_counts(limit, truth, estimates)?;
+    if estimates.len() > MAX_PANELS {
+        return Err(PlotError::new(format!(
+            "{} estimates are too many for one figure of panels: at most {MAX_PANELS}",
+            estimates.len()
+        )));
+    }
+    draw::render(
+        path_stem,
+        &draw::CountPanels {
+            title,
+            limit,
+            truth,
+            estimates,
+        },
+    )
+}
+
+/// Refused requests per interval over time, one line per rule: x is
+/// seconds since the log's start (where the caller places each interval,
+/// its start or its middle), y the number of requests refused in it.
+///
+/// Give one point per interval, zeros included: a zero is drawn as zero,
+/// and two points are always joined, however far apart. A point whose y is
+/// NaN means "no data" for that interval: the line is broken there (it
+/// stops at the point before and starts again at the point after; a point
+/// alone between two gaps is a dot). Each line gets its own colour and a
+/// legend entry with its label. The y axis starts at zero. Writes
+/// `<path_stem>.svg` and `<path_stem>.png` and returns their paths, SVG
+/// first.
+///
+/// # Errors
+///
+/// No line, a line without points, an x that is not finite, a y that is
+/// negative or infinite, values too far apart (or too close) for an axis,
+/// or a file that cannot be written.
+pub fn refusals_over_time(path_stem: &Path, title: &str, lines: &[Line]) -> Result<Vec<PathBuf>, PlotError> {
+    if lines.is_empty() {
+        return Err(PlotError::new("no line to plot"));
+    }
+    for line in lines {
+        if line.points.is_empty() {
+            return Err(PlotError::new(format!("series `{}` has no points", line.label)));
+        }
+        let bad = |&(x, y): &(f64, f64)| !x.is_finite() || y.is_infinite() || y < 0.0;
+        if let Some(i) = line.points.iter().position(bad) {
+            let (x, y) = line.points[i];
+            return Err(PlotError::new(format!(
+                "series `{}`: point {i} is ({x}, {y}); x must be a finite number, y a finite number at or above \
+                 zero (or NaN for no data)",
+                line.label
+            )));
+        }
+    }
+    draw::render(path_stem, &draw::Refusals { title, lines })
 }
 
 /// Wrongly allowed and wrongly denied (% of requests) against the number of
@@ -192,6 +279,21 @@ pub fn max_window_ratio(path_stem: &Path, title: &str, bars: &[(String, f64)]) -
         }
     }
     draw::render(path_stem, &draw::MaxWindowRatio { title, bars })
+}
+
+/// A count plot needs a finite limit, an estimate, and series of finite
+/// points.
+fn check_counts(limit: f64, truth: &Line, estimates: &[Line]) -> Result<(), PlotError> {
+    if !limit.is_finite() {
+        return Err(PlotError::new(format!(
+            "the limit must be a finite number, not {limit}"
+        )));
+    }
+    if estimates.is_empty() {
+        return Err(PlotError::new("no estimate to plot against the truth"));
+    }
+    check_line(truth)?;
+    estimates.iter().try_for_each(check_line)
 }
 
 /// A series must have points, all finite.
