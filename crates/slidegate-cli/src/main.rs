@@ -7,9 +7,11 @@
 //!   same run.
 //! - `serve`: the rate limit service (Envoy's gRPC `RateLimitService`,
 //!   envoyproxy/ratelimit's YAML, an HTTP API, metrics).
-//! - `simulate`: runs the algorithms against traffic models and an exact
-//!   oracle, and reports wrong decisions, estimate error and the most any
-//!   client got admitted in one window (see the `slidegate-sim` crate).
+//! - `simulate`: runs the algorithms against traffic models or access logs
+//!   and an exact oracle, and reports wrong decisions, estimate error and
+//!   the most any client got admitted in one window (see the
+//!   `slidegate-sim` crate); with `--config`, replays access logs through a
+//!   service config and reports what each rule would have refused.
 
 #![forbid(unsafe_code)]
 
@@ -75,7 +77,13 @@ enum Command {
     /// max_ratio is the most one client got admitted in any window, divided
     /// by the limit (above 1.0, a client exceeded its limit). gcra keeps no
     /// window count and has no measurement view.
-    Simulate(simulate::Args),
+    ///
+    /// What-if replay (--config with --trace): every log line is a request
+    /// decided by the service's config and engine at the line's time; per
+    /// rule, the requests matched and refused, when refusals started and
+    /// the keys refused most, as configured, by the exact sliding log and
+    /// by a fixed window of the same length.
+    Simulate(Box<simulate::Args>),
 }
 
 fn main() -> ExitCode {

@@ -163,3 +163,75 @@ pub(crate) fn traffic_plots(
     }
     Ok(written)
 }
+
+/// The most rules drawn one plot each by [`whatif_plots`] (those refused
+/// most as configured); every rule is in the plot of all rules.
+const WHATIF_RULE_PLOTS: usize = 6;
+
+/// Writes the what-if replay's plots into `dir`: `whatif-refusals`, the
+/// refusals over time of every rule as configured, and for the rules
+/// refused most (up to [`WHATIF_RULE_PLOTS`]) `whatif-rule-<rule>-refusals`
+/// (the rule's name with every character but letters, digits, `-` and `_`
+/// as `_`), that
+/// rule's refusals as configured, by the exact sliding log and by a fixed
+/// window; each as SVG and PNG. Returns the files written.
+pub(crate) fn whatif_plots(dir: &Path, report: &crate::whatif::Report) -> Result<Vec<PathBuf>> {
+    use crate::whatif::View;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let mut written = Vec::new();
+    let all = report.rules.iter().flat_map(|r| &r.views).map(|v| &v.series);
+    let interval_ns = all.clone().map(|s| s.interval_ns).max().unwrap_or(1);
+    let len = all.map(|s| s.aligned(interval_ns, 0).len()).max().unwrap_or(0);
+    if len == 0 {
+        return Ok(written);
+    }
+    let per = slidegate_core::duration::format_duration(Duration::from_nanos(interval_ns));
+    let line = |label: String, series: &crate::whatif::Series| {
+        let points = series
+            .aligned(interval_ns, len)
+            .into_iter()
+            .enumerate()
+            .map(|(i, n)| ((i as f64 + 0.5) * interval_ns as f64 / 1e9, n as f64))
+            .collect();
+        Line::new(label, points)
+    };
+    let configured: Vec<Line> = report
+        .rules
+        .iter()
+        .filter_map(|r| {
+            let v = r.views.iter().find(|v| v.view == View::AsConfigured)?;
+            Some(line(format!("{}: {}", r.rule, r.limits), &v.series))
+        })
+        .collect();
+    let title = format!("domain {}: refused per {per}, each rule as configured", report.domain);
+    written.extend(
+        slidegate_plot::refusals_over_time(&dir.join("whatif-refusals"), &title, &configured)
+            .map_err(|e| anyhow::anyhow!("{e}"))?,
+    );
+    let mut rules: Vec<&crate::whatif::RuleReport> = report.rules.iter().collect();
+    let refused = |r: &crate::whatif::RuleReport| r.views.first().map_or(0, |v| v.refused);
+    rules.sort_by(|a, b| refused(b).cmp(&refused(a)).then_with(|| a.rule.cmp(&b.rule)));
+    for rule in rules.into_iter().take(WHATIF_RULE_PLOTS) {
+        let lines: Vec<Line> = rule
+            .views
+            .iter()
+            .map(|v| {
+                let label = match v.view {
+                    View::AsConfigured => v.algorithm.clone(),
+                    other => other.name().to_owned(),
+                };
+                line(label, &v.series)
+            })
+            .collect();
+        let title = format!("rule {}: refused per {per}, as configured and otherwise", rule.rule);
+        written.extend(
+            slidegate_plot::refusals_over_time(
+                &stem(dir, &format!("whatif-rule-{}", rule.rule), "refusals"),
+                &title,
+                &lines,
+            )
+            .map_err(|e| anyhow::anyhow!("{e}"))?,
+        );
+    }
+    Ok(written)
+}

@@ -8,7 +8,8 @@ use clap::{ValueEnum, value_parser};
 use slidegate_core::duration::{format_duration, parse_positive_duration};
 use slidegate_core::{Algorithm, AlgorithmSpec, Policy, Weighting};
 use slidegate_sim::{
-    FormatChoice, LogOptions, MAX_CLIENTS, OnError, Row, Scenario, TimeFormat, Trace, TraceError, TraceOptions, Traffic,
+    FormatChoice, LogOptions, LogReader, MAX_CLIENTS, OnError, Row, Scenario, TimeFormat, Trace, TraceError,
+    TraceOptions, Traffic,
 };
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -325,16 +326,7 @@ fn write_rows(format: Format, heading: &str, rows: &[Row], out: &mut dyn Write) 
 /// traffic row per file named by its file name.
 fn replay(args: &Args, policies: &[Policy], out: &mut dyn Write, progress: bool) -> Result<()> {
     let options = TraceOptions {
-        log: LogOptions {
-            format: args.trace_format.choice(),
-            log_format: args.log_format.clone(),
-            time_field: args.time_field.clone(),
-            time_format: args.time_format.as_deref().and_then(TimeFormat::from_name),
-            on_error: match args.on_error {
-                OnErrorArg::Skip => OnError::Skip,
-                OnErrorArg::Stop => OnError::Stop,
-            },
-        },
+        log: log_options(args),
         key_by: args.key_by.clone(),
         max_clients: args.max_clients,
     };
@@ -394,8 +386,9 @@ fn replay(args: &Args, policies: &[Policy], out: &mut dyn Write, progress: bool)
 }
 
 /// `--config`: the what-if replay of the `--trace` files, one log in the
-/// order given.
-fn whatif(args: &Args, out: &mut dyn Write, _progress: bool) -> Result<()> {
+/// order given, each streamed (nothing of a file is kept but what the
+/// replay counts).
+fn whatif(args: &Args, out: &mut dyn Write, progress: bool) -> Result<()> {
     let mut descriptors = vec![args.descriptor.clone()];
     descriptors.extend(args.other_descriptor.iter().cloned());
     let setup = crate::whatif::Setup {
@@ -404,9 +397,82 @@ fn whatif(args: &Args, out: &mut dyn Write, _progress: bool) -> Result<()> {
         descriptors,
         memory_bytes: (args.memory_mib as usize) << 20,
     };
-    let replay = crate::whatif::Replay::new(&setup)?;
+    let mut replay = crate::whatif::Replay::new(&setup)?;
+    let options = log_options(args);
+    let mut files = Vec::new();
+    for path in unique(&args.trace) {
+        let shown = path.display().to_string();
+        let input = slidegate_sim::open_log(path).with_context(|| format!("reading {shown}"))?;
+        let consumed = input.consumed();
+        let bar = crate::progress::bar(
+            progress,
+            input.len(),
+            "replaying {msg} [{bar:30}] {bytes}/{total_bytes}",
+        );
+        bar.set_message(shown.clone());
+        let mut reader = LogReader::new(&shown, input, &options).map_err(explain)?;
+        let fields = setup
+            .fields()
+            .into_iter()
+            .map(|name| reader.field(name).map(|field| (name, field)).map_err(explain))
+            .collect::<Result<Vec<_>>>()?;
+        let mut n = 0u64;
+        while let Some(record) = reader.next_record().map_err(explain)? {
+            replay.line(
+                record.time_unix_ns(),
+                &Resolved {
+                    record: &record,
+                    fields: &fields,
+                },
+            );
+            n += 1;
+            if n.is_multiple_of(4096) {
+                bar.set_position(consumed.get());
+            }
+        }
+        bar.finish_and_clear();
+        if reader.records() == 0 {
+            // The error shows the first malformed lines: not twice.
+            return Err(explain(reader.no_requests()));
+        }
+        for bad in reader.bad_lines() {
+            eprintln!("warning: {shown}:{}: {}: `{}`", bad.line, bad.error, bad.text);
+        }
+        let more = reader.skipped() - reader.bad_lines().len() as u64;
+        if more > 0 {
+            eprintln!(
+                "warning: {shown}: {more} more malformed lines skipped, {} in all",
+                reader.skipped()
+            );
+        }
+        let format = reader.format().map_or_else(|| "log".to_owned(), ToString::to_string);
+        let mut line = format!("{shown}: {format}, {} lines", reader.records());
+        if reader.skipped() > 0 {
+            line.push_str(&format!(", {} malformed lines skipped", reader.skipped()));
+        }
+        files.push(line);
+    }
     let report = replay.report();
-    let heading = format!("what-if replay of domain `{}`", report.domain);
+    if let Some(dir) = &args.plot {
+        report_plots(&crate::plots::whatif_plots(dir, &report)?);
+    }
+    let mut heading = format!(
+        "what-if replay of domain `{}` of {}, descriptors {}",
+        report.domain,
+        args.config
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        setup.describe()
+    );
+    for line in files {
+        heading.push('\n');
+        heading.push_str(&line);
+    }
+    if let (Some(first), Some(last)) = (&report.first_line, &report.last_line) {
+        heading.push_str(&format!("\n{} requests from {first} to {last}", report.requests));
+    }
     match args.format {
         Format::Json => writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?,
         Format::Csv => crate::whatif::write_csv(&report, out)?,
@@ -414,6 +480,45 @@ fn whatif(args: &Args, out: &mut dyn Write, _progress: bool) -> Result<()> {
     }
     out.flush()?;
     Ok(())
+}
+
+/// A record's fields by name, resolved once per file.
+struct Resolved<'r, 'a> {
+    record: &'r slidegate_sim::Record<'a>,
+    fields: &'r [(&'r str, slidegate_sim::Field)],
+}
+
+impl crate::whatif::Fields for Resolved<'_, '_> {
+    fn field(&self, name: &str) -> Option<std::borrow::Cow<'_, str>> {
+        let (_, field) = self.fields.iter().find(|(n, _)| *n == name)?;
+        self.record.get(field)
+    }
+}
+
+/// How the `--trace` files are read.
+fn log_options(args: &Args) -> LogOptions {
+    LogOptions {
+        format: args.trace_format.choice(),
+        log_format: args.log_format.clone(),
+        time_field: args.time_field.clone(),
+        time_format: args.time_format.as_deref().and_then(TimeFormat::from_name),
+        on_error: match args.on_error {
+            OnErrorArg::Skip => OnError::Skip,
+            OnErrorArg::Stop => OnError::Stop,
+        },
+    }
+}
+
+/// A trace error, with what to do about it where a flag helps.
+fn explain(e: TraceError) -> anyhow::Error {
+    const NAME_IT: &str = "name the format with --trace-format (and --log-format for an nginx or Apache format string)";
+    match e {
+        TraceError::TooManyClients { .. } => anyhow::anyhow!("{e}: raise --max-clients to replay it"),
+        TraceError::NoRequests { malformed, .. } if malformed > 0 => anyhow::anyhow!("{e}; {NAME_IT}"),
+        TraceError::UnknownFormat { .. } => anyhow::anyhow!("{e}; {NAME_IT}"),
+        TraceError::MissingLogFormat { .. } => anyhow::anyhow!("{e}: give it with --log-format"),
+        e => e.into(),
+    }
 }
 
 /// The paths given, without repeats.
@@ -457,17 +562,7 @@ fn read_trace_file(path: &Path, options: &TraceOptions, progress: bool) -> Resul
     bar.set_message(shown.clone());
     let read = slidegate_sim::read_trace(&shown, input, options, &mut |_| bar.set_position(consumed.get()));
     bar.finish_and_clear();
-    read.map_err(|e| match e {
-        TraceError::TooManyClients { .. } => anyhow::anyhow!("{e}: raise --max-clients to replay it"),
-        TraceError::NoRequests { malformed, .. } if malformed > 0 => anyhow::anyhow!(
-            "{e}; name the format with --trace-format (and --log-format for an nginx or Apache format string)"
-        ),
-        TraceError::UnknownFormat { .. } => anyhow::anyhow!(
-            "{e}; name the format with --trace-format (and --log-format for an nginx or Apache format string)"
-        ),
-        TraceError::MissingLogFormat { .. } => anyhow::anyhow!("{e}: give it with --log-format"),
-        e => e.into(),
-    })
+    read.map_err(explain)
 }
 
 /// Reports the malformed lines skipped on stderr: the first ones kept, then

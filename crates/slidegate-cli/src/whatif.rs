@@ -16,6 +16,7 @@ use slidegate_core::{Algorithm, ManualClock};
 use slidegate_memory::Budget;
 use slidegate_server::config::{Config, LoadOptions};
 use slidegate_server::engine::{Code, Descriptor, Engine, EngineError, InputLimits, Request};
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
@@ -65,7 +66,7 @@ impl std::str::FromStr for EntrySpec {
             return Err(format!("`{s}` has no key before `=`"));
         }
         let source = match value.strip_prefix("literal:") {
-            Some(text) if text.is_empty() => return Err(format!("`{s}`: the literal value is empty")),
+            Some("") => return Err(format!("`{s}`: the literal value is empty")),
             Some(text) => Source::Literal(text.to_owned()),
             None if value.is_empty() => return Err(format!("`{s}` names no field after `=`")),
             None => Source::Field(value.to_owned()),
@@ -80,12 +81,46 @@ impl std::str::FromStr for EntrySpec {
 /// A log line's fields, by name.
 pub(crate) trait Fields {
     /// The field called `name`, if the line has it.
-    fn field(&self, name: &str) -> Option<&str>;
+    fn field(&self, name: &str) -> Option<Cow<'_, str>>;
 }
 
 impl Fields for [(&str, &str)] {
-    fn field(&self, name: &str) -> Option<&str> {
-        self.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
+    fn field(&self, name: &str) -> Option<Cow<'_, str>> {
+        self.iter().find(|(n, _)| *n == name).map(|(_, v)| Cow::Borrowed(*v))
+    }
+}
+
+impl Setup {
+    /// The log fields the descriptors read, each once, in order.
+    pub(crate) fn fields(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = Vec::new();
+        for entry in self.descriptors.iter().flatten() {
+            if let Source::Field(name) = &entry.source
+                && !names.contains(&name.as_str())
+            {
+                names.push(name);
+            }
+        }
+        names
+    }
+
+    /// The descriptors as given, `[key=field key=literal:text]` each.
+    pub(crate) fn describe(&self) -> String {
+        let list: Vec<String> = self
+            .descriptors
+            .iter()
+            .map(|d| {
+                let entries: Vec<String> = d
+                    .iter()
+                    .map(|e| match &e.source {
+                        Source::Field(f) => format!("{}={f}", e.key),
+                        Source::Literal(t) => format!("{}=literal:{t}", e.key),
+                    })
+                    .collect();
+                format!("[{}]", entries.join(" "))
+            })
+            .collect();
+        list.join(" ")
     }
 }
 
@@ -225,11 +260,14 @@ impl Series {
     }
 
     /// The series widened to `interval_ns` (a multiple of its own) and
-    /// `len` intervals, so that series of one replay line up.
+    /// padded with zeros to at least `len` intervals, so that the series of
+    /// one replay line up.
     pub(crate) fn aligned(&self, interval_ns: u64, len: usize) -> Vec<u64> {
         let per = (interval_ns / self.interval_ns.max(1)).max(1) as usize;
         let mut out: Vec<u64> = self.counts.chunks(per).map(|c| c.iter().sum()).collect();
-        out.resize(len, 0);
+        if out.len() < len {
+            out.resize(len, 0);
+        }
         out
     }
 }
@@ -380,16 +418,16 @@ impl Replay {
             let mut entries = Vec::with_capacity(spec.len());
             for entry in spec {
                 let value = match &entry.source {
-                    Source::Literal(text) => text.as_str(),
+                    Source::Literal(text) => text.clone(),
                     Source::Field(name) => match fields.field(name) {
-                        Some(v) if !v.is_empty() && v != "-" => v,
+                        Some(v) if !v.is_empty() && v != "-" => v.into_owned(),
                         _ => {
                             *self.missing.entry(name.clone()).or_default() += 1;
                             continue 'descriptors;
                         }
                     },
                 };
-                entries.push((entry.key.clone(), value.to_owned()));
+                entries.push((entry.key.clone(), value));
             }
             request.descriptors.push(Descriptor {
                 entries,
@@ -1031,6 +1069,7 @@ mod tests {
         assert_eq!(s.counts.iter().sum::<u64>(), 4);
         assert!(s.counts.len() <= MAX_INTERVALS);
         assert_eq!(s.aligned(8 * FIRST_INTERVAL_NS, 3), vec![3, 0, 0]);
+        assert_eq!(s.aligned(4 * FIRST_INTERVAL_NS, 0).len(), s.counts.len());
     }
 
     #[test]
