@@ -154,8 +154,9 @@ pub(crate) struct Args {
     #[arg(long, value_name = "ENTRIES", requires = "descriptor", value_parser = parse_descriptor)]
     other_descriptor: Vec<Vec<crate::whatif::EntrySpec>>,
 
-    /// Memory of each what-if store, in MiB (three stores, one per way of counting)
-    #[arg(long, value_name = "MIB", default_value_t = 64, requires = "config",
+    /// Memory of each what-if store, in MiB: the config's sliding windows, its other algorithms, the sliding
+    /// logs and the fixed windows each get this much
+    #[arg(long, value_name = "MIB", default_value_t = 32, requires = "config",
           value_parser = value_parser!(u32).range(1..=1 << 20))]
     memory_mib: u32,
 }

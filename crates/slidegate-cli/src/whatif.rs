@@ -11,6 +11,7 @@
 //! on), whatever the log's length.
 
 use anyhow::{Context, Result, bail};
+use futures_util::FutureExt;
 use serde::Serialize;
 use slidegate_core::{Algorithm, ManualClock};
 use slidegate_memory::Budget;
@@ -30,6 +31,9 @@ const TRACKED_KEYS: usize = 4096;
 /// The most intervals of the refusals-over-time series; past it, two
 /// neighbours merge and the interval doubles.
 pub(crate) const MAX_INTERVALS: usize = 1024;
+
+/// The sliding windows' store of the views that count no sliding window.
+const UNUSED_STORE_BYTES: usize = 64 << 10;
 
 /// The first interval of the refusals-over-time series.
 const FIRST_INTERVAL_NS: u64 = 1_000_000_000;
@@ -345,6 +349,9 @@ impl Replay {
         }
         let clock = ManualClock::new(0);
         let budget = Budget::bytes(setup.memory_bytes);
+        // The views that count every limit as a sliding log or a fixed
+        // window keep nothing in the sliding windows' store.
+        let unused = Budget::bytes(UNUSED_STORE_BYTES);
         // A log's fields may be longer than a proxy sends; the engine
         // still refuses what serve would (see `invalid`).
         let limits = InputLimits::default();
@@ -358,7 +365,10 @@ impl Replay {
             .map_err(|e| anyhow::anyhow!("{e}"))?;
             views.push(ViewState {
                 view,
-                engine: Engine::new(config, clock.clone(), budget, budget, limits),
+                engine: match view {
+                    View::AsConfigured => Engine::new(config, clock.clone(), budget, budget, limits),
+                    View::SlidingLog | View::FixedWindow => Engine::new(config, clock.clone(), unused, budget, limits),
+                },
                 rules: BTreeMap::new(),
             });
         }
@@ -441,7 +451,14 @@ impl Replay {
         }
         self.requests += 1;
         for state in &mut self.views {
-            let answer = match self.runtime.block_on(state.engine.decide(&request)) {
+            // The in-memory store decides at once: the future is ready on
+            // its first poll, without entering the runtime.
+            let decided = state.engine.decide(&request).now_or_never();
+            let decided = match decided {
+                Some(decided) => decided,
+                None => self.runtime.block_on(state.engine.decide(&request)),
+            };
+            let answer = match decided {
                 Ok(answer) => answer,
                 Err(e) => {
                     if state.view == View::AsConfigured {
@@ -1068,7 +1085,12 @@ mod tests {
         assert_eq!(s.counts[0], 3);
         assert_eq!(s.counts.iter().sum::<u64>(), 4);
         assert!(s.counts.len() <= MAX_INTERVALS);
-        assert_eq!(s.aligned(8 * FIRST_INTERVAL_NS, 3), vec![3, 0, 0]);
+        let wider = s.aligned(8 * FIRST_INTERVAL_NS, 3);
+        assert_eq!((wider[0], wider.iter().sum::<u64>()), (3, 4));
+        assert_eq!(wider.len(), s.counts.len().div_ceil(2));
+        let mut short = Series::default();
+        short.add(0, 2);
+        assert_eq!(short.aligned(FIRST_INTERVAL_NS, 3), vec![2, 0, 0]);
         assert_eq!(s.aligned(4 * FIRST_INTERVAL_NS, 0).len(), s.counts.len());
     }
 
