@@ -925,9 +925,12 @@ mod tests {
         // Two files called access.log: named by their paths.
         assert_eq!(
             lines[1],
-            format!("{FIXTURE}: combined, 36 requests from 3 clients over 31s, 3 malformed lines skipped")
+            format!("{FIXTURE}: a combined log, 36 requests from 3 clients over 31s, 3 malformed lines skipped")
         );
-        assert_eq!(lines[2], format!("{csv}: csv, 3 requests from 2 clients over 2s"));
+        assert_eq!(
+            lines[2],
+            format!("{csv}: a `timestamp,key` CSV, 3 requests from 2 clients over 2s")
+        );
         assert!(lines[3].starts_with("traffic"), "{table}");
         assert_eq!(lines.len(), 6, "{table}");
         assert!(lines[4].starts_with(FIXTURE) && lines[4].contains(" 36 "), "{table}");
@@ -935,12 +938,50 @@ mod tests {
     }
 
     #[test]
+    fn lines_later_than_the_reorder_horizon_are_counted_in_the_heading() {
+        let dir = std::env::temp_dir().join(format!("slidegate-simulate-late-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let csv = dir.join("late.csv");
+        // 1020 comes after 1111 released 1100: 80 s out of order.
+        std::fs::write(&csv, "timestamp,key\n1000,a\n1100,a\n1111,b\n1020,b\n1112,a\n").unwrap();
+        let csv = csv.to_str().unwrap();
+        let run = |horizon: &str| {
+            output(&[
+                "--trace",
+                csv,
+                "--algorithm",
+                "sliding_log",
+                "--reorder-horizon",
+                horizon,
+            ])
+            .unwrap()
+        };
+        let table = run("10s");
+        assert_eq!(
+            table.lines().nth(1),
+            Some(
+                "late.csv: a `timestamp,key` CSV, 5 requests from 2 clients over 112s, 1 line out of order by up \
+                 to 80s (more than the 10s reorder horizon), decided at the latest time"
+            ),
+            "{table}"
+        );
+        // With the default 60 s, 1111 has not released 1100 yet when 1020
+        // comes: it is put in its place.
+        let table = run("60s");
+        assert_eq!(
+            table.lines().nth(1),
+            Some("late.csv: a `timestamp,key` CSV, 5 requests from 2 clients over 112s"),
+            "{table}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn trace_errors_are_named() {
         let err = |argv: &[&str]| format!("{:#}", output(argv).unwrap_err());
-        assert_eq!(
-            err(&["--trace", FIXTURE, "--on-error", "stop"]),
-            format!("{FIXTURE}:16: missing `[` before the time, found `10/Oct/2023:13:55:10`")
-        );
+        assert!(err(&["--trace", FIXTURE, "--on-error", "stop"]).starts_with(&format!(
+            "{FIXTURE}:16: missing `[` before the time, found `10/Oct/2023:13:55:10` (read as a combined log): `"
+        )));
         assert_eq!(
             err(&["--trace", FIXTURE, "--max-clients", "2"]),
             format!(
@@ -949,7 +990,7 @@ mod tests {
             )
         );
         assert!(err(&["--trace", "/nonexistent/x.log"]).starts_with("reading /nonexistent/x.log: "));
-        assert!(err(&["--trace", FIXTURE, "--key-by", "key"]).starts_with("key `key` is not a field of"));
+        assert!(err(&["--trace", FIXTURE, "--key-by", "key"]).starts_with("field `key` is not in"));
         // Trace flags need --trace, and the traffic models' flags do not go
         // with it.
         assert!(err(&["--key-by", "user"]).contains("--trace"));
