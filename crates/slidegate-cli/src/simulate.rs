@@ -487,6 +487,7 @@ fn traffic_names(paths: &[&Path]) -> Vec<String> {
 
 /// Opens one `--trace` file and finds its format and key field, reading
 /// only its first lines.
+#[allow(clippy::result_large_err)] // the library's error, made once per file
 fn check_trace_file(path: &Path, options: &TraceOptions) -> Result<()> {
     let shown = path.display().to_string();
     let input = slidegate_sim::open_log(path).with_context(|| format!("reading {shown}"))?;
@@ -497,6 +498,7 @@ fn check_trace_file(path: &Path, options: &TraceOptions) -> Result<()> {
 /// Streams one `--trace` file (gzip or not) through every policy, with a
 /// progress bar over its bytes as stored: the policies' metrics, in order,
 /// and what the trace was.
+#[allow(clippy::result_large_err)] // the library's error, made once per file
 fn evaluate_trace_file(
     path: &Path,
     options: &TraceOptions,

@@ -674,6 +674,7 @@ fn run_requests_matches_evaluate_on_any_threads() {
 /// the default 60 s horizon, it gives the requests of the full sort, and
 /// the same rows.
 #[test]
+#[allow(clippy::result_large_err)] // the library's error, as it is
 fn streaming_the_fixture_gives_the_sorted_requests() {
     let t = read(&fixture(), skip()).unwrap();
     let mut streamed = Vec::new();
