@@ -8,7 +8,7 @@
 use anyhow::{Context, Result};
 use slidegate_core::{Algorithm, Policy, Weighting};
 use slidegate_plot::Line;
-use slidegate_sim::{Request, Row};
+use slidegate_sim::{Metrics, Request, Row};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -52,6 +52,30 @@ fn stem(dir: &Path, traffic: &str, what: &str) -> PathBuf {
     dir.join(format!("{safe}-{what}"))
 }
 
+/// The policies of the error-rate plot: `sliding_window` with each of
+/// [`BUCKETS`], interpolated then conservative, on `first`'s limit and
+/// window.
+pub(crate) fn error_rate_policies(first: &Policy) -> Result<Vec<Policy>> {
+    let window = Duration::from_nanos(first.window_ns());
+    let mut policies = Vec::with_capacity(2 * BUCKETS.len());
+    for weighting in [Weighting::Interpolated, Weighting::Conservative] {
+        for n in BUCKETS {
+            let algorithm = Algorithm::SlidingWindow { buckets: n, weighting };
+            policies.push(Policy::new(first.limit(), window, algorithm)?);
+        }
+    }
+    Ok(policies)
+}
+
+/// The busiest `BUSIEST` clients by their request counts (`counts[c]` for
+/// client `c`), most first, ties to the smaller client; none without
+/// requests.
+pub(crate) fn busiest_of_counts(counts: &[u64]) -> Vec<u32> {
+    let mut ranked: Vec<(u32, u64)> = (0u32..).zip(counts.iter().copied()).filter(|&(_, n)| n > 0).collect();
+    ranked.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    ranked.into_iter().take(BUSIEST).map(|(client, _)| client).collect()
+}
+
 /// Writes the plots of one traffic (`requests`, named `traffic`, with the
 /// run's `rows` for it) into `dir`; returns the files written.
 pub(crate) fn traffic_plots(
@@ -62,6 +86,43 @@ pub(crate) fn traffic_plots(
     rows: &[Row],
     client_name: &dyn Fn(u32) -> String,
 ) -> Result<Vec<PathBuf>> {
+    let busiest = slidegate_sim::busiest_clients(requests, BUSIEST);
+    let error_rates = match policies.first() {
+        Some(first) => error_rate_policies(first)?
+            .iter()
+            .map(|p| slidegate_sim::evaluate(p, requests))
+            .collect(),
+        None => Vec::new(),
+    };
+    let inputs = PlotInputs {
+        busiest: &busiest,
+        requests,
+        error_rates: &error_rates,
+    };
+    plots_of(dir, traffic, &inputs, policies, rows, client_name)
+}
+
+/// What the plots of one traffic are drawn from, besides its rows.
+pub(crate) struct PlotInputs<'a> {
+    /// The busiest clients, most first.
+    pub(crate) busiest: &'a [u32],
+    /// Their requests, in time order (other clients' may be there too).
+    pub(crate) requests: &'a [Request],
+    /// The metrics of [`error_rate_policies`], in their order.
+    pub(crate) error_rates: &'a [Metrics],
+}
+
+/// Writes the plots of one traffic from `inputs` (named `traffic`, with the
+/// run's `rows` for it) into `dir`; returns the files written.
+pub(crate) fn plots_of(
+    dir: &Path,
+    traffic: &str,
+    inputs: &PlotInputs<'_>,
+    policies: &[Policy],
+    rows: &[Row],
+    client_name: &dyn Fn(u32) -> String,
+) -> Result<Vec<PathBuf>> {
+    let requests = inputs.requests;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut written = Vec::new();
     let Some(first) = policies.first() else {
@@ -85,7 +146,7 @@ pub(crate) fn traffic_plots(
         counted.truncate(slidegate_plot::MAX_PANELS);
     }
     if let Some(truth_policy) = counted.first() {
-        for client in slidegate_sim::busiest_clients(requests, BUSIEST) {
+        for &client in inputs.busiest {
             let series = |policy: &Policy| {
                 slidegate_sim::count_series(policy, requests, &[client])
                     .into_iter()
@@ -129,13 +190,14 @@ pub(crate) fn traffic_plots(
 
     // Wrong decisions against n, both weightings, on the same requests.
     let mut lines = Vec::new();
+    let mut error_rates = inputs.error_rates.iter();
     for weighting in [Weighting::Interpolated, Weighting::Conservative] {
         let mut allowed = Vec::new();
         let mut denied = Vec::new();
         for n in BUCKETS {
-            let algorithm = Algorithm::SlidingWindow { buckets: n, weighting };
-            let policy = Policy::new(limit, window, algorithm)?;
-            let m = slidegate_sim::evaluate(&policy, requests);
+            let Some(m) = error_rates.next() else {
+                anyhow::bail!("plots: no error rates for sliding_window n={n} {}", weighting.name());
+            };
             let pct = |v: Option<u64>| v.unwrap_or(0) as f64 * 100.0 / (m.requests.max(1) as f64);
             allowed.push((f64::from(n), pct(m.wrongly_allowed)));
             denied.push((f64::from(n), pct(m.wrongly_denied)));

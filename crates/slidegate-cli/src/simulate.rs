@@ -8,8 +8,8 @@ use clap::{ValueEnum, value_parser};
 use slidegate_core::duration::{format_duration, parse_positive_duration};
 use slidegate_core::{Algorithm, AlgorithmSpec, Policy, Weighting};
 use slidegate_sim::{
-    FormatChoice, LogOptions, LogReader, MAX_CLIENTS, OnError, Row, Scenario, TimeFormat, Trace, TraceError,
-    TraceOptions, Traffic,
+    FormatChoice, LogOptions, LogReader, MAX_CLIENTS, Metrics, OnError, REORDER_MAX_PENDING, ReorderOptions, Request,
+    Row, Scenario, TimeFormat, TraceError, TraceOptions, TraceSummary, Traffic,
 };
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -29,7 +29,9 @@ pub(crate) struct Args {
     /// in their format (--log-format), Envoy's default format, JSON lines
     /// (Envoy, Caddy, Traefik or any with --time-field) or `timestamp,key`
     /// CSV, plain or gzip-compressed. Every line is a request of cost 1;
-    /// time 0 is the earliest request.
+    /// time 0 is the earliest request. The file is streamed: memory grows
+    /// with its clients (see --max-clients) and the lines of one
+    /// --reorder-horizon, not with its length.
     #[arg(long, value_name = "FILE")]
     trace: Vec<PathBuf>,
 
@@ -71,6 +73,19 @@ pub(crate) struct Args {
     #[arg(long, value_name = "N", default_value_t = MAX_CLIENTS, requires = "trace",
           value_parser = value_parser!(u32).range(1..))]
     max_clients: u32,
+
+    /// How long a --trace line may wait for earlier ones logged after it (log time)
+    ///
+    /// Servers log a request when it ends, so a log is only nearly in time
+    /// order. The replay streams the file: it holds each line until one
+    /// this much later is read (and at most 1,000,000 lines), then decides
+    /// the lines held in time order (at equal times, in file order). A line
+    /// that comes later than that is decided at the latest time decided so
+    /// far, and the heading counts such lines and says by how much they
+    /// were out of order.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_positive_duration,
+          requires = "trace")]
+    reorder_horizon: Duration,
 
     /// Algorithm; repeat or separate with commas [default: all]
     #[arg(long, value_name = "NAME", value_delimiter = ',', value_parser = PossibleValuesParser::new(Algorithm::NAMES))]
@@ -121,6 +136,9 @@ pub(crate) struct Args {
     /// Write plots (SVG and PNG) of each traffic into this folder: true
     /// against estimated count for the busiest clients, wrong decisions
     /// against buckets, the most admitted in a window per algorithm
+    ///
+    /// With --trace, each file is read a second time for the count plots,
+    /// which hold every request of its three busiest clients in memory.
     #[arg(long, value_name = "DIR")]
     plot: Option<PathBuf>,
 
@@ -322,46 +340,56 @@ fn write_rows(format: Format, heading: &str, rows: &[Row], out: &mut dyn Write) 
     Ok(())
 }
 
-/// `--trace`: reads every file (all of them first, so that a bad one fails
-/// before any long evaluation), then evaluates every policy on each, one
-/// traffic row per file named by its file name.
+/// `--trace`: opens every file first (so that a missing file, an unknown
+/// format or key fails before any long evaluation), then streams each
+/// through every policy, one traffic row per file named by its file name.
 fn replay(args: &Args, policies: &[Policy], out: &mut dyn Write, progress: bool) -> Result<()> {
     let options = TraceOptions {
         log: log_options(args),
         key_by: args.key_by.clone(),
         max_clients: args.max_clients,
     };
+    let order = ReorderOptions {
+        horizon_ns: u64::try_from(args.reorder_horizon.as_nanos()).unwrap_or(u64::MAX),
+        max_pending: REORDER_MAX_PENDING,
+    };
     let paths = unique(&args.trace);
     let names = traffic_names(&paths);
-    let mut traces = Vec::with_capacity(paths.len());
     for path in &paths {
-        let trace = read_trace_file(path, &options, progress)?;
-        report_skipped(&trace);
-        traces.push(trace);
+        check_trace_file(path, &options)?;
     }
+    // The error-rate plot's policies go along in the same pass.
+    let plotted = match (&args.plot, policies.first()) {
+        (Some(_), Some(first)) => crate::plots::error_rate_policies(first)?,
+        _ => Vec::new(),
+    };
+    let all: Vec<Policy> = policies.iter().chain(&plotted).copied().collect();
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
-    let bar = crate::progress::bar(
-        progress,
-        (policies.len() * traces.len()) as u64,
-        "evaluating {msg} [{bar:30}] {pos}/{len} policies",
-    );
-    let mut rows = Vec::with_capacity(policies.len() * traces.len());
-    for (trace, name) in traces.iter().zip(&names) {
-        bar.set_message(name.clone());
-        rows.extend(slidegate_sim::run_requests(
-            policies,
-            name,
-            &trace.requests,
-            threads,
-            &|| bar.inc(1),
-        ));
+    let mut rows = Vec::with_capacity(policies.len() * paths.len());
+    let mut traces = Vec::with_capacity(paths.len());
+    for (path, name) in paths.iter().zip(&names) {
+        let (metrics, trace) = evaluate_trace_file(path, &options, order, &all, threads, progress)?;
+        report_skipped(&trace);
+        rows.extend(policies.iter().zip(&metrics).map(|(p, m)| Row::new(p, name, m.clone())));
+        let error_rates = metrics.get(policies.len()..).unwrap_or_default().to_vec();
+        traces.push((trace, error_rates));
     }
-    bar.finish_and_clear();
     if let Some(dir) = &args.plot {
-        for (trace, name) in traces.iter().zip(&names) {
+        for ((path, name), (trace, error_rates)) in paths.iter().zip(&names).zip(&traces) {
+            let busiest = crate::plots::busiest_of_counts(&trace.requests_per_client);
+            let keyed: Vec<(String, u32)> = busiest
+                .iter()
+                .map(|&c| (trace.keys.get(c as usize).cloned().unwrap_or_default(), c))
+                .collect();
+            let requests = trace_requests_file(path, &options, order, &keyed, progress)?;
+            let inputs = crate::plots::PlotInputs {
+                busiest: &busiest,
+                requests: &requests,
+                error_rates,
+            };
             let traffic_rows: Vec<Row> = rows.iter().filter(|r| &r.traffic == name).cloned().collect();
             let key = |c: u32| trace.keys.get(c as usize).cloned().unwrap_or_else(|| c.to_string());
-            let files = crate::plots::traffic_plots(dir, name, &trace.requests, policies, &traffic_rows, &key)?;
+            let files = crate::plots::plots_of(dir, name, &inputs, policies, &traffic_rows, &key)?;
             report_plots(&files);
         }
     }
@@ -371,16 +399,25 @@ fn replay(args: &Args, policies: &[Policy], out: &mut dyn Write, progress: bool)
         format_duration(args.window),
         options.key_by
     );
-    for (trace, name) in traces.iter().zip(&names) {
+    for ((trace, _), name) in traces.iter().zip(&names) {
         heading.push_str(&format!(
             "\n{name}: {}, {} requests from {} clients over {}",
             trace.format,
-            trace.requests.len(),
+            trace.requests,
             trace.clients,
-            format_span(trace.span_ns())
+            format_span(trace.span_ns)
         ));
         if trace.skipped > 0 {
             heading.push_str(&format!(", {} malformed lines skipped", trace.skipped));
+        }
+        if trace.late > 0 {
+            let s = if trace.late == 1 { "" } else { "s" };
+            heading.push_str(&format!(
+                ", {} line{s} out of order by up to {} (more than the {} reorder horizon), decided at the latest time",
+                trace.late,
+                format_span(trace.max_lateness_ns),
+                format_duration(args.reorder_horizon)
+            ));
         }
     }
     write_rows(args.format, &heading, &rows, out)
@@ -553,22 +590,75 @@ fn traffic_names(paths: &[&Path]) -> Vec<String> {
         .collect()
 }
 
-/// Reads one `--trace` file (gzip or not), with a progress bar over its
-/// bytes as stored.
-fn read_trace_file(path: &Path, options: &TraceOptions, progress: bool) -> Result<Trace> {
+/// Opens one `--trace` file and finds its format and key field, reading
+/// only its first lines.
+#[allow(clippy::result_large_err)] // the library's error, made once per file
+fn check_trace_file(path: &Path, options: &TraceOptions) -> Result<()> {
+    let shown = path.display().to_string();
+    let input = slidegate_sim::open_log(path).with_context(|| format!("reading {shown}"))?;
+    let checked = slidegate_sim::LogReader::new(&shown, input, &options.log).and_then(|r| r.field(&options.key_by));
+    checked.map(drop).map_err(explain)
+}
+
+/// Streams one `--trace` file (gzip or not) through every policy, with a
+/// progress bar over its bytes as stored: the policies' metrics, in order,
+/// and what the trace was.
+#[allow(clippy::result_large_err)] // the library's error, made once per file
+fn evaluate_trace_file(
+    path: &Path,
+    options: &TraceOptions,
+    order: ReorderOptions,
+    policies: &[Policy],
+    threads: usize,
+    progress: bool,
+) -> Result<(Vec<Metrics>, TraceSummary)> {
     let shown = path.display().to_string();
     let input = slidegate_sim::open_log(path).with_context(|| format!("reading {shown}"))?;
     let consumed = input.consumed();
-    let bar = crate::progress::bar(progress, input.len(), "reading {msg} [{bar:30}] {bytes}/{total_bytes}");
+    let bar = crate::progress::bar(
+        progress,
+        input.len(),
+        "evaluating {msg} [{bar:30}] {bytes}/{total_bytes}",
+    );
     bar.set_message(shown.clone());
-    let read = slidegate_sim::read_trace(&shown, input, options, &mut |_| bar.set_position(consumed.get()));
+    let evaluated = slidegate_sim::evaluate_stream(policies, threads, |sink| {
+        slidegate_sim::stream_trace(
+            &shown,
+            input,
+            options,
+            order,
+            &mut |_| bar.set_position(consumed.get()),
+            sink,
+        )
+    });
+    bar.finish_and_clear();
+    evaluated.map_err(explain)
+}
+
+/// The requests of `clients` (keys and client numbers) in one `--trace`
+/// file, read again, with a progress bar.
+fn trace_requests_file(
+    path: &Path,
+    options: &TraceOptions,
+    order: ReorderOptions,
+    clients: &[(String, u32)],
+    progress: bool,
+) -> Result<Vec<Request>> {
+    let shown = path.display().to_string();
+    let input = slidegate_sim::open_log(path).with_context(|| format!("reading {shown}"))?;
+    let consumed = input.consumed();
+    let bar = crate::progress::bar(progress, input.len(), "plotting {msg} [{bar:30}] {bytes}/{total_bytes}");
+    bar.set_message(shown.clone());
+    let read = slidegate_sim::trace_requests_of(&shown, input, options, order, clients, &mut |_| {
+        bar.set_position(consumed.get())
+    });
     bar.finish_and_clear();
     read.map_err(explain)
 }
 
 /// Reports the malformed lines skipped on stderr: the first ones kept, then
 /// how many more.
-fn report_skipped(trace: &Trace) {
+fn report_skipped(trace: &TraceSummary) {
     for bad in &trace.bad_lines {
         eprintln!("warning: {}:{}: {}: `{}`", trace.name, bad.line, bad.error, bad.text);
     }
@@ -927,9 +1017,12 @@ mod tests {
         // Two files called access.log: named by their paths.
         assert_eq!(
             lines[1],
-            format!("{FIXTURE}: combined, 36 requests from 3 clients over 31s, 3 malformed lines skipped")
+            format!("{FIXTURE}: a combined log, 36 requests from 3 clients over 31s, 3 malformed lines skipped")
         );
-        assert_eq!(lines[2], format!("{csv}: csv, 3 requests from 2 clients over 2s"));
+        assert_eq!(
+            lines[2],
+            format!("{csv}: a `timestamp,key` CSV, 3 requests from 2 clients over 2s")
+        );
         assert!(lines[3].starts_with("traffic"), "{table}");
         assert_eq!(lines.len(), 6, "{table}");
         assert!(lines[4].starts_with(FIXTURE) && lines[4].contains(" 36 "), "{table}");
@@ -937,12 +1030,50 @@ mod tests {
     }
 
     #[test]
-    fn trace_errors_are_named() {
-        let err = |argv: &[&str]| format!("{:#}", output(argv).unwrap_err());
+    fn lines_later_than_the_reorder_horizon_are_counted_in_the_heading() {
+        let dir = std::env::temp_dir().join(format!("slidegate-simulate-late-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let csv = dir.join("late.csv");
+        // 1020 comes after 1111 released 1100: 80 s out of order.
+        std::fs::write(&csv, "timestamp,key\n1000,a\n1100,a\n1111,b\n1020,b\n1112,a\n").unwrap();
+        let csv = csv.to_str().unwrap();
+        let run = |horizon: &str| {
+            output(&[
+                "--trace",
+                csv,
+                "--algorithm",
+                "sliding_log",
+                "--reorder-horizon",
+                horizon,
+            ])
+            .unwrap()
+        };
+        let table = run("10s");
         assert_eq!(
-            err(&["--trace", FIXTURE, "--on-error", "stop"]),
-            format!("{FIXTURE}:16: missing `[` before the time, found `10/Oct/2023:13:55:10`")
+            table.lines().nth(1),
+            Some(
+                "late.csv: a `timestamp,key` CSV, 5 requests from 2 clients over 112s, 1 line out of order by up \
+                 to 80s (more than the 10s reorder horizon), decided at the latest time"
+            ),
+            "{table}"
         );
+        // With the default 60 s, 1111 has not released 1100 yet when 1020
+        // comes: it is put in its place.
+        let table = run("60s");
+        assert_eq!(
+            table.lines().nth(1),
+            Some("late.csv: a `timestamp,key` CSV, 5 requests from 2 clients over 112s"),
+            "{table}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn explains_are_named() {
+        let err = |argv: &[&str]| format!("{:#}", output(argv).unwrap_err());
+        assert!(err(&["--trace", FIXTURE, "--on-error", "stop"]).starts_with(&format!(
+            "{FIXTURE}:16: missing `[` before the time, found `10/Oct/2023:13:55:10` (read as a combined log): `"
+        )));
         assert_eq!(
             err(&["--trace", FIXTURE, "--max-clients", "2"]),
             format!(
@@ -951,7 +1082,7 @@ mod tests {
             )
         );
         assert!(err(&["--trace", "/nonexistent/x.log"]).starts_with("reading /nonexistent/x.log: "));
-        assert!(err(&["--trace", FIXTURE, "--key-by", "key"]).starts_with("key `key` is not a field of"));
+        assert!(err(&["--trace", FIXTURE, "--key-by", "key"]).starts_with("field `key` is not in"));
         // Trace flags need --trace, and the traffic models' flags do not go
         // with it.
         assert!(err(&["--key-by", "user"]).contains("--trace"));

@@ -66,6 +66,7 @@ pub mod logs;
 mod metrics;
 mod oracle;
 mod series;
+mod stream;
 mod trace;
 mod traffic;
 
@@ -76,9 +77,11 @@ pub use logs::{
 pub use metrics::{Metrics, evaluate};
 pub use oracle::{ExactWindow, max_window_sum};
 pub use series::{ClientSeries, Point, busiest_clients, count_series};
+pub use stream::{Evaluation, REORDER_HORIZON_NS, REORDER_MAX_PENDING, Reorder, ReorderOptions, evaluate_stream};
 pub use trace::{
-    BadLine, CsvLine, LineError, LogLine, OnError, REPORTED_BAD_LINES, Trace, TraceError, TraceOptions, is_csv_header,
-    parse_clf_line, parse_clf_time, parse_combined_line, parse_csv_line, parse_csv_time, read_trace,
+    BadLine, CsvLine, LineError, LogLine, OnError, REPORTED_BAD_LINES, Trace, TraceError, TraceOptions, TraceSummary,
+    is_csv_header, parse_clf_line, parse_clf_time, parse_combined_line, parse_csv_line, parse_csv_time, read_trace,
+    stream_trace, trace_requests_of,
 };
 pub use traffic::{
     FEW_CLIENTS, MANY_SOURCES_SCALE, MAX_CLIENTS, MAX_REQUESTS, PARETO_ALPHA, Request, Traffic, generate,

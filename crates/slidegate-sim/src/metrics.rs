@@ -1,10 +1,10 @@
 //! Running one policy over a request stream, in both views.
 
-use crate::oracle::{ExactWindow, max_window_sum};
+use crate::oracle::ExactWindow;
+use crate::stream::Evaluation;
 use crate::traffic::Request;
 use serde::Serialize;
-use slidegate_core::{Algorithm, LimitState, Policy, State};
-use std::collections::HashMap;
+use slidegate_core::{LimitState, Policy, State};
 
 /// What one policy did with one request stream, in both views (see the
 /// crate docs).
@@ -64,88 +64,30 @@ impl Measured {
         self.truth.record(time_ns, cost);
         (est, truth)
     }
-}
 
-/// One client's states in both views.
-struct Client {
-    /// Measurement view: every request counted.
-    measured: Measured,
-    /// Admission view: only admitted requests counted.
-    admitting: State,
-    /// Admission view: the admitted requests, in time order.
-    admitted: Vec<(u64, u64)>,
+    /// Events the exact oracle holds (those still inside a later window).
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
+        self.truth.held()
+    }
 }
 
 /// Runs `policy` over `requests`, every client with its own states and
-/// oracle, and measures both views.
+/// oracle, and measures both views: an [`Evaluation`] fed every request.
 ///
 /// Requests are taken in the order given, which should be time order (as
 /// the traffic models produce).
 pub fn evaluate(policy: &Policy, requests: &[Request]) -> Metrics {
-    let window = policy.effective_window_ns();
-    let limit = policy.limit();
-    let measure = !matches!(policy.algorithm(), Algorithm::Gcra { .. });
-    // Clients by id: a direct table when the ids are dense (as the traffic
-    // models make them), a hash map otherwise.
-    let max_id = requests.iter().map(|r| r.client as usize).max().unwrap_or(0);
-    let mut table: Vec<Option<Client>> = Vec::new();
-    let mut map: HashMap<u32, Client> = HashMap::new();
-    if max_id < requests.len().saturating_mul(4).max(1024) {
-        table.resize_with(max_id + 1, || None);
-    }
-    let new_client = || Client {
-        measured: Measured::new(policy),
-        admitting: State::new(policy),
-        admitted: Vec::new(),
-    };
-    let (mut wrongly_allowed, mut wrongly_denied, mut admitted) = (0u64, 0u64, 0u64);
-    let (mut error_sum, mut error_n) = (0.0f64, 0u64);
-    for r in requests {
-        let c = match table.get_mut(r.client as usize) {
-            Some(slot) => slot.get_or_insert_with(new_client),
-            None => map.entry(r.client).or_insert_with(new_client),
-        };
-        if measure {
-            let (est, truth) = c.measured.observe(policy, r.time_ns, r.cost);
-            let est_allows = est + r.cost as f64 <= limit as f64;
-            let truth_allows = truth.saturating_add(r.cost) <= limit;
-            match (est_allows, truth_allows) {
-                (true, false) => wrongly_allowed += 1,
-                (false, true) => wrongly_denied += 1,
-                _ => {}
-            }
-            if truth > 0 {
-                error_sum += (est - truth as f64).abs() / truth as f64;
-                error_n += 1;
-            }
-        }
-        if c.admitting.check(policy, r.time_ns, r.cost).allowed() {
-            admitted += 1;
-            c.admitted.push((r.time_ns, r.cost));
-        }
-    }
-    let clients: Vec<&Client> = table.iter().flatten().chain(map.values()).collect();
-    let max_window_admitted = clients
-        .iter()
-        .map(|c| max_window_sum(&c.admitted, window))
-        .max()
-        .unwrap_or(0);
-    Metrics {
-        requests: requests.len() as u64,
-        clients: clients.len() as u64,
-        wrongly_allowed: measure.then_some(wrongly_allowed),
-        wrongly_denied: measure.then_some(wrongly_denied),
-        mean_abs_error: (measure && error_n > 0).then(|| error_sum / error_n as f64),
-        admitted,
-        max_window_admitted,
-        max_window_ratio: max_window_admitted as f64 / limit as f64,
-    }
+    let mut evaluation = Evaluation::new(policy);
+    requests.iter().for_each(|r| evaluation.observe_request(r));
+    evaluation.metrics()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::{Traffic, generate};
+    use slidegate_core::Algorithm;
     use std::time::Duration;
 
     #[test]

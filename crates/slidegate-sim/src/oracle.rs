@@ -34,6 +34,12 @@ impl ExactWindow {
         }
     }
 
+    /// Events held: those that a later window may still hold.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
+        self.events.len()
+    }
+
     /// The window length in nanoseconds.
     pub fn window_ns(&self) -> u64 {
         self.window_ns

@@ -5,9 +5,9 @@
 use proptest::prelude::*;
 use slidegate_core::{Algorithm, Policy, Weighting};
 use slidegate_sim::{
-    FormatChoice, LineError, LogFormat, LogOptions, OnError, Request, Row, Trace, TraceError, TraceOptions, evaluate,
-    is_csv_header, parse_clf_line, parse_clf_time, parse_combined_line, parse_csv_line, parse_csv_time, read_trace,
-    run_requests,
+    FormatChoice, LineError, LogFormat, LogOptions, OnError, ReorderOptions, Request, Row, Trace, TraceError,
+    TraceOptions, evaluate, evaluate_stream, is_csv_header, parse_clf_line, parse_clf_time, parse_combined_line,
+    parse_csv_line, parse_csv_time, read_trace, run_requests, stream_trace, trace_requests_of,
 };
 use std::time::Duration;
 
@@ -666,4 +666,114 @@ fn run_requests_matches_evaluate_on_any_threads() {
         assert_eq!(rows, expect, "{threads} threads");
         assert_eq!(done.into_inner(), policies.len());
     }
+}
+
+// ------------------------------------------------------------- streaming
+
+/// The fixture's out-of-order lines are a few seconds late: streamed with
+/// the default 60 s horizon, it gives the requests of the full sort, and
+/// the same rows.
+#[test]
+#[allow(clippy::result_large_err)] // the library's error, as it is
+fn streaming_the_fixture_gives_the_sorted_requests() {
+    let t = read(&fixture(), skip()).unwrap();
+    let mut streamed = Vec::new();
+    let summary = stream_trace(
+        "test.log",
+        fixture().as_slice(),
+        &skip(),
+        ReorderOptions::default(),
+        &mut |_| {},
+        &mut |r| streamed.push(r),
+    )
+    .unwrap();
+    assert_eq!(streamed, t.requests);
+    assert_eq!((summary.requests, summary.clients, summary.late), (36, 3, 0));
+    assert_eq!((summary.span_ns, summary.start_unix_ns), (t.span_ns(), t.start_unix_ns));
+    assert_eq!((summary.keys.clone(), summary.skipped), (t.keys.clone(), t.skipped));
+    assert_eq!(summary.requests_per_client.iter().sum::<u64>(), 36);
+    let policies: Vec<Policy> = [
+        Algorithm::TWO_BUCKETS,
+        Algorithm::SlidingLog,
+        Algorithm::Gcra { burst: 5 },
+    ]
+    .into_iter()
+    .map(|a| Policy::new(5, Duration::from_secs(10), a).unwrap())
+    .collect();
+    let rows = run_requests(&policies, "t", &t.requests, 1, &|| {});
+    for threads in [1, 2, 3] {
+        let (metrics, summary) = evaluate_stream(&policies, threads, |sink| {
+            stream_trace(
+                "test.log",
+                fixture().as_slice(),
+                &skip(),
+                ReorderOptions::default(),
+                &mut |_| {},
+                sink,
+            )
+        })
+        .unwrap();
+        assert_eq!(summary.requests, 36);
+        let streamed: Vec<Row> = policies.iter().zip(metrics).map(|(p, m)| Row::new(p, "t", m)).collect();
+        assert_eq!(streamed, rows, "{threads} threads");
+    }
+    // The busiest client's requests, read again alone.
+    let busiest = (0..3u32)
+        .max_by_key(|&c| summary.requests_per_client[c as usize])
+        .unwrap();
+    let key = summary.keys[busiest as usize].clone();
+    let mine = trace_requests_of(
+        "test.log",
+        fixture().as_slice(),
+        &skip(),
+        ReorderOptions::default(),
+        &[(key, busiest)],
+        &mut |_| {},
+    )
+    .unwrap();
+    let expect: Vec<Request> = t.requests.iter().filter(|r| r.client == busiest).copied().collect();
+    assert_eq!(mine, expect);
+    assert_eq!(mine.len() as u64, summary.requests_per_client[busiest as usize]);
+}
+
+/// A line later than the horizon is decided at the latest time released,
+/// and counted with how late it was.
+#[test]
+fn lines_later_than_the_horizon_are_counted() {
+    let csv = "timestamp,key\n1000,a\n1001,b\n1000.5,a\n1100,a\n1030,b\n1101,b\n";
+    let order = ReorderOptions {
+        horizon_ns: 60 * S as u64,
+        max_pending: 100,
+    };
+    let mut requests = Vec::new();
+    let summary = stream_trace("t.csv", csv.as_bytes(), &skip(), order, &mut |_| {}, &mut |r| {
+        requests.push((r.time_ns, r.client))
+    })
+    .unwrap();
+    // 1000.5 is put back in its place; 1030 comes after 1100 released
+    // 1000, 1000.5 and 1001 only, so it is in time; none is late.
+    assert_eq!(summary.late, 0);
+    let s = S as u64;
+    assert_eq!(
+        requests,
+        [(0, 0), (s / 2, 0), (s, 1), (30 * s, 1), (100 * s, 0), (101 * s, 1)]
+    );
+    // With a 10 s horizon, 1111 releases 1100, and 1020 comes after it: it
+    // is decided at 1100, 80 s late.
+    let csv = "timestamp,key\n1000,a\n1100,a\n1111,b\n1020,b\n1112,a\n";
+    let order = ReorderOptions {
+        horizon_ns: 10 * S as u64,
+        max_pending: 100,
+    };
+    let mut requests = Vec::new();
+    let summary = stream_trace("t.csv", csv.as_bytes(), &skip(), order, &mut |_| {}, &mut |r| {
+        requests.push((r.time_ns, r.client))
+    })
+    .unwrap();
+    assert_eq!((summary.late, summary.max_lateness_ns), (1, 80 * s));
+    assert_eq!(
+        requests,
+        [(0, 0), (100 * s, 0), (100 * s, 1), (111 * s, 1), (112 * s, 0)]
+    );
+    assert_eq!((summary.requests, summary.span_ns), (5, 112 * s));
 }
