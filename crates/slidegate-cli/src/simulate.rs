@@ -349,10 +349,7 @@ fn replay(args: &Args, policies: &[Policy], out: &mut dyn Write, progress: bool)
         key_by: args.key_by.clone(),
         max_clients: args.max_clients,
     };
-    let order = ReorderOptions {
-        horizon_ns: u64::try_from(args.reorder_horizon.as_nanos()).unwrap_or(u64::MAX),
-        max_pending: REORDER_MAX_PENDING,
-    };
+    let order = reorder_options(args);
     let paths = unique(&args.trace);
     let names = traffic_names(&paths);
     for path in &paths {
@@ -434,6 +431,7 @@ fn whatif(args: &Args, out: &mut dyn Write, progress: bool) -> Result<()> {
         domain: args.domain.clone().unwrap_or_default(),
         descriptors,
         memory_bytes: (args.memory_mib as usize) << 20,
+        order: reorder_options(args),
     };
     let mut replay = crate::whatif::Replay::new(&setup)?;
     let options = log_options(args);
@@ -490,7 +488,7 @@ fn whatif(args: &Args, out: &mut dyn Write, progress: bool) -> Result<()> {
         }
         files.push(line);
     }
-    let report = replay.report();
+    let report = replay.finish();
     if let Some(dir) = &args.plot {
         report_plots(&crate::plots::whatif_plots(dir, &report)?);
     }
@@ -530,6 +528,14 @@ impl crate::whatif::Fields for Resolved<'_, '_> {
     fn field(&self, name: &str) -> Option<std::borrow::Cow<'_, str>> {
         let (_, field) = self.fields.iter().find(|(n, _)| *n == name)?;
         self.record.get(field)
+    }
+}
+
+/// How the `--trace` lines are put in time order.
+fn reorder_options(args: &Args) -> ReorderOptions {
+    ReorderOptions {
+        horizon_ns: u64::try_from(args.reorder_horizon.as_nanos()).unwrap_or(u64::MAX),
+        max_pending: REORDER_MAX_PENDING,
     }
 }
 

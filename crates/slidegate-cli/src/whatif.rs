@@ -17,6 +17,7 @@ use slidegate_core::{Algorithm, ManualClock};
 use slidegate_memory::Budget;
 use slidegate_server::config::{Config, LoadOptions};
 use slidegate_server::engine::{Code, Descriptor, Engine, EngineError, InputLimits, Request};
+use slidegate_sim::{Reorder, ReorderOptions};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -139,6 +140,8 @@ pub(crate) struct Setup {
     pub(crate) descriptors: Vec<Vec<EntrySpec>>,
     /// Memory of each engine's store (and of its other algorithms' store).
     pub(crate) memory_bytes: usize,
+    /// How lines are put in time order.
+    pub(crate) order: ReorderOptions,
 }
 
 /// One of the three ways the rules are counted.
@@ -301,8 +304,80 @@ struct RuleInfo {
 }
 
 /// The replay under way: feed it lines with [`Replay::line`], then take
-/// the [`Report`].
+/// the [`Report`] with [`Replay::finish`]. Lines are put in time order by
+/// a bounded reorder buffer, then decided.
 pub(crate) struct Replay {
+    order: Reorder<Held>,
+    horizon_ns: u64,
+    /// The fields the descriptors read, in the order of [`Held`].
+    fields: Vec<String>,
+    decider: Decider,
+}
+
+/// A line held for time order: the values of [`Replay::fields`] it has.
+type Held = Vec<Option<Box<str>>>;
+
+/// A held line's fields by name.
+struct HeldFields<'a> {
+    names: &'a [String],
+    values: &'a [Option<Box<str>>],
+}
+
+impl Fields for HeldFields<'_> {
+    fn field(&self, name: &str) -> Option<Cow<'_, str>> {
+        let i = self.names.iter().position(|n| n == name)?;
+        self.values.get(i)?.as_deref().map(Cow::Borrowed)
+    }
+}
+
+impl Replay {
+    /// A replay of `setup`'s config.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Decider::new`].
+    pub(crate) fn new(setup: &Setup) -> Result<Replay> {
+        Ok(Replay {
+            order: Reorder::new(setup.order),
+            horizon_ns: setup.order.horizon_ns,
+            fields: setup.fields().into_iter().map(str::to_owned).collect(),
+            decider: Decider::new(setup)?,
+        })
+    }
+
+    /// Takes one log line at `time_unix_ns`: it is decided once no
+    /// earlier line can come within the reorder horizon (see
+    /// [`Reorder`]); a line that comes later than that is decided at the
+    /// latest time decided, and counted.
+    pub(crate) fn line(&mut self, time_unix_ns: i64, fields: &(impl Fields + ?Sized)) {
+        let held: Held = self
+            .fields
+            .iter()
+            .map(|name| fields.field(name).map(|v| Box::from(v.as_ref())))
+            .collect();
+        self.decider.lines += 1;
+        let (names, decider) = (&self.fields, &mut self.decider);
+        self.order.push(time_unix_ns, held, &mut |t, held| {
+            decider.decide(t, &HeldFields { names, values: &held });
+        });
+    }
+
+    /// Decides the lines still held and gives the figures.
+    pub(crate) fn finish(mut self) -> Report {
+        let (names, decider) = (&self.fields, &mut self.decider);
+        self.order.finish(&mut |t, held| {
+            decider.decide(t, &HeldFields { names, values: &held });
+        });
+        let mut report = self.decider.report();
+        report.out_of_order = self.order.late();
+        report.most_late_ns = self.order.max_lateness_ns();
+        report.horizon_ns = self.horizon_ns;
+        report
+    }
+}
+
+/// Decides lines in time order: the three views' engines and figures.
+struct Decider {
     runtime: tokio::runtime::Runtime,
     clock: ManualClock,
     domain: String,
@@ -315,22 +390,20 @@ pub(crate) struct Replay {
     latest_ns: u64,
     lines: u64,
     requests: u64,
-    out_of_order: u64,
-    most_late_ns: u64,
     missing: BTreeMap<String, u64>,
     no_descriptor: u64,
     invalid: u64,
     first_invalid: Option<String>,
 }
 
-impl Replay {
-    /// A replay of `setup`'s config.
+impl Decider {
+    /// A decider of `setup`'s config.
     ///
     /// # Errors
     ///
     /// The config's errors (file, line, column), a domain it does not
     /// have (naming those it has), or descriptor entries of no field.
-    pub(crate) fn new(setup: &Setup) -> Result<Replay> {
+    fn new(setup: &Setup) -> Result<Decider> {
         let config = Config::load_with(&setup.config, &LoadOptions::default()).map_err(|e| anyhow::anyhow!("{e}"))?;
         if config.domain(&setup.domain).is_none() {
             let names: Vec<&str> = config.domains().map(|d| d.name.as_str()).collect();
@@ -375,7 +448,7 @@ impl Replay {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
             .context("starting the replay's runtime")?;
-        Ok(Replay {
+        Ok(Decider {
             runtime,
             clock,
             domain: setup.domain.clone(),
@@ -386,8 +459,6 @@ impl Replay {
             latest_ns: 0,
             lines: 0,
             requests: 0,
-            out_of_order: 0,
-            most_late_ns: 0,
             missing: BTreeMap::new(),
             no_descriptor: 0,
             invalid: 0,
@@ -395,26 +466,20 @@ impl Replay {
         })
     }
 
-    /// Replays one log line at `time_unix_ns`. A line earlier than one
-    /// before it is decided at the latest time so far (the clock never
-    /// goes back), and counted as out of order. A descriptor an entry of
-    /// which has no value on the line (the field missing, empty or `-`,
-    /// as logs write an absent value) is left out of the request, as
-    /// Envoy leaves out a descriptor it cannot fill; a line left with no
-    /// descriptor sends no request.
-    pub(crate) fn line(&mut self, time_unix_ns: i64, fields: &(impl Fields + ?Sized)) {
-        self.lines += 1;
+    /// Decides one log line at `time_unix_ns` (lines come in time order;
+    /// one earlier than the latest is decided at the latest, so that the
+    /// clock never goes back). A descriptor an entry of which has no value
+    /// on the line (the field missing, empty or `-`, as logs write an
+    /// absent value) is left out of the request, as Envoy leaves out a
+    /// descriptor it cannot fill; a line left with no descriptor sends no
+    /// request.
+    fn decide(&mut self, time_unix_ns: i64, fields: &(impl Fields + ?Sized)) {
         // The clock shows Unix time, so that fixed windows start on the
         // minute, as envoyproxy/ratelimit's do (a time before 1970 reads
         // as 1970).
         let t = u64::try_from(time_unix_ns).unwrap_or(0);
         let start = *self.start_ns.get_or_insert(t);
-        if t < self.latest_ns {
-            self.out_of_order += 1;
-            self.most_late_ns = self.most_late_ns.max(self.latest_ns - t);
-        } else {
-            self.latest_ns = t;
-        }
+        self.latest_ns = self.latest_ns.max(t);
         let now = self.latest_ns;
         self.clock.set(now);
         let since_start = now - start;
@@ -464,11 +529,10 @@ impl Replay {
                     if state.view == View::AsConfigured {
                         self.invalid += 1;
                         if self.first_invalid.is_none() {
+                            let at = format_unix_ns(i64::try_from(now).unwrap_or(i64::MAX));
                             self.first_invalid = Some(match e {
-                                EngineError::Invalid(m) | EngineError::Unavailable(m) => {
-                                    format!("line {}: {m}", self.lines)
-                                }
-                                other => format!("line {}: {other}", self.lines),
+                                EngineError::Invalid(m) | EngineError::Unavailable(m) => format!("at {at}: {m}"),
+                                other => format!("at {at}: {other}"),
                             });
                         }
                     }
@@ -502,8 +566,9 @@ impl Replay {
         }
     }
 
-    /// The figures of the replay so far.
-    pub(crate) fn report(&self) -> Report {
+    /// The figures of the lines decided so far (the caller fills in the
+    /// out-of-order figures).
+    fn report(&self) -> Report {
         let at = |ns: u64| i64::try_from(ns).unwrap_or(i64::MAX);
         let mut rules = Vec::new();
         for (name, info) in &self.info {
@@ -536,8 +601,9 @@ impl Replay {
             requests: self.requests,
             first_line: self.start_ns.map(|ns| format_unix_ns(at(ns))),
             last_line: self.start_ns.map(|_| format_unix_ns(at(self.latest_ns))),
-            out_of_order: self.out_of_order,
-            most_late_ns: self.most_late_ns,
+            out_of_order: 0,
+            most_late_ns: 0,
+            horizon_ns: 0,
             missing_fields: self.missing.clone(),
             without_descriptor: self.no_descriptor,
             invalid: self.invalid,
@@ -602,6 +668,8 @@ pub(crate) struct Report {
     pub(crate) out_of_order: u64,
     #[serde(skip)]
     pub(crate) most_late_ns: u64,
+    #[serde(skip)]
+    pub(crate) horizon_ns: u64,
     pub(crate) missing_fields: BTreeMap<String, u64>,
     pub(crate) without_descriptor: u64,
     pub(crate) invalid: u64,
@@ -752,34 +820,46 @@ pub(crate) fn write_table(report: &Report, heading: &str, out: &mut dyn std::io:
     Ok(())
 }
 
+/// `1 line` or `n lines`.
+fn lines(n: u64) -> String {
+    if n == 1 {
+        "1 line".to_owned()
+    } else {
+        format!("{n} lines")
+    }
+}
+
 /// The replay's caveats, one line each.
 fn write_notes(report: &Report, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    let duration = |ns| slidegate_core::duration::format_duration(std::time::Duration::from_nanos(ns));
     if report.out_of_order > 0 {
         writeln!(
             out,
-            "note: {} lines were earlier than a line before them (by up to {}) and were decided at the latest time",
-            report.out_of_order,
-            slidegate_core::duration::format_duration(std::time::Duration::from_nanos(report.most_late_ns))
+            "note: {} out of order by up to {} (more than the {} reorder horizon), decided at the latest time",
+            lines(report.out_of_order),
+            duration(report.most_late_ns),
+            duration(report.horizon_ns)
         )?;
     }
-    for (field, n) in &report.missing_fields {
+    for (field, &n) in &report.missing_fields {
         writeln!(
             out,
-            "note: {n} lines have no value for field `{field}`: their descriptor was left out"
+            "note: {} without a value for field `{field}`: their descriptor was left out",
+            lines(n)
         )?;
     }
     if report.without_descriptor > 0 {
         writeln!(
             out,
-            "note: {} lines sent no request (no descriptor left)",
-            report.without_descriptor
+            "note: {} with no descriptor left sent no request",
+            lines(report.without_descriptor)
         )?;
     }
     if let Some(first) = &report.first_invalid {
         writeln!(
             out,
-            "note: {} requests would be refused by the service as invalid (first, {first})",
-            report.invalid
+            "note: {} refused by the service as invalid (the first: {first})",
+            lines(report.invalid)
         )?;
     }
     if report.evictions > 0 {
@@ -882,6 +962,7 @@ mod tests {
                 vec!["path=path".parse().unwrap()],
             ],
             memory_bytes: 1 << 20,
+            order: ReorderOptions::default(),
         }
     }
 
@@ -913,7 +994,7 @@ mod tests {
             let fields = &[("client", client), ("path", path)][..];
             replay.line(t0 + s as i64 * 1_000_000_000, fields);
         }
-        let report = replay.report();
+        let report = replay.finish();
         assert_eq!((report.lines, report.requests, report.out_of_order), (16, 16, 0));
         let names: Vec<&str> = report.rules.iter().map(|r| r.rule.as_str()).collect();
         assert_eq!(names, ["path_/login", "remote_address"]);
@@ -989,19 +1070,56 @@ mod tests {
 
     #[test]
     fn missing_fields_and_late_lines_are_counted_not_lost() {
-        let mut replay = Replay::new(&setup()).unwrap();
+        let mut setup = setup();
+        setup.order.horizon_ns = 1_000_000_000;
+        let mut replay = Replay::new(&setup).unwrap();
         let t0 = 1_699_999_980_000_000_000_i64;
-        replay.line(t0 + 5_000_000_000, &[("client", "10.0.0.1"), ("path", "-")][..]);
-        // 2 s earlier than the line before: decided at the latest time.
-        replay.line(t0 + 3_000_000_000, &[("client", "10.0.0.1")][..]);
-        replay.line(t0 + 6_000_000_000, &[("path", "")][..]);
-        let report = replay.report();
-        assert_eq!((report.lines, report.requests, report.without_descriptor), (3, 2, 1));
+        let s = |n: i64| t0 + n * 1_000_000_000;
+        replay.line(s(5), &[("client", "10.0.0.1"), ("path", "-")][..]);
+        // Within the horizon: put back in order, not late.
+        replay.line(s(4), &[("client", "10.0.0.1"), ("path", "/login")][..]);
+        // 7 s releases 5 s; 3 s then comes 2 s after a line decided.
+        replay.line(s(7), &[("path", "")][..]);
+        replay.line(s(3), &[("client", "10.0.0.1")][..]);
+        let report = replay.finish();
+        assert_eq!((report.lines, report.requests, report.without_descriptor), (4, 3, 1));
         assert_eq!((report.out_of_order, report.most_late_ns), (1, 2_000_000_000));
         assert_eq!(report.missing_fields.get("path"), Some(&3));
         assert_eq!(report.missing_fields.get("client"), Some(&1));
-        assert_eq!(report.rules.len(), 1);
-        assert_eq!(report.rules[0].views[0].matched, 2);
+        // The login line was decided first, at 22:13:04.
+        assert_eq!(report.first_line.as_deref(), Some("2023-11-14T22:13:04.000Z"));
+        let names: Vec<&str> = report.rules.iter().map(|r| r.rule.as_str()).collect();
+        assert_eq!(names, ["path_/login", "remote_address"]);
+        assert_eq!(report.rules[1].views[0].matched, 3);
+        let mut out = Vec::new();
+        write_notes(&report, &mut out).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "note: 1 line out of order by up to 2s (more than the 1s reorder horizon), decided at the latest \
+             time\nnote: 1 line without a value for field `client`: their descriptor was left out\nnote: 3 lines \
+             without a value for field `path`: their descriptor was left out\nnote: 1 line with no descriptor left \
+             sent no request\n"
+        );
+    }
+
+    #[test]
+    fn requests_the_service_refuses_as_invalid_are_counted_with_the_first() {
+        let mut replay = Replay::new(&setup()).unwrap();
+        let long = "x".repeat(2000);
+        replay.line(
+            1_700_000_000_000_000_000,
+            &[("client", long.as_str()), ("path", "/")][..],
+        );
+        replay.line(1_700_000_001_000_000_000, &[("client", "10.0.0.1"), ("path", "/")][..]);
+        let report = replay.finish();
+        assert_eq!((report.requests, report.invalid), (2, 1));
+        assert_eq!(
+            report.first_invalid.as_deref(),
+            Some(
+                "at 2023-11-14T22:13:20.000Z: an entry value of descriptor 0 is 2000 bytes, over the limit of 1024 bytes"
+            )
+        );
+        assert_eq!(report.rules[0].views[0].matched, 1);
     }
 
     #[test]
