@@ -437,15 +437,7 @@ fn whatif(args: &Args, out: &mut dyn Write, progress: bool) -> Result<()> {
     let options = log_options(args);
     let mut files = Vec::new();
     for path in unique(&args.trace) {
-        let shown = path.display().to_string();
-        let input = slidegate_sim::open_log(path).with_context(|| format!("reading {shown}"))?;
-        let consumed = input.consumed();
-        let bar = crate::progress::bar(
-            progress,
-            input.len(),
-            "replaying {msg} [{bar:30}] {bytes}/{total_bytes}",
-        );
-        bar.set_message(shown.clone());
+        let (shown, input, consumed, bar) = open_trace(path, progress, "replaying")?;
         let mut reader = LogReader::new(&shown, input, &options).map_err(explain)?;
         let fields = setup
             .fields()
@@ -596,6 +588,31 @@ fn traffic_names(paths: &[&Path]) -> Vec<String> {
         .collect()
 }
 
+/// A `--trace` file opened (gzip or not) with a progress bar over its bytes
+/// as stored, labelled `verb`: its name as shown, the input, how much of
+/// it was read, the bar.
+fn open_trace(
+    path: &Path,
+    progress: bool,
+    verb: &str,
+) -> Result<(
+    String,
+    slidegate_sim::LogInput,
+    slidegate_sim::ByteCount,
+    indicatif::ProgressBar,
+)> {
+    let shown = path.display().to_string();
+    let input = slidegate_sim::open_log(path).with_context(|| format!("reading {shown}"))?;
+    let consumed = input.consumed();
+    let bar = crate::progress::bar(
+        progress,
+        input.len(),
+        &format!("{verb} {{msg}} [{{bar:30}}] {{bytes}}/{{total_bytes}}"),
+    );
+    bar.set_message(shown.clone());
+    Ok((shown, input, consumed, bar))
+}
+
 /// Opens one `--trace` file and finds its format and key field, reading
 /// only its first lines.
 #[allow(clippy::result_large_err)] // the library's error, made once per file
@@ -618,15 +635,7 @@ fn evaluate_trace_file(
     threads: usize,
     progress: bool,
 ) -> Result<(Vec<Metrics>, TraceSummary)> {
-    let shown = path.display().to_string();
-    let input = slidegate_sim::open_log(path).with_context(|| format!("reading {shown}"))?;
-    let consumed = input.consumed();
-    let bar = crate::progress::bar(
-        progress,
-        input.len(),
-        "evaluating {msg} [{bar:30}] {bytes}/{total_bytes}",
-    );
-    bar.set_message(shown.clone());
+    let (shown, input, consumed, bar) = open_trace(path, progress, "evaluating")?;
     let evaluated = slidegate_sim::evaluate_stream(policies, threads, |sink| {
         slidegate_sim::stream_trace(
             &shown,
@@ -650,11 +659,7 @@ fn trace_requests_file(
     clients: &[(String, u32)],
     progress: bool,
 ) -> Result<Vec<Request>> {
-    let shown = path.display().to_string();
-    let input = slidegate_sim::open_log(path).with_context(|| format!("reading {shown}"))?;
-    let consumed = input.consumed();
-    let bar = crate::progress::bar(progress, input.len(), "plotting {msg} [{bar:30}] {bytes}/{total_bytes}");
-    bar.set_message(shown.clone());
+    let (shown, input, consumed, bar) = open_trace(path, progress, "plotting")?;
     let read = slidegate_sim::trace_requests_of(&shown, input, options, order, clients, &mut |_| {
         bar.set_position(consumed.get())
     });

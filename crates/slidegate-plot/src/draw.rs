@@ -506,6 +506,33 @@ fn draw_runs<DB: DrawingBackend>(
 }
 
 /// The limit, dashed, across the whole x axis.
+/// The grid, ticks and axis names of a plot of numbers against numbers
+/// (ticks worded for axes spanning `xspan` and `yspan`).
+fn draw_mesh<DB: DrawingBackend>(
+    chart: &mut Chart<'_, DB>,
+    x_desc: &str,
+    y_desc: &str,
+    xspan: f64,
+    yspan: f64,
+) -> Result<(), PlotError> {
+    let xfmt = |v: &f64| tick(*v, xspan);
+    let yfmt = |v: &f64| tick(*v, yspan);
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .axis_desc_style(text(DESC_SIZE))
+        .label_style(text(TICK_SIZE))
+        .x_label_formatter(&xfmt)
+        .y_label_formatter(&yfmt)
+        .x_labels(10)
+        .y_labels(8)
+        .bold_line_style(GRID)
+        .light_line_style(WHITE)
+        .draw()
+        .map_err(drawing)
+}
+
 fn draw_limit<DB: DrawingBackend>(chart: &mut Chart<'_, DB>, xs: &Range<f64>, limit: f64) -> Result<(), PlotError> {
     chart
         .draw_series(DashedLineSeries::new(
@@ -552,22 +579,7 @@ impl Figure for CountOverTime<'_> {
             .y_label_area_size(y_area(&plot, &y_samples(&ys))?)
             .build_cartesian_2d(xs.clone(), ys)
             .map_err(drawing)?;
-        let xfmt = |v: &f64| tick(*v, xspan);
-        let yfmt = |v: &f64| tick(*v, yspan);
-        chart
-            .configure_mesh()
-            .x_desc("time (s)")
-            .y_desc("requests in the window")
-            .axis_desc_style(text(DESC_SIZE))
-            .label_style(text(TICK_SIZE))
-            .x_label_formatter(&xfmt)
-            .y_label_formatter(&yfmt)
-            .x_labels(10)
-            .y_labels(8)
-            .bold_line_style(GRID)
-            .light_line_style(WHITE)
-            .draw()
-            .map_err(drawing)?;
+        draw_mesh(&mut chart, "time (s)", "requests in the window", xspan, yspan)?;
         let lines = std::iter::once((self.truth, BLACK.to_rgba(), 4))
             .chain(self.estimates.iter().enumerate().map(|(i, l)| (l, colour(i), 2)));
         for (line, c, width) in lines {
@@ -810,22 +822,13 @@ impl Figure for Refusals<'_> {
             .y_label_area_size(y_area(&plot, &y_samples(&ys))?)
             .build_cartesian_2d(xs, ys)
             .map_err(drawing)?;
-        let xfmt = |v: &f64| tick(*v, xspan);
-        let yfmt = |v: &f64| tick(*v, yspan);
-        chart
-            .configure_mesh()
-            .x_desc("time since the log's start (s)")
-            .y_desc("refused requests per interval")
-            .axis_desc_style(text(DESC_SIZE))
-            .label_style(text(TICK_SIZE))
-            .x_label_formatter(&xfmt)
-            .y_label_formatter(&yfmt)
-            .x_labels(10)
-            .y_labels(8)
-            .bold_line_style(GRID)
-            .light_line_style(WHITE)
-            .draw()
-            .map_err(drawing)?;
+        draw_mesh(
+            &mut chart,
+            "time since the log's start (s)",
+            "refused requests per interval",
+            xspan,
+            yspan,
+        )?;
         for (i, line) in self.lines.iter().enumerate() {
             draw_runs(&mut chart, &defined_runs(&line.points), colour(i), 2)?;
         }
