@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The what-if replay of `slidegate simulate` on generated access logs of
-# growing length: peak memory (the process's maximum resident set, from
+# `slidegate simulate`'s two replays on generated access logs of growing
+# length: the accuracy replay (`--trace`, every algorithm against the exact
+# oracle) and the what-if replay (`--config`, a config's rules through the
+# service's engine): peak memory (the process's maximum resident set, from
 # /usr/bin/time -v) and lines per second, to show that memory stays flat
 # as the log grows. Nothing is sent over a network.
 #
@@ -29,7 +31,17 @@ descriptors:
     value: /login
     rate_limit: { unit: second, requests_per_unit: 5 }
 YAML
-printf '%-10s %10s %12s %14s %10s\n' lines seconds lines/s peak_rss_MiB log_MiB
+# One replay of the log: its figures on one line.
+measure() {
+  local name=$1 n=$2 size=$3
+  shift 3
+  /usr/bin/time -v -o "$dir/time.txt" "$@" >"$dir/out-$name.txt"
+  secs=$(awk -F': ' '/Elapsed \(wall clock\)/ { n = split($2, p, ":"); s = 0; for (i = 1; i <= n; i++) s = s * 60 + p[i]; print s }' "$dir/time.txt")
+  rss=$(awk -F': ' '/Maximum resident set size/ { printf "%.1f", $2 / 1024 }' "$dir/time.txt")
+  rate=$(awk -v n="$n" -v s="$secs" 'BEGIN { printf "%.0f", n / s }')
+  printf '%-9s %-10s %10s %12s %14s %10s\n' "$name" "$n" "$secs" "$rate" "$rss" "$size"
+}
+printf '%-9s %-10s %10s %12s %14s %10s\n' replay lines seconds lines/s peak_rss_MiB log_MiB
 for n in "${sizes[@]}"; do
   python3 - "$n" >"$dir/access.log" <<'PY'
 import random, sys, time
@@ -51,14 +63,10 @@ for i in range(n):
 out.write("".join(buf))
 PY
   size=$(($(stat -c %s "$dir/access.log") >> 20))
-  /usr/bin/time -v -o "$dir/time.txt" "$bin" simulate --config "$dir/config.yaml" --domain shop \
-    --descriptor remote_address=client --other-descriptor path=path --trace "$dir/access.log" \
-    >"$dir/out.txt"
-  secs=$(awk -F': ' '/Elapsed \(wall clock\)/ { n = split($2, p, ":"); s = 0; for (i = 1; i <= n; i++) s = s * 60 + p[i]; print s }' "$dir/time.txt")
-  rss=$(awk -F': ' '/Maximum resident set size/ { printf "%.1f", $2 / 1024 }' "$dir/time.txt")
-  rate=$(awk -v n="$n" -v s="$secs" 'BEGIN { printf "%.0f", n / s }')
-  printf '%-10s %10s %12s %14s %10s\n' "$n" "$secs" "$rate" "$rss" "$size"
+  measure accuracy "$n" "$size" "$bin" simulate --trace "$dir/access.log" --limit 60 --window 1m
+  measure what-if "$n" "$size" "$bin" simulate --config "$dir/config.yaml" --domain shop \
+    --descriptor remote_address=client --other-descriptor path=path --trace "$dir/access.log"
 done
 echo
-echo "the last replay's report:"
-cat "$dir/out.txt"
+echo "the last replays' reports:"
+cat "$dir/out-accuracy.txt" "$dir/out-what-if.txt"
