@@ -431,6 +431,14 @@ impl LogFormat {
             },
             Kind::Template(t) => resolve(&t.names, &t.roles, name, t.dialect != Dialect::Nginx)?,
         };
+        // `client` is an address without its port (Envoy's and Caddy's
+        // remote addresses have one): a client keeps one key across its
+        // connections.
+        let get = if name == "client" && get != Getter::CsvKey {
+            Getter::Address(Box::new(get))
+        } else {
+            get
+        };
         Some(Field {
             name: name.to_string(),
             get,
@@ -543,6 +551,8 @@ enum Getter {
     JsonKey(String),
     /// A field of a log with no line: never found.
     Nothing,
+    /// Another getter's address without its port.
+    Address(Box<Getter>),
 }
 
 /// A field of a [`LogFormat`], resolved from its name once (see
@@ -617,6 +627,10 @@ impl<'a> Record<'a> {
     /// written (a quoted field without its quotes, `\"` escapes kept, `-`
     /// for an empty value); JSON numbers are formatted.
     pub fn get(&self, field: &Field) -> Option<Cow<'a, str>> {
+        self.get_by(&field.get)
+    }
+
+    fn get_by(&self, getter: &Getter) -> Option<Cow<'a, str>> {
         let span = |i: usize| {
             let &(from, to) = self.spans.get(i)?;
             self.text.get(from..to)
@@ -626,7 +640,11 @@ impl<'a> Record<'a> {
                 .iter()
                 .find_map(|p| json::lookup(self.json, p).and_then(json::text))
         };
-        match &field.get {
+        match getter {
+            Getter::Address(inner) => self.get_by(inner).map(|a| match a {
+                Cow::Borrowed(a) => Cow::Borrowed(without_port(a)),
+                Cow::Owned(a) => Cow::Owned(without_port(&a).to_owned()),
+            }),
             Getter::Span(i) => span(*i).map(Cow::Borrowed),
             Getter::TargetPath(i) => span(*i).map(|t| Cow::Borrowed(without_query(t))),
             Getter::RequestPath(i) => span(*i).map(|r| {
@@ -649,6 +667,23 @@ impl<'a> Record<'a> {
             Getter::JsonKey(path) => json::lookup(self.json, path).and_then(json::text),
             Getter::Nothing => None,
         }
+    }
+}
+
+/// An address without its port: `192.0.2.1` of `192.0.2.1:51234`, `2001:db8::1`
+/// of `[2001:db8::1]:443`; anything else (an address without a port, a bare
+/// IPv6 address, a name) as it is.
+fn without_port(address: &str) -> &str {
+    if let Some(rest) = address.strip_prefix('[')
+        && let Some((host, port)) = rest.split_once("]:")
+        && !port.is_empty()
+        && port.bytes().all(|b| b.is_ascii_digit())
+    {
+        return host;
+    }
+    match address.split_once(':') {
+        Some((host, port)) if !host.is_empty() && !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => host,
+        _ => address,
     }
 }
 

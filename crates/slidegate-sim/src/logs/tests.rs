@@ -354,9 +354,10 @@ fn envoy_default_format() {
     let (_, v) = one(
         "[2023-10-10T13:55:36Z] 10.0.0.1:4000 /x?y 503",
         &opts(FormatChoice::Envoy, Some(format)),
-        &["client", "path", "RESPONSE_CODE"],
+        &["client", "path", "RESPONSE_CODE", "DOWNSTREAM_REMOTE_ADDRESS"],
     );
-    assert_eq!(v, ["10.0.0.1:4000", "/x", "503"]);
+    // The client without its port; the field by its own name as written.
+    assert_eq!(v, ["10.0.0.1", "/x", "503", "10.0.0.1:4000"]);
 }
 
 #[test]
@@ -379,7 +380,7 @@ fn json_lines_of_envoy_caddy_and_traefik() {
     assert_eq!(
         v,
         [
-            "198.51.100.4:51234",
+            "198.51.100.4",
             "GET",
             "/api/items",
             "200",
@@ -714,4 +715,20 @@ fn envoy_default_compiles() {
     let f = LogFormat::envoy();
     assert_eq!(f.name(), "envoy");
     assert!(f.field("REQ(:METHOD)").is_some() && f.field("forwarded-for").is_some());
+}
+
+#[test]
+fn client_addresses_lose_their_port() {
+    for (address, client) in [
+        ("198.51.100.4:51234", "198.51.100.4"),
+        ("[2001:db8::1]:443", "2001:db8::1"),
+        ("2001:db8::1", "2001:db8::1"),
+        ("198.51.100.4", "198.51.100.4"),
+        ("host:name", "host:name"),
+        (":80", ":80"),
+    ] {
+        let line = format!(r#"{{"start_time":"2023-10-10T13:55:36Z","downstream_remote_address":"{address}"}}"#);
+        let (_, v) = one(&line, &auto(), &["client", "downstream_remote_address"]);
+        assert_eq!(v, [client, address], "{address}");
+    }
 }
