@@ -21,11 +21,20 @@
 --          one per limit (`<prefix><tag>:{<key>}`), two for sliding_log (its
 --          `:log` and `:sum`); all with the hash tag `{<key>}`. On a Redis
 --          Cluster all in one slot.
--- then     the number of requests r; then each request: its shape (from 1),
---          its time in microseconds (-1 for the server's TIME, read once
+-- then     the number of runs; then each run of m requests alike (the same
+--          shape, time and costs, one after the other): its shape (from 1),
+--          m, its time in microseconds (-1 for the server's TIME, read once
 --          for the whole call), and its k costs.
--- Reply    every request's reply, one after the other: 8k integers for a
---          decision, {k} for a charge.
+-- Reply    every run's replies, one after the other. A run of one request:
+--          its reply, 8k integers for a decision, {k} for a charge. A run of
+--          m > 1: a header, then
+--          -1   each request's reply in order (the general path), or
+--          x >= 0 (a decision of one fixed_window or sliding_window limit at
+--               a cost c > 0, in time order): the first x requests passed,
+--               the others were refused; the first's reply (8 integers)
+--               when x > 0, then the refusal's (8) when x < m. The i-th
+--               passed (from 0) answers as the first with i c less
+--               remaining and i c more estimate whole; every refusal alike.
 -- Writes   the hashes once each, at the end (cache.lua's `flush`).
 
 -- Shapes by their index as sent (a string), and the numbers read so far
@@ -71,12 +80,57 @@ for s = 1, tonumber(ARGV[2]) do
   shapes[tostring(s)] = shape
 end
 
+-- A run of m > 1 decisions of limit `q` at cost c > 0 at one time, with
+-- their header slot at out[n + 1]; answers the new length, or nil (the
+-- run takes the general path) when its time is before the state's. After
+-- the first request (which rolls the window or moves the ring as it
+-- would), the state is in the request's own window or newest bucket, and
+-- each further request's decision depends only on the count there: it
+-- passes while j c <= the first's remaining (fixed_window: the count plus
+-- j c more stays within the limit; sliding_window, n >= 2: the own bucket
+-- is never the oldest, so the oldest's part and q, r stay, and the room
+-- left shrinks by c a request), with remaining j c less and the count
+-- (estimate whole) j c more; once one is refused nothing is written and
+-- every one after is refused alike. So the first is decided in full, the
+-- passes counted, the count written in one HINCRBY, and the first refusal
+-- decided in full at the count it finds: the same figures as deciding
+-- each in turn (the tests compare every one with the core's).
+local function run(q, c, m, out, n)
+  local field = 'c'
+  if q.kind == 'w' then
+    local own = divmod(now, q.f1)
+    local newest = tonumber(redis.call('HGET', q.keys[1], 'n')) or 0
+    if own < newest then
+      return nil
+    end
+    field = own
+  end
+  local head = n + 1
+  local first = check(q, c)
+  local x = 0
+  if first[1] == 1 then
+    x = 1 + math.min(m - 1, math.floor(first[2] / c))
+    n = append(out, head, first)
+    if x > 1 then
+      redis.call('HINCRBY', q.keys[1], field, (x - 1) * c)
+    end
+    if x < m then
+      n = append(out, n, check(q, c))
+    end
+  else
+    n = append(out, head, first)
+  end
+  out[head] = x
+  return n
+end
+
 local server_now = nil
 local out, n = {}, 0
 local costs = {}
 for _ = 1, tonumber(ARGV[a]) do
   local shape = shapes[ARGV[a + 1]]
-  local t = ARGV[a + 2]
+  local m = number(ARGV[a + 2])
+  local t = ARGV[a + 3]
   if t == '-1' then
     if server_now == nil then
       server_now = clock(-1)
@@ -88,16 +142,33 @@ for _ = 1, tonumber(ARGV[a]) do
   set_now(t)
   local k = shape.k
   for j = 1, k do
-    costs[j] = number(ARGV[a + 2 + j])
+    costs[j] = number(ARGV[a + 3 + j])
   end
-  if shape.decides then
-    n = decide(shape, costs, out, n)
+  local done = nil
+  if m > 1 then
+    local q = shape[1]
+    if shape.decides and k == 1 and costs[1] > 0 and (q.kind == 'f' or q.kind == 'w') then
+      done = run(q, costs[1], m, out, n)
+    end
+    if done == nil then
+      n = n + 1
+      out[n] = -1
+    end
+  end
+  if done ~= nil then
+    n = done
   else
-    charge(shape, costs)
-    n = n + 1
-    out[n] = k
+    for _ = 1, m do
+      if shape.decides then
+        n = decide(shape, costs, out, n)
+      else
+        charge(shape, costs)
+        n = n + 1
+        out[n] = k
+      end
+    end
   end
-  a = a + 2 + k
+  a = a + 3 + k
 end
 flush()
 return out

@@ -87,8 +87,27 @@ pub(crate) struct Call {
     pub(crate) lane: usize,
 }
 
+/// The runs of `calls`: how many requests alike (the same keys, shape,
+/// time and costs) follow one another, from the first. `scripts/batch.lua`
+/// decides a run of decisions on one limit at once.
+fn runs(calls: &[Call]) -> Vec<usize> {
+    let mut runs: Vec<usize> = Vec::new();
+    let mut prev: Option<&Call> = None;
+    for call in calls {
+        let alike = prev.is_some_and(|p| {
+            p.now == call.now && p.costs == call.costs && p.shape == call.shape && p.keys == call.keys
+        });
+        match runs.last_mut() {
+            Some(m) if alike => *m += 1,
+            _ => runs.push(1),
+        }
+        prev = Some(call);
+    }
+    runs
+}
+
 /// The script arguments of `calls`: the distinct shapes (with their keys),
-/// then each request.
+/// then each run of requests alike.
 pub(crate) fn invocation(calls: &[Call]) -> redis::ScriptInvocation<'static> {
     let mut shapes: Vec<&Call> = Vec::new();
     let mut index = Vec::with_capacity(calls.len());
@@ -119,12 +138,17 @@ pub(crate) fn invocation(calls: &[Call]) -> redis::ScriptInvocation<'static> {
             invocation.arg(arg);
         }
     }
-    invocation.arg(calls.len());
-    for (call, at) in calls.iter().zip(index) {
-        invocation.arg(at).arg(call.now);
-        for cost in &call.costs {
-            invocation.arg(cost);
+    let runs = runs(calls);
+    invocation.arg(runs.len());
+    let mut first = 0;
+    for m in runs {
+        if let (Some(call), Some(at)) = (calls.get(first), index.get(first)) {
+            invocation.arg(at).arg(m).arg(call.now);
+            for cost in &call.costs {
+                invocation.arg(cost);
+            }
         }
+        first += m;
     }
     invocation
 }
@@ -267,21 +291,57 @@ impl Lanes {
     }
 }
 
-/// Splits a call's `reply` into the replies of `calls`, in order.
+/// Splits a call's `reply` into the replies of `calls`, in order (each
+/// run of requests alike as `scripts/batch.lua` answers it).
 pub(crate) fn split(calls: &[Call], reply: Vec<i64>) -> Result<Vec<Vec<i64>>, Failure> {
-    let mut rest = reply.as_slice();
+    match split_runs(calls, &reply) {
+        Some(out) => Ok(out),
+        None => Err(Failure::Reply(reply)),
+    }
+}
+
+fn split_runs(calls: &[Call], reply: &[i64]) -> Option<Vec<Vec<i64>>> {
+    let mut rest = reply;
+    let mut take = |len: usize| -> Option<&[i64]> {
+        let (one, tail) = rest.split_at_checked(len)?;
+        rest = tail;
+        Some(one)
+    };
     let mut out = Vec::with_capacity(calls.len());
-    for call in calls {
-        match rest.split_at_checked(call.reply_len) {
-            Some((one, tail)) => {
-                out.push(one.to_vec());
-                rest = tail;
+    let mut first = 0;
+    for m in runs(calls) {
+        let call = calls.get(first)?;
+        first += m;
+        let len = call.reply_len;
+        let head = if m == 1 { -1 } else { *take(1)?.first()? };
+        if head == -1 {
+            // Each request's reply in full.
+            for _ in 0..m {
+                out.push(take(len)?.to_vec());
             }
-            None => break,
+            continue;
+        }
+        // x passed (the first's reply, then i c less remaining and i c
+        // more estimate whole each), the rest refused alike.
+        let x = usize::try_from(head).ok().filter(|&x| x <= m && len == 8)?;
+        let &[c] = call.costs.as_slice() else {
+            return None;
+        };
+        if x > 0 {
+            let passed = take(8)?;
+            for i in 0..x as i64 {
+                let mut one = passed.to_vec();
+                *one.get_mut(1)? -= i * c;
+                *one.get_mut(4)? += i * c;
+                out.push(one);
+            }
+        }
+        if x < m {
+            let refused = take(8)?;
+            for _ in x..m {
+                out.push(refused.to_vec());
+            }
         }
     }
-    if out.len() < calls.len() || !rest.is_empty() {
-        return Err(Failure::Reply(reply));
-    }
-    Ok(out)
+    rest.is_empty().then_some(out)
 }
