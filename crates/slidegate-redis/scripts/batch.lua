@@ -29,12 +29,12 @@
 --          its reply, 8k integers for a decision, {k} for a charge. A run of
 --          m > 1: a header, then
 --          -1   each request's reply in order (the general path), or
---          x >= 0 (a decision of one fixed_window or sliding_window limit at
---               a cost c > 0, in time order): the first x requests passed,
---               the others were refused; the first's reply (8 integers)
---               when x > 0, then the refusal's (8) when x < m. The i-th
---               passed (from 0) answers as the first with i c less
---               remaining and i c more estimate whole; every refusal alike.
+--          x >= 0 (a decision of one fixed_window, gcra or sliding_window
+--               limit at a cost c > 0, in time order): the first x
+--               requests passed, the others were refused; when x > 0 the
+--               first's reply (8 integers) and its step (8), when x < m the
+--               refusal's (8). The i-th passed (from 0) answers the first's
+--               reply plus i steps; every refusal alike.
 -- Writes   the hashes once each, at the end (cache.lua's `flush`).
 
 -- Shapes by their index as sent (a string), and the numbers read so far
@@ -82,24 +82,28 @@ end
 
 -- A run of m > 1 decisions of limit `q` at cost c > 0 at one time, with
 -- their header slot at out[n + 1]; answers the new length, or nil (the
--- run takes the general path) when its time is before the state's. After
--- the first request (which rolls the window or moves the ring as it
--- would), the state is in the request's own window or newest bucket, and
--- each further request's decision depends only on the count there: it
--- passes while j c <= the first's remaining (fixed_window: the count plus
--- j c more stays within the limit; sliding_window, n >= 2: the own bucket
--- is never the oldest, so the oldest's part and q, r stay, and the room
--- left shrinks by c a request), with remaining j c less and the count
--- (estimate whole) j c more; once one is refused nothing is written and
--- every one after is refused alike. So the first is decided in full, the
--- passes counted, the count written in one HINCRBY, and the first refusal
--- decided in full at the count it finds: the same figures as deciding
--- each in turn (the tests compare every one with the core's).
+-- run takes the general path) when its time is before a sliding window's
+-- newest bucket. The first request is decided in full (it rolls the
+-- window, moves the ring, as it would); after it, while they pass, the
+-- requests see the same state but for their own count (fixed_window: the
+-- window's; sliding_window, n >= 2: the newest bucket's, never the
+-- oldest, so the oldest's part, q and r stay; gcra: the TAT, c T later
+-- each), so the i-th has c i less room, c i less remaining, c i more
+-- estimate whole (gcra: and its TAT, the reset, c T i later): it passes
+-- while c i <= the first's remaining (gcra: while the backlog fits the
+-- burst, and the first's remaining was not cut to the limit). A refusal
+-- writes nothing in the window or newest bucket (or at a TAT past now),
+-- so every one after the first is alike. So the passes are counted and
+-- written at once, and the first refusal decided in full at the state
+-- they leave: the same figures as deciding each in turn (the tests
+-- compare every one with the core's). When the first's remaining is cut
+-- (gcra), the others take the general path after it.
 local function run(q, c, m, out, n)
+  local kind, key = q.kind, q.keys[1]
   local field = 'c'
-  if q.kind == 'w' then
+  if kind == 'w' then
     local own = divmod(now, q.f1)
-    local newest = tonumber(redis.call('HGET', q.keys[1], 'n')) or 0
+    local newest = tonumber(redis.call('HGET', key, 'n')) or 0
     if own < newest then
       return nil
     end
@@ -107,18 +111,44 @@ local function run(q, c, m, out, n)
   end
   local head = n + 1
   local first = check(q, c)
+  n = append(out, head, first)
   local x = 0
   if first[1] == 1 then
-    x = 1 + math.min(m - 1, math.floor(first[2] / c))
-    n = append(out, head, first)
-    if x > 1 then
-      redis.call('HINCRBY', q.keys[1], field, (x - 1) * c)
+    local step = 0
+    if kind == 'g' then
+      -- T, burst, limit; the TAT after the first: first[3].
+      local t, burst, limit = q.f1, q.f2, q.f3
+      local tat = first[3]
+      local qb, rb = divmod(tat - now, t)
+      if rb > 0 then
+        qb = qb + 1
+      end
+      if burst - qb > limit then
+        -- Its remaining is cut to the limit: each in turn.
+        out[head] = -1
+        for _ = 2, m do
+          n = append(out, n, check(q, c))
+        end
+        return n
+      end
+      x = 1 + math.min(m - 1, (divmod(burst * t - (tat - now), c * t)))
+      step = c * t
+      if x > 1 then
+        tat = tat + (x - 1) * step
+        redis.call('HSET', key, 't', tat)
+        local span = math.max(limit * t, tat - now)
+        redis.call('PEXPIRE', key, math.max(1000, math.ceil(2 * span / 1000)))
+      end
+    else
+      x = 1 + math.min(m - 1, math.floor(first[2] / c))
+      if x > 1 then
+        redis.call('HINCRBY', key, field, (x - 1) * c)
+      end
     end
+    n = append(out, n, { 0, -c, step, 0, c, 0, 0, 0 })
     if x < m then
       n = append(out, n, check(q, c))
     end
-  else
-    n = append(out, head, first)
   end
   out[head] = x
   return n
@@ -147,7 +177,7 @@ for _ = 1, tonumber(ARGV[a]) do
   local done = nil
   if m > 1 then
     local q = shape[1]
-    if shape.decides and k == 1 and costs[1] > 0 and (q.kind == 'f' or q.kind == 'w') then
+    if shape.decides and k == 1 and costs[1] > 0 and q.kind ~= 'l' then
       done = run(q, costs[1], m, out, n)
     end
     if done == nil then

@@ -302,11 +302,7 @@ pub(crate) fn split(calls: &[Call], reply: Vec<i64>) -> Result<Vec<Vec<i64>>, Fa
 
 fn split_runs(calls: &[Call], reply: &[i64]) -> Option<Vec<Vec<i64>>> {
     let mut rest = reply;
-    let mut take = |len: usize| -> Option<&[i64]> {
-        let (one, tail) = rest.split_at_checked(len)?;
-        rest = tail;
-        Some(one)
-    };
+    let mut take = |len: usize| take(&mut rest, len);
     let mut out = Vec::with_capacity(calls.len());
     let mut first = 0;
     for m in runs(calls) {
@@ -321,19 +317,19 @@ fn split_runs(calls: &[Call], reply: &[i64]) -> Option<Vec<Vec<i64>>> {
             }
             continue;
         }
-        // x passed (the first's reply, then i c less remaining and i c
-        // more estimate whole each), the rest refused alike.
+        // x passed (the first's reply, then a step more each), the rest
+        // refused alike.
         let x = usize::try_from(head).ok().filter(|&x| x <= m && len == 8)?;
-        let &[c] = call.costs.as_slice() else {
-            return None;
-        };
         if x > 0 {
-            let passed = take(8)?;
+            let (passed, step) = (take(8)?, take(8)?);
             for i in 0..x as i64 {
-                let mut one = passed.to_vec();
-                *one.get_mut(1)? -= i * c;
-                *one.get_mut(4)? += i * c;
-                out.push(one);
+                out.push(
+                    passed
+                        .iter()
+                        .zip(step)
+                        .map(|(a, s)| a.saturating_add(i.saturating_mul(*s)))
+                        .collect(),
+                );
             }
         }
         if x < m {
@@ -344,4 +340,11 @@ fn split_runs(calls: &[Call], reply: &[i64]) -> Option<Vec<Vec<i64>>> {
         }
     }
     rest.is_empty().then_some(out)
+}
+
+/// The first `len` integers of `rest`, which keeps the others.
+fn take<'a>(rest: &mut &'a [i64], len: usize) -> Option<&'a [i64]> {
+    let (one, tail) = rest.split_at_checked(len)?;
+    *rest = tail;
+    Some(one)
 }

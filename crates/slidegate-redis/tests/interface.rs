@@ -687,7 +687,8 @@ async fn a_request_given_up_while_it_waits_is_left_out_of_the_call() {
 }
 
 /// Long runs of requests alike (the same key, cost and instant, as the
-/// script decides them at once) on keys of one limit and of several:
+/// script decides them at once) on keys of one limit (each algorithm with
+/// a run path: fixed_window, sliding_window, gcra) and of several:
 /// across window and bucket boundaries, through refusals, with peeks,
 /// charges and late requests (a second store whose clock lags, on the
 /// sliding windows) among them. Every reply must be the oracle's for the requests on its key taken
@@ -730,6 +731,9 @@ async fn long_runs_on_one_key_are_decided_as_one_by_one() {
         ("interpolated", vec![interpolated]),
         ("conservative", vec![conservative]),
         ("two", vec![two]),
+        ("gcra", vec![policy(20, s(1), Algorithm::Gcra { burst: 12 })]),
+        // Its remaining is cut to the limit while the backlog is short.
+        ("gcra-burst", vec![policy(6, s(1), Algorithm::Gcra { burst: 15 })]),
         ("several", vec![fixed, interpolated, conservative]),
     ];
     let mut oracles: Vec<Oracle> = limits.iter().map(|(_, p)| Oracle::new(p)).collect();
