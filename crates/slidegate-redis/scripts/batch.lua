@@ -29,12 +29,12 @@
 --          its reply, 8k integers for a decision, {k} for a charge. A run of
 --          m > 1: a header, then
 --          -1   each request's reply in order (the general path), or
---          x >= 0 (a decision of one fixed_window, gcra or sliding_window
---               limit at a cost c > 0, in time order): the first x
+--          x >= 0 (decisions at a cost > 0, in time order, of limits
+--               fixed_window, gcra and sliding_window): the first x
 --               requests passed, the others were refused; when x > 0 the
---               first's reply (8 integers) and its step (8), when x < m the
---               refusal's (8). The i-th passed (from 0) answers the first's
---               reply plus i steps; every refusal alike.
+--               first's reply (8k integers) and its step (8k), when x < m
+--               the refusal's (8k). The i-th passed (from 0) answers the
+--               first's reply plus i steps; every refusal alike.
 -- Writes   the hashes once each, at the end (cache.lua's `flush`).
 
 -- Shapes by their index as sent (a string), and the numbers read so far
@@ -80,77 +80,108 @@ for s = 1, tonumber(ARGV[2]) do
   shapes[tostring(s)] = shape
 end
 
--- A run of m > 1 decisions of limit `q` at cost c > 0 at one time, with
--- their header slot at out[n + 1]; answers the new length, or nil (the
--- run takes the general path) when its time is before a sliding window's
--- newest bucket. The first request is decided in full (it rolls the
--- window, moves the ring, as it would); after it, while they pass, the
--- requests see the same state but for their own count (fixed_window: the
+-- A run of m > 1 decisions of `shape` (limits fixed_window, gcra or
+-- sliding_window) at `costs` (each > 0) at one time, with their header
+-- slot at out[n + 1]; answers the new length, or nil (the run takes the
+-- general path) when its time is before a sliding window's newest bucket.
+--
+-- The first request is decided in full (it rolls a window, moves a ring,
+-- as it would). When it passed, the requests after it see every limit's
+-- state as it left it but for their own count (fixed_window: the
 -- window's; sliding_window, n >= 2: the newest bucket's, never the
 -- oldest, so the oldest's part, q and r stay; gcra: the TAT, c T later
--- each), so the i-th has c i less room, c i less remaining, c i more
--- estimate whole (gcra: and its TAT, the reset, c T i later): it passes
--- while c i <= the first's remaining (gcra: while the backlog fits the
--- burst, and the first's remaining was not cut to the limit). A refusal
--- writes nothing in the window or newest bucket (or at a TAT past now),
--- so every one after the first is alike. So the passes are counted and
+-- each): the i-th after it passes while, under every limit, its c i fits
+-- the first's remaining (gcra: the backlog plus c T i fits the burst, and
+-- the first's remaining was not cut to the limit), with c i less
+-- remaining, c i more estimate whole (gcra: and its TAT, the reset, c T i
+-- later). A refusal then writes nothing (in the window, the newest
+-- bucket, or a TAT past now), nor does the first when refused on one
+-- limit, so the refusals are all alike. So the passes are counted and
 -- written at once, and the first refusal decided in full at the state
--- they leave: the same figures as deciding each in turn (the tests
--- compare every one with the core's). When the first's remaining is cut
--- (gcra), the others take the general path after it.
-local function run(q, c, m, out, n)
-  local kind, key = q.kind, q.keys[1]
-  local field = 'c'
-  if kind == 'w' then
-    local own = divmod(now, q.f1)
-    local newest = tonumber(redis.call('HGET', key, 'n')) or 0
-    if own < newest then
+-- they leave: the figures of deciding each in turn (the tests compare
+-- every one with the core's). The general path takes the rest after the
+-- first when a gcra remaining is cut, or the first refused on several.
+local function run(shape, costs, m, out, n)
+  local k = shape.k
+  for j = 1, k do
+    local q = shape[j]
+    if q.kind == 'l' then
       return nil
+    elseif q.kind == 'w' then
+      local newest = tonumber(redis.call('HGET', q.keys[1], 'n')) or 0
+      if divmod(now, q.f1) < newest then
+        return nil
+      end
     end
-    field = own
   end
   local head = n + 1
-  local first = check(q, c)
-  n = append(out, head, first)
-  local x = 0
-  if first[1] == 1 then
-    local step = 0
-    if kind == 'g' then
-      -- T, burst, limit; the TAT after the first: first[3].
-      local t, burst, limit = q.f1, q.f2, q.f3
-      local tat = first[3]
-      local qb, rb = divmod(tat - now, t)
-      if rb > 0 then
-        qb = qb + 1
-      end
-      if burst - qb > limit then
-        -- Its remaining is cut to the limit: each in turn.
-        out[head] = -1
-        for _ = 2, m do
-          n = append(out, n, check(q, c))
-        end
-        return n
-      end
-      x = 1 + math.min(m - 1, (divmod(burst * t - (tat - now), c * t)))
-      step = c * t
-      if x > 1 then
-        tat = tat + (x - 1) * step
-        redis.call('HSET', key, 't', tat)
-        local span = math.max(limit * t, tat - now)
-        redis.call('PEXPIRE', key, math.max(1000, math.ceil(2 * span / 1000)))
-      end
-    else
-      x = 1 + math.min(m - 1, math.floor(first[2] / c))
-      if x > 1 then
-        redis.call('HINCRBY', key, field, (x - 1) * c)
-      end
-    end
-    n = append(out, n, { 0, -c, step, 0, c, 0, 0, 0 })
-    if x < m then
-      n = append(out, n, check(q, c))
+  n = decide(shape, costs, out, head)
+  local passed = true
+  for j = 1, k do
+    if out[head + 8 * j - 7] ~= 1 then
+      passed = false
     end
   end
-  out[head] = x
+  if not passed and k == 1 then
+    out[head] = 0
+    return n
+  end
+  -- The passes after the first, and each limit's TAT step.
+  local further, steps = m - 1, {}
+  for j = 1, k do
+    local q, c, reply = shape[j], costs[j], head + 8 * j - 8
+    local f, step = 0, 0
+    if passed and q.kind == 'g' then
+      -- T, burst, limit; the TAT after the first: its reset.
+      local t, burst, limit, tat = q.f1, q.f2, q.f3, out[reply + 3]
+      local whole, part = divmod(tat - now, t)
+      if part > 0 then
+        whole = whole + 1
+      end
+      if burst - whole > limit then
+        passed = false
+      end
+      f, step = divmod(burst * t - (tat - now), c * t), c * t
+    elseif passed then
+      f = math.floor(out[reply + 2] / c)
+    end
+    if f < further then
+      further = f
+    end
+    steps[j] = step
+  end
+  if not passed then
+    out[head] = -1
+    for _ = 2, m do
+      n = decide(shape, costs, out, n)
+    end
+    return n
+  end
+  if further > 0 then
+    for j = 1, k do
+      local q, c = shape[j], costs[j]
+      local key = q.keys[1]
+      if q.kind == 'g' then
+        local t = q.f1
+        local tat = out[head + 8 * j - 5] + further * c * t
+        redis.call('HSET', key, 't', tat)
+        local span = math.max(q.f3 * t, tat - now)
+        redis.call('PEXPIRE', key, math.max(1000, math.ceil(2 * span / 1000)))
+      elseif q.kind == 'w' then
+        redis.call('HINCRBY', key, (divmod(now, q.f1)), further * c)
+      else
+        redis.call('HINCRBY', key, 'c', further * c)
+      end
+    end
+  end
+  for j = 1, k do
+    local c = costs[j]
+    n = append(out, n, { 0, -c, steps[j], 0, c, 0, 0, 0 })
+  end
+  if further < m - 1 then
+    n = decide(shape, costs, out, n)
+  end
+  out[head] = further + 1
   return n
 end
 
@@ -176,9 +207,8 @@ for _ = 1, tonumber(ARGV[a]) do
   end
   local done = nil
   if m > 1 then
-    local q = shape[1]
-    if shape.decides and k == 1 and costs[1] > 0 and q.kind ~= 'l' then
-      done = run(q, costs[1], m, out, n)
+    if shape.decides and costs[1] > 0 then
+      done = run(shape, costs, m, out, n)
     end
     if done == nil then
       n = n + 1

@@ -20,7 +20,10 @@ use tokio::sync::oneshot;
 /// [`MAX_BATCH`]), one script run that decides each in the order it
 /// arrived, each exactly and atomically as if alone, reading the server's
 /// `TIME` once for all and each hash state once (and writing it once) for
-/// all the requests on its key. So the busier a key or a server, the
+/// all the requests on its key; a run of requests alike (one key, one
+/// `fixed_window`, `sliding_window` or `gcra` limit, the same time and
+/// cost: a hot key's on the server's clock) costs the script about what one
+/// request does, whatever its length. So the busier a key or a server, the
 /// fewer calls Redis runs per decision (`BENCHMARKS.md` has the figures).
 /// A call that fails fails every request in it, and writes nothing.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -319,9 +322,9 @@ fn split_runs(calls: &[Call], reply: &[i64]) -> Option<Vec<Vec<i64>>> {
         }
         // x passed (the first's reply, then a step more each), the rest
         // refused alike.
-        let x = usize::try_from(head).ok().filter(|&x| x <= m && len == 8)?;
+        let x = usize::try_from(head).ok().filter(|&x| x <= m)?;
         if x > 0 {
-            let (passed, step) = (take(8)?, take(8)?);
+            let (passed, step) = (take(len)?, take(len)?);
             for i in 0..x as i64 {
                 out.push(
                     passed
@@ -333,7 +336,7 @@ fn split_runs(calls: &[Call], reply: &[i64]) -> Option<Vec<Vec<i64>>> {
             }
         }
         if x < m {
-            let refused = take(8)?;
+            let refused = take(len)?;
             for _ in x..m {
                 out.push(refused.to_vec());
             }
