@@ -834,3 +834,62 @@ async fn long_runs_on_one_key_are_decided_as_one_by_one() {
         long_runs(seed).await;
     }
 }
+
+/// On a Cluster (requests grouped per hash slot), a run of 40 requests
+/// alike on a hot key under three limits, and one under a single limit,
+/// each decided as the core decides them one by one: the passes, then the
+/// refusals, figure for figure.
+#[tokio::test]
+async fn runs_on_a_cluster_are_decided_as_one_by_one() {
+    let cluster = RedisCluster::start();
+    let clock = ManualClock::new(T0_US * 1000);
+    let conn = ClusterClient::new(cluster.urls())
+        .unwrap()
+        .get_async_connection()
+        .await
+        .unwrap();
+    let store = RedisStore::new(conn, PREFIX, TIMEOUT)
+        .unwrap()
+        .with_clock(RedisClock::client(clock.clone()))
+        .with_backoff_per_slot_range();
+    let minute = Duration::from_secs(60);
+    let ring = Algorithm::SlidingWindow {
+        buckets: 6,
+        weighting: Weighting::Interpolated,
+    };
+    let three = vec![
+        policy(30, minute, Algorithm::FixedWindow),
+        policy(25, minute, ring),
+        policy(40, minute, Algorithm::Gcra { burst: 20 }),
+    ];
+    for (key, policies) in [("hot:three", three.clone()), ("hot:one", vec![three[1]])] {
+        let mut oracle = Oracle::new(&policies);
+        for wave in 0..3u64 {
+            let now_us = T0_US + wave * 31_000_000;
+            clock.set(now_us * 1000);
+            let limits = quotas(&policies);
+            let tasks: Vec<_> = (0..40)
+                .map(|_| {
+                    let (store, limits) = (store.clone(), limits.clone());
+                    tokio::spawn(async move {
+                        let mut out = Decisions::new();
+                        store.decide(key, &limits, 1, &mut out).await.unwrap();
+                        out.iter().map(Figures::of).collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            let mut passed = 0;
+            for (i, task) in tasks.into_iter().enumerate() {
+                let got = task.await.unwrap();
+                let want: Vec<Figures> = oracle.decide(now_us, 1).iter().map(Figures::of).collect();
+                assert_eq!(got, want, "{key}, wave {wave}, request {i}");
+                passed += u32::from(got.iter().all(|f| f.allowed));
+            }
+            if wave == 0 {
+                assert!(passed > 0 && passed < 40, "{key}: {passed} passed");
+            }
+        }
+    }
+    // Each wave: the first alone, the other 39 in one call.
+    assert_eq!(store.script_calls(), (12, 240));
+}
