@@ -351,3 +351,64 @@ fn take<'a>(rest: &mut &'a [i64], len: usize) -> Option<&'a [i64]> {
     *rest = tail;
     Some(one)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Arg, Call, Failure, runs, split};
+
+    fn call(key: &str, now: i64, cost: i64) -> Call {
+        Call {
+            keys: vec![key.to_owned()],
+            shape: vec![Arg::Str("d"), Arg::Int(1), Arg::Str("f"), Arg::Int(60), Arg::Int(5)],
+            now,
+            costs: vec![cost],
+            reply_len: 8,
+            range: 0,
+            lane: 0,
+        }
+    }
+
+    #[test]
+    fn runs_are_requests_alike_one_after_the_other() {
+        let calls = [
+            call("a", 7, 1),
+            call("a", 7, 1),
+            call("a", 7, 1),
+            call("b", 7, 1),
+            call("a", 7, 2),
+            call("a", 8, 2),
+            call("a", 8, 2),
+        ];
+        assert_eq!(runs(&calls), [3, 1, 1, 2]);
+        assert_eq!(runs(&[]), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn a_run_is_answered_as_its_passes_then_its_refusals() {
+        let calls = [call("a", 7, 2), call("a", 7, 2), call("a", 7, 2), call("b", 7, 1)];
+        let first = [1, 3, 60, -1, 0, 0, 1, 7];
+        let step = [0, -2, 0, 0, 2, 0, 0, 0];
+        let refused = [0, 1, 60, 60, 4, 0, 1, 7];
+        let alone = [1, 4, 60, -1, 0, 0, 1, 7];
+        let reply = [&[2][..], &first, &step, &refused, &alone].concat();
+        let out = split(&calls, reply).unwrap();
+        assert_eq!(out[0], first);
+        assert_eq!(out[1], [1, 1, 60, -1, 2, 0, 1, 7]);
+        assert_eq!(out[2], refused);
+        assert_eq!(out[3], alone);
+        // All refused; each in full.
+        let reply = [&[0][..], &refused, &alone].concat();
+        assert_eq!(split(&calls, reply).unwrap()[..3], [refused; 3]);
+        let reply = [&[-1][..], &first, &first, &refused, &alone].concat();
+        assert_eq!(split(&calls, reply).unwrap()[1], first);
+        // Malformed: more passes than requests, a reply short or long.
+        for bad in [
+            [&[4][..], &first, &step, &alone].concat(),
+            [&[3][..], &first, &step].concat(),
+            [&[3][..], &first, &step, &alone, &[0]].concat(),
+            [&[2][..], &first, &step, &alone].concat(),
+        ] {
+            assert!(matches!(split(&calls, bad), Err(Failure::Reply(_))));
+        }
+    }
+}
