@@ -23,8 +23,9 @@
 --          Cluster all in one slot.
 -- then     the number of runs; then each run of m requests alike (the same
 --          shape, time and costs, one after the other): its shape (from 1),
---          m, its time in microseconds (-1 for the server's TIME, read once
---          for the whole call), and its k costs.
+--          or when m > 1 its shape negated and m; its time in microseconds
+--          (-1 for the server's TIME, read once for the whole call); and its
+--          k costs.
 -- Reply    every run's replies, one after the other. A run of one request:
 --          its reply, 8k integers for a decision, {k} for a charge. A run of
 --          m > 1: a header, then
@@ -37,9 +38,11 @@
 --               first's reply plus i steps; every refusal alike.
 -- Writes   the hashes once each, at the end (cache.lua's `flush`).
 
--- Shapes by their index as sent (a string), and the numbers read so far
+-- Shapes by their index as sent (a string; negated, `runs_of`, for a run
+-- of more than one request), and the numbers read so far
 -- by their text: a table lookup costs far less than `tonumber`.
 local shapes = {}
+local runs_of = {}
 local numbers = {}
 local function number(text)
   local x = numbers[text]
@@ -78,6 +81,7 @@ for s = 1, tonumber(ARGV[2]) do
     a = a + 5
   end
   shapes[tostring(s)] = shape
+  runs_of[tostring(-s)] = shape
 end
 
 -- A run of m > 1 decisions of `shape` (limits fixed_window, gcra or
@@ -190,8 +194,13 @@ local out, n = {}, 0
 local costs = {}
 for _ = 1, tonumber(ARGV[a]) do
   local shape = shapes[ARGV[a + 1]]
-  local m = number(ARGV[a + 2])
-  local t = ARGV[a + 3]
+  local m = 1
+  if shape == nil then
+    shape = runs_of[ARGV[a + 1]]
+    m = number(ARGV[a + 2])
+    a = a + 1
+  end
+  local t = ARGV[a + 2]
   if t == '-1' then
     if server_now == nil then
       server_now = clock(-1)
@@ -203,7 +212,7 @@ for _ = 1, tonumber(ARGV[a]) do
   set_now(t)
   local k = shape.k
   for j = 1, k do
-    costs[j] = number(ARGV[a + 3 + j])
+    costs[j] = number(ARGV[a + 2 + j])
   end
   local done = nil
   if m > 1 then
@@ -228,7 +237,7 @@ for _ = 1, tonumber(ARGV[a]) do
       end
     end
   end
-  a = a + 3 + k
+  a = a + 2 + k
 end
 flush()
 return out

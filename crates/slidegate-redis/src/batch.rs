@@ -145,8 +145,14 @@ pub(crate) fn invocation(calls: &[Call]) -> redis::ScriptInvocation<'static> {
     invocation.arg(runs.len());
     let mut first = 0;
     for m in runs {
-        if let (Some(call), Some(at)) = (calls.get(first), index.get(first)) {
-            invocation.arg(at).arg(m).arg(call.now);
+        if let (Some(call), Some(&at)) = (calls.get(first), index.get(first)) {
+            // A run of more than one: its shape negated, then its length.
+            if m == 1 {
+                invocation.arg(at);
+            } else {
+                invocation.arg(-(at as i64)).arg(m);
+            }
+            invocation.arg(call.now);
             for cost in &call.costs {
                 invocation.arg(cost);
             }

@@ -345,8 +345,9 @@ pub mod scripts {
     /// nothing, or a charge), then `scripts/batch.lua`, which runs it for
     /// each request in order. `KEYS` the keys of each distinct shape (a
     /// key's limits); `ARGV = [caching, s, the shapes, the number of runs,
-    /// then per run of requests alike: its shape, its length, its time, its
-    /// cost under each limit]` (batch.lua's first comment).
+    /// then per run of requests alike: its shape (negated and followed by
+    /// the run's length when more than one), its time, its cost under each
+    /// limit]` (batch.lua's first comment).
     pub const MULTI: &str = concat!(
         include_str!("../scripts/prelude.lua"),
         include_str!("../scripts/cache.lua"),
