@@ -38,11 +38,13 @@
 --               first's reply plus i steps; every refusal alike.
 -- Writes   the hashes once each, at the end (cache.lua's `flush`).
 
--- Shapes by their index as sent (a string; negated, `runs_of`, for a run
--- of more than one request), and the numbers read so far
+-- Shapes in order, and by their index as sent (a string; negated, in
+-- `runs_of`, made when a run of more than one request first needs it:
+-- each `tostring` is a `sprintf`), and the numbers read so far
 -- by their text: a table lookup costs far less than `tonumber`.
+local list = {}
 local shapes = {}
-local runs_of = {}
+local runs_of = nil
 local numbers = {}
 local function number(text)
   local x = numbers[text]
@@ -80,8 +82,8 @@ for s = 1, tonumber(ARGV[2]) do
     shape[j] = q
     a = a + 5
   end
+  list[s] = shape
   shapes[tostring(s)] = shape
-  runs_of[tostring(-s)] = shape
 end
 
 -- A run of m > 1 decisions of `shape` (limits fixed_window, gcra or
@@ -196,6 +198,12 @@ for _ = 1, tonumber(ARGV[a]) do
   local shape = shapes[ARGV[a + 1]]
   local m = 1
   if shape == nil then
+    if runs_of == nil then
+      runs_of = {}
+      for s = 1, #list do
+        runs_of[tostring(-s)] = list[s]
+      end
+    end
     shape = runs_of[ARGV[a + 1]]
     m = number(ARGV[a + 2])
     a = a + 1
