@@ -20,7 +20,10 @@ use tokio::sync::oneshot;
 /// [`MAX_BATCH`]), one script run that decides each in the order it
 /// arrived, each exactly and atomically as if alone, reading the server's
 /// `TIME` once for all and each hash state once (and writing it once) for
-/// all the requests on its key. So the busier a key or a server, the
+/// all the requests on its key; a run of requests alike (one key, one
+/// `fixed_window`, `sliding_window` or `gcra` limit, the same time and
+/// cost: a hot key's on the server's clock) costs the script about what one
+/// request does, whatever its length. So the busier a key or a server, the
 /// fewer calls Redis runs per decision (`BENCHMARKS.md` has the figures).
 /// A call that fails fails every request in it, and writes nothing.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -87,8 +90,27 @@ pub(crate) struct Call {
     pub(crate) lane: usize,
 }
 
+/// The runs of `calls`: how many requests alike (the same keys, shape,
+/// time and costs) follow one another, from the first. `scripts/batch.lua`
+/// decides a run of decisions on one limit at once.
+fn runs(calls: &[Call]) -> Vec<usize> {
+    let mut runs: Vec<usize> = Vec::new();
+    let mut prev: Option<&Call> = None;
+    for call in calls {
+        let alike = prev.is_some_and(|p| {
+            p.now == call.now && p.costs == call.costs && p.shape == call.shape && p.keys == call.keys
+        });
+        match runs.last_mut() {
+            Some(m) if alike => *m += 1,
+            _ => runs.push(1),
+        }
+        prev = Some(call);
+    }
+    runs
+}
+
 /// The script arguments of `calls`: the distinct shapes (with their keys),
-/// then each request.
+/// then each run of requests alike.
 pub(crate) fn invocation(calls: &[Call]) -> redis::ScriptInvocation<'static> {
     let mut shapes: Vec<&Call> = Vec::new();
     let mut index = Vec::with_capacity(calls.len());
@@ -119,12 +141,23 @@ pub(crate) fn invocation(calls: &[Call]) -> redis::ScriptInvocation<'static> {
             invocation.arg(arg);
         }
     }
-    invocation.arg(calls.len());
-    for (call, at) in calls.iter().zip(index) {
-        invocation.arg(at).arg(call.now);
-        for cost in &call.costs {
-            invocation.arg(cost);
+    let runs = runs(calls);
+    invocation.arg(runs.len());
+    let mut first = 0;
+    for m in runs {
+        if let (Some(call), Some(&at)) = (calls.get(first), index.get(first)) {
+            // A run of more than one: its shape negated, then its length.
+            if m == 1 {
+                invocation.arg(at);
+            } else {
+                invocation.arg(-(at as i64)).arg(m);
+            }
+            invocation.arg(call.now);
+            for cost in &call.costs {
+                invocation.arg(cost);
+            }
         }
+        first += m;
     }
     invocation
 }
@@ -267,21 +300,121 @@ impl Lanes {
     }
 }
 
-/// Splits a call's `reply` into the replies of `calls`, in order.
+/// Splits a call's `reply` into the replies of `calls`, in order (each
+/// run of requests alike as `scripts/batch.lua` answers it).
 pub(crate) fn split(calls: &[Call], reply: Vec<i64>) -> Result<Vec<Vec<i64>>, Failure> {
-    let mut rest = reply.as_slice();
+    match split_runs(calls, &reply) {
+        Some(out) => Ok(out),
+        None => Err(Failure::Reply(reply)),
+    }
+}
+
+fn split_runs(calls: &[Call], reply: &[i64]) -> Option<Vec<Vec<i64>>> {
+    let mut rest = reply;
+    let mut take = |len: usize| take(&mut rest, len);
     let mut out = Vec::with_capacity(calls.len());
-    for call in calls {
-        match rest.split_at_checked(call.reply_len) {
-            Some((one, tail)) => {
-                out.push(one.to_vec());
-                rest = tail;
+    let mut first = 0;
+    for m in runs(calls) {
+        let call = calls.get(first)?;
+        first += m;
+        let len = call.reply_len;
+        let head = if m == 1 { -1 } else { *take(1)?.first()? };
+        if head == -1 {
+            // Each request's reply in full.
+            for _ in 0..m {
+                out.push(take(len)?.to_vec());
             }
-            None => break,
+            continue;
+        }
+        // x passed (the first's reply, then a step more each), the rest
+        // refused alike.
+        let x = usize::try_from(head).ok().filter(|&x| x <= m)?;
+        if x > 0 {
+            let (passed, step) = (take(len)?, take(len)?);
+            for i in 0..x as i64 {
+                out.push(
+                    passed
+                        .iter()
+                        .zip(step)
+                        .map(|(a, s)| a.saturating_add(i.saturating_mul(*s)))
+                        .collect(),
+                );
+            }
+        }
+        if x < m {
+            let refused = take(len)?;
+            for _ in x..m {
+                out.push(refused.to_vec());
+            }
         }
     }
-    if out.len() < calls.len() || !rest.is_empty() {
-        return Err(Failure::Reply(reply));
+    rest.is_empty().then_some(out)
+}
+
+/// The first `len` integers of `rest`, which keeps the others.
+fn take<'a>(rest: &mut &'a [i64], len: usize) -> Option<&'a [i64]> {
+    let (one, tail) = rest.split_at_checked(len)?;
+    *rest = tail;
+    Some(one)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Arg, Call, Failure, runs, split};
+
+    fn call(key: &str, now: i64, cost: i64) -> Call {
+        Call {
+            keys: vec![key.to_owned()],
+            shape: vec![Arg::Str("d"), Arg::Int(1), Arg::Str("f"), Arg::Int(60), Arg::Int(5)],
+            now,
+            costs: vec![cost],
+            reply_len: 8,
+            range: 0,
+            lane: 0,
+        }
     }
-    Ok(out)
+
+    #[test]
+    fn runs_are_requests_alike_one_after_the_other() {
+        let calls = [
+            call("a", 7, 1),
+            call("a", 7, 1),
+            call("a", 7, 1),
+            call("b", 7, 1),
+            call("a", 7, 2),
+            call("a", 8, 2),
+            call("a", 8, 2),
+        ];
+        assert_eq!(runs(&calls), [3, 1, 1, 2]);
+        assert_eq!(runs(&[]), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn a_run_is_answered_as_its_passes_then_its_refusals() {
+        let calls = [call("a", 7, 2), call("a", 7, 2), call("a", 7, 2), call("b", 7, 1)];
+        let first = [1, 3, 60, -1, 0, 0, 1, 7];
+        let step = [0, -2, 0, 0, 2, 0, 0, 0];
+        let refused = [0, 1, 60, 60, 4, 0, 1, 7];
+        let alone = [1, 4, 60, -1, 0, 0, 1, 7];
+        let reply = [&[2][..], &first, &step, &refused, &alone].concat();
+        let out = split(&calls, reply).unwrap();
+        assert_eq!(out[0], first);
+        assert_eq!(out[1], [1, 1, 60, -1, 2, 0, 1, 7]);
+        assert_eq!(out[2], refused);
+        assert_eq!(out[3], alone);
+        // All refused; each in full.
+        let reply = [&[0][..], &refused, &alone].concat();
+        assert_eq!(split(&calls, reply).unwrap()[..3], [refused; 3]);
+        let reply = [&[-1][..], &first, &first, &refused, &alone].concat();
+        assert_eq!(split(&calls, reply).unwrap()[1], first);
+        // Malformed: more passes than requests, a reply short or long.
+        for bad in [
+            [&[4][..], &first, &step, &alone].concat(),
+            [&[3][..], &first, &step].concat(),
+            [&[3][..], &first, &step, &alone, &[0]].concat(),
+            [&[2][..], &first, &step, &alone].concat(),
+        ] {
+            assert!(matches!(split(&calls, bad), Err(Failure::Reply(_))));
+        }
+    }
 }

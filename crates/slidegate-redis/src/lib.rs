@@ -191,7 +191,12 @@
 //! A request that finds no call in flight on its lane is sent at once; the
 //! requests that come while one is in flight wait for it and go together in
 //! the next call (at most [`MAX_BATCH`]), one script run that decides each
-//! in arrival order, exactly and atomically as if alone ([`Batching`]: per
+//! in arrival order, exactly and atomically as if alone (a run of requests
+//! alike, on one key's `fixed_window`, `sliding_window` or `gcra` limit at
+//! one time and cost, as a hot key's are on the server's clock, is decided
+//! at once: the first in full, the passes counted, the first refusal in
+//! full, and answered as the first's reply plus a step per pass;
+//! [`Batching`]: per
 //! server for [`RedisStore::connect`] and [`RedisStore::connect_sentinel`],
 //! per Cluster hash slot for [`RedisStore::new`] and
 //! [`RedisStore::connect_cluster`], or off). [`RedisStore::script_calls`]
@@ -339,9 +344,10 @@ pub mod scripts {
     /// `scripts/multi.lua` (one request against all of its limits, all or
     /// nothing, or a charge), then `scripts/batch.lua`, which runs it for
     /// each request in order. `KEYS` the keys of each distinct shape (a
-    /// key's limits); `ARGV = [s, the shapes, r, then per request: its
-    /// shape, its time, its cost under each limit]` (batch.lua's first
-    /// comment).
+    /// key's limits); `ARGV = [caching, s, the shapes, the number of runs,
+    /// then per run of requests alike: its shape (negated and followed by
+    /// the run's length when more than one), its time, its cost under each
+    /// limit]` (batch.lua's first comment).
     pub const MULTI: &str = concat!(
         include_str!("../scripts/prelude.lua"),
         include_str!("../scripts/cache.lua"),

@@ -685,3 +685,211 @@ async fn a_request_given_up_while_it_waits_is_left_out_of_the_call() {
         "the first, the seven still waiting, the peek"
     );
 }
+
+/// Long runs of requests alike (the same key, cost and instant, as the
+/// script decides them at once) on keys of one limit (each algorithm with
+/// a run path: fixed_window, sliding_window, gcra) and of several:
+/// across window and bucket boundaries, through refusals, with peeks,
+/// charges and late requests (a second store whose clock lags, on the
+/// sliding windows) among them. Every reply must be the oracle's for the requests on its key taken
+/// one by one in the order they were spawned, figure for figure.
+async fn long_runs(seed: u64) {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0_US * 1000);
+    let late_clock = ManualClock::new(T0_US * 1000);
+    let store = store(&server, &clock).await.with_batching(Batching::PerServer);
+    let late = store.clone().with_clock(RedisClock::client(late_clock.clone()));
+    let s = Duration::from_secs;
+    let fixed = policy(23, s(1), Algorithm::FixedWindow);
+    let interpolated = policy(
+        29,
+        s(2),
+        Algorithm::SlidingWindow {
+            buckets: 4,
+            weighting: Weighting::Interpolated,
+        },
+    );
+    let conservative = policy(
+        31,
+        s(3),
+        Algorithm::SlidingWindow {
+            buckets: 7,
+            weighting: Weighting::Conservative,
+        },
+    );
+    let two = policy(
+        17,
+        s(2),
+        Algorithm::SlidingWindow {
+            buckets: 2,
+            weighting: Weighting::Interpolated,
+        },
+    );
+    let limits: Vec<(&str, Vec<Policy>)> = vec![
+        ("fixed", vec![fixed]),
+        ("interpolated", vec![interpolated]),
+        ("conservative", vec![conservative]),
+        ("two", vec![two]),
+        ("gcra", vec![policy(20, s(1), Algorithm::Gcra { burst: 12 })]),
+        // Its remaining is cut to the limit while the backlog is short.
+        ("gcra-burst", vec![policy(6, s(1), Algorithm::Gcra { burst: 15 })]),
+        ("several", vec![fixed, interpolated, conservative]),
+        (
+            "with-gcra",
+            vec![two, policy(9, s(1), Algorithm::Gcra { burst: 7 }), fixed],
+        ),
+    ];
+    let mut oracles: Vec<Oracle> = limits.iter().map(|(_, p)| Oracle::new(p)).collect();
+    let mut rng = Lcg(seed);
+    let mut now_us = T0_US;
+    // Runs that passed and then refused, and requests sent late.
+    let (mut turned, mut lates) = (0, 0);
+    for wave in 0..120 {
+        now_us += match rng.next() % 4 {
+            0 => 0,
+            1 => rng.next() % 5_000,
+            2 => rng.next() % 400_000,
+            _ => rng.next() % 1_500_000,
+        };
+        clock.set(now_us * 1000);
+        // The late store: up to 1.5 s behind.
+        let late_us = now_us - (rng.next() % 1_500_000).min(now_us - T0_US);
+        late_clock.set(late_us * 1000);
+        // A few runs a wave, each of requests alike: (key, ask, late, length).
+        let mut asks: Vec<(usize, Ask, bool)> = Vec::new();
+        for _ in 0..1 + rng.next() % 5 {
+            let key = (rng.next() % limits.len() as u64) as usize;
+            let cost = match rng.next() % 12 {
+                0 => 0,
+                1 => 40,
+                2 => 5,
+                n => n % 3 + 1,
+            };
+            let ask = if rng.next().is_multiple_of(10) {
+                Ask::Charge(cost)
+            } else {
+                Ask::Decide(cost)
+            };
+            // Late on the sliding windows only: a late fixed_window request
+            // is judged in the stored window, where the core refuses it
+            // (the crate docs, "Clock").
+            let is_late =
+                rng.next().is_multiple_of(7) && limits[key].1.iter().all(|p| p.algorithm() != Algorithm::FixedWindow);
+            let length = 1 + rng.next() % 30;
+            asks.extend((0..length).map(|_| (key, ask, is_late)));
+        }
+        let tasks: Vec<_> = asks
+            .iter()
+            .map(|&(key, ask, is_late)| {
+                let store = if is_late { late.clone() } else { store.clone() };
+                let (name, quotas) = (limits[key].0, quotas(&limits[key].1));
+                tokio::spawn(async move {
+                    let mut out = Decisions::new();
+                    match ask {
+                        Ask::Decide(cost) => store.decide(name, &quotas, cost, &mut out).await.unwrap(),
+                        Ask::Charge(cost) => store.charge(name, &quotas, cost).await.unwrap(),
+                    }
+                    out.iter().map(Figures::of).collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let mut previous: Option<(usize, bool)> = None;
+        for (i, (task, &(key, ask, is_late))) in tasks.into_iter().zip(&asks).enumerate() {
+            let got = task.await.unwrap();
+            let at = if is_late { late_us } else { now_us };
+            lates += u32::from(is_late && late_us < now_us);
+            let want: Vec<Figures> = match ask {
+                Ask::Decide(cost) => oracles[key].decide(at, cost).iter().map(Figures::of).collect(),
+                Ask::Charge(cost) => {
+                    oracles[key].charge(at, cost);
+                    Vec::new()
+                }
+            };
+            assert_eq!(
+                got, want,
+                "wave {wave}, request {i}: {ask:?} at {at} µs on {}",
+                limits[key].0
+            );
+            let passed = !got.is_empty() && got.iter().all(|f| f.allowed);
+            if let Some((k, true)) = previous
+                && k == key
+                && !passed
+                && matches!(ask, Ask::Decide(c) if c > 0)
+            {
+                turned += 1;
+            }
+            previous = Some((key, passed));
+        }
+    }
+    assert!(
+        turned > 10 && lates > 20,
+        "{turned} runs turned to refusals, {lates} late requests"
+    );
+    server.assert_every_key_expires();
+}
+
+#[tokio::test]
+async fn long_runs_on_one_key_are_decided_as_one_by_one() {
+    for seed in [11, 12, 13] {
+        long_runs(seed).await;
+    }
+}
+
+/// On a Cluster (requests grouped per hash slot), a run of 40 requests
+/// alike on a hot key under three limits, and one under a single limit,
+/// each decided as the core decides them one by one: the passes, then the
+/// refusals, figure for figure.
+#[tokio::test]
+async fn runs_on_a_cluster_are_decided_as_one_by_one() {
+    let cluster = RedisCluster::start();
+    let clock = ManualClock::new(T0_US * 1000);
+    let conn = ClusterClient::new(cluster.urls())
+        .unwrap()
+        .get_async_connection()
+        .await
+        .unwrap();
+    let store = RedisStore::new(conn, PREFIX, TIMEOUT)
+        .unwrap()
+        .with_clock(RedisClock::client(clock.clone()))
+        .with_backoff_per_slot_range();
+    let minute = Duration::from_secs(60);
+    let ring = Algorithm::SlidingWindow {
+        buckets: 6,
+        weighting: Weighting::Interpolated,
+    };
+    let three = vec![
+        policy(30, minute, Algorithm::FixedWindow),
+        policy(25, minute, ring),
+        policy(40, minute, Algorithm::Gcra { burst: 20 }),
+    ];
+    for (key, policies) in [("hot:three", three.clone()), ("hot:one", vec![three[1]])] {
+        let mut oracle = Oracle::new(&policies);
+        for wave in 0..3u64 {
+            let now_us = T0_US + wave * 31_000_000;
+            clock.set(now_us * 1000);
+            let limits = quotas(&policies);
+            let tasks: Vec<_> = (0..40)
+                .map(|_| {
+                    let (store, limits) = (store.clone(), limits.clone());
+                    tokio::spawn(async move {
+                        let mut out = Decisions::new();
+                        store.decide(key, &limits, 1, &mut out).await.unwrap();
+                        out.iter().map(Figures::of).collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            let mut passed = 0;
+            for (i, task) in tasks.into_iter().enumerate() {
+                let got = task.await.unwrap();
+                let want: Vec<Figures> = oracle.decide(now_us, 1).iter().map(Figures::of).collect();
+                assert_eq!(got, want, "{key}, wave {wave}, request {i}");
+                passed += u32::from(got.iter().all(|f| f.allowed));
+            }
+            if wave == 0 {
+                assert!(passed > 0 && passed < 40, "{key}: {passed} passed");
+            }
+        }
+    }
+    // Each wave: the first alone, the other 39 in one call.
+    assert_eq!(store.script_calls(), (12, 240));
+}
