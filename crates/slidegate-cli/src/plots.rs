@@ -28,7 +28,8 @@ pub(crate) fn label(row: &Row) -> String {
     }
 }
 
-fn policy_label(policy: &Policy) -> String {
+/// A policy's algorithm with its parameters (`sliding_window n=8 conservative`).
+pub(crate) fn policy_label(policy: &Policy) -> String {
     match policy.algorithm() {
         Algorithm::SlidingWindow { buckets, weighting } => format!("sliding_window n={buckets} {}", weighting.name()),
         Algorithm::Gcra { burst } => format!("gcra burst={burst}"),

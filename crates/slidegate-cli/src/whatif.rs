@@ -301,6 +301,8 @@ struct ViewState {
 struct RuleInfo {
     /// Its limits as configured, e.g. `10 per minute (sliding_window n=8 conservative)`.
     limits: String,
+    /// The algorithms of its limits, each once, e.g. `sliding_window n=8 conservative`.
+    algorithms: String,
 }
 
 /// The replay under way: feed it lines with [`Replay::line`], then take
@@ -545,12 +547,7 @@ impl Decider {
                     continue;
                 }
                 if state.view == View::AsConfigured && !self.info.contains_key(metric) {
-                    self.info.insert(
-                        metric.clone(),
-                        RuleInfo {
-                            limits: describe_limits(status),
-                        },
-                    );
+                    self.info.insert(metric.clone(), describe_limits(status));
                 }
                 let figures = state.rules.entry(metric.clone()).or_default();
                 figures.matched += 1;
@@ -578,7 +575,7 @@ impl Decider {
                 views.push(ViewReport {
                     view: state.view,
                     algorithm: match state.view {
-                        View::AsConfigured => algorithms_of(&info.limits),
+                        View::AsConfigured => info.algorithms.clone(),
                         View::SlidingLog => "sliding_log".to_owned(),
                         View::FixedWindow => "fixed_window".to_owned(),
                     },
@@ -614,47 +611,31 @@ impl Decider {
     }
 }
 
-/// A matched rule's limits, as the reports write them.
-fn describe_limits(status: &slidegate_server::engine::Status) -> String {
-    let parts: Vec<String> = status
-        .applied
-        .iter()
-        .map(|a| {
-            let per = match a.unit {
-                Some(unit) => unit.name().to_owned(),
-                None => a
-                    .policy
-                    .as_ref()
-                    .map_or_else(String::new, |p| slidegate_core::duration::format_duration(p.window())),
-            };
-            let algorithm = a.policy.as_ref().map_or_else(|| "refuses all".to_owned(), policy_name);
-            format!("{} per {per} ({algorithm})", a.requests_per_unit)
-        })
-        .collect();
-    parts.join(" and ")
-}
-
-/// A policy's algorithm with its parameters.
-fn policy_name(policy: &slidegate_core::Policy) -> String {
-    match policy.algorithm() {
-        Algorithm::SlidingWindow { buckets, weighting } => {
-            format!("sliding_window n={buckets} {}", weighting.name())
+/// A matched rule's limits and their algorithms, as the reports write them.
+fn describe_limits(status: &slidegate_server::engine::Status) -> RuleInfo {
+    let mut limits = Vec::new();
+    let mut algorithms: Vec<String> = Vec::new();
+    for a in &status.applied {
+        let per = match a.unit {
+            Some(unit) => unit.name().to_owned(),
+            None => a
+                .policy
+                .as_ref()
+                .map_or_else(String::new, |p| slidegate_core::duration::format_duration(p.window())),
+        };
+        let algorithm = a
+            .policy
+            .as_ref()
+            .map_or_else(|| "refuses all".to_owned(), crate::plots::policy_label);
+        limits.push(format!("{} per {per} ({algorithm})", a.requests_per_unit));
+        if algorithms.last() != Some(&algorithm) {
+            algorithms.push(algorithm);
         }
-        Algorithm::Gcra { burst } => format!("gcra burst={burst}"),
-        Algorithm::ExponentialHistogram { epsilon } => format!("exponential_histogram ε={epsilon}"),
-        other => other.name().to_owned(),
     }
-}
-
-/// The algorithms named in a limits description (what is in parentheses).
-fn algorithms_of(limits: &str) -> String {
-    let mut names: Vec<&str> = limits
-        .split('(')
-        .skip(1)
-        .filter_map(|s| s.split_once(')').map(|(a, _)| a))
-        .collect();
-    names.dedup();
-    names.join(" and ")
+    RuleInfo {
+        limits: limits.join(" and "),
+        algorithms: algorithms.join(" and "),
+    }
 }
 
 /// The figures of one replay.

@@ -247,31 +247,21 @@ fn errors_name_what_is_wrong() {
         assert_eq!(out.status.code(), Some(if usage { 2 } else { 1 }), "{e}");
         e
     };
+    // A what-if replay of `config` with one descriptor entry, as given.
+    let whatif_of = |config: &str, domain: Option<&str>, entry: &str, log: &str, more: &[&str]| {
+        let mut args = vec!["simulate", "--config", config];
+        if let Some(domain) = domain {
+            args.extend(["--domain", domain]);
+        }
+        args.extend(["--descriptor", entry, "--trace", log]);
+        args.extend_from_slice(more);
+        run(&args)
+    };
     // A domain the config does not have.
-    let e = run(&[
-        "simulate",
-        "--config",
-        &config,
-        "--domain",
-        "nope",
-        "--descriptor",
-        "a=client",
-        "--trace",
-        &log,
-    ]);
+    let e = whatif_of(&config, Some("nope"), "a=client", &log, &[]);
     assert_eq!(e, "error: domain `nope` is not in the config: it has `shop`\n");
     // A field the log's format does not have.
-    let e = run(&[
-        "simulate",
-        "--config",
-        &config,
-        "--domain",
-        "shop",
-        "--descriptor",
-        "a=cookie",
-        "--trace",
-        &log,
-    ]);
+    let e = whatif_of(&config, Some("shop"), "a=cookie", &log, &[]);
     assert!(
         e.starts_with(&format!(
             "error: field `cookie` is not in {log}, a combined log with 1 extra field: expected one of "
@@ -279,76 +269,26 @@ fn errors_name_what_is_wrong() {
         "{e}"
     );
     // A descriptor entry that is not KEY=FIELD.
-    let e = run(&[
-        "simulate",
-        "--config",
-        &config,
-        "--domain",
-        "shop",
-        "--descriptor",
-        "client",
-        "--trace",
-        &log,
-    ]);
+    let e = whatif_of(&config, Some("shop"), "client", &log, &[]);
     assert!(e.contains("`client` is not KEY=FIELD"), "{e}");
     // --config without --domain, and with the accuracy flags.
-    let e = run(&[
-        "simulate",
-        "--config",
-        &config,
-        "--descriptor",
-        "a=client",
-        "--trace",
-        &log,
-    ]);
+    let e = whatif_of(&config, None, "a=client", &log, &[]);
     assert!(e.contains("--domain <NAME>"), "{e}");
-    let e = run(&[
-        "simulate",
-        "--config",
-        &config,
-        "--domain",
-        "shop",
-        "--descriptor",
-        "a=client",
-        "--trace",
-        &log,
-        "--limit",
-        "5",
-    ]);
+    let e = whatif_of(&config, Some("shop"), "a=client", &log, &["--limit", "5"]);
     assert!(e.contains("'--config <PATH>' cannot be used with '--limit <N>'"), "{e}");
     // A config that does not load: its file, line and reason.
     let bad = scratch(
         "bad.yaml",
         b"domain: shop\ndescriptors:\n  - key: a\n    rate_limit: { unit: fortnight, requests_per_unit: 1 }\n",
     );
-    let e = run(&[
-        "simulate",
-        "--config",
-        bad.to_str().unwrap(),
-        "--domain",
-        "shop",
-        "--descriptor",
-        "a=client",
-        "--trace",
-        &log,
-    ]);
+    let e = whatif_of(bad.to_str().unwrap(), Some("shop"), "a=client", &log, &[]);
     assert!(e.starts_with(&format!("error: {}:4", bad.display())), "{e}");
     // A log of unreadable lines: what was assumed, and why each failed.
     let empty = scratch(
         "junk.log",
         b"1.2.3.4 - - [10/Okt/2023:13:55:36 +0000] \"GET / HTTP/1.1\" 200 5\n",
     );
-    let e = run(&[
-        "simulate",
-        "--config",
-        &config,
-        "--domain",
-        "shop",
-        "--descriptor",
-        "a=client",
-        "--trace",
-        empty.to_str().unwrap(),
-    ]);
+    let e = whatif_of(&config, Some("shop"), "a=client", empty.to_str().unwrap(), &[]);
     assert_eq!(
         e,
         format!(
