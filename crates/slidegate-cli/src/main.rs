@@ -13,8 +13,9 @@
 //!   `slidegate-sim` crate); with `--config`, replays access logs through a
 //!   service config and reports what each rule would have refused.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
+mod alloc;
 mod bench;
 mod bench_clients;
 mod bench_hybrid;

@@ -423,6 +423,7 @@ impl Args {
             drain_delay: self.drain_delay,
             max_config_bytes: self.max_config_bytes,
             ready_requires_redis: self.ready_requires_redis,
+            give_back_memory: crate::alloc::give_back_free_memory,
             workers: match self.workers {
                 Some(n) => {
                     anyhow::ensure!(n <= MAX_WORKERS, "--workers {n}: at most {MAX_WORKERS}");

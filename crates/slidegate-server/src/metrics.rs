@@ -34,6 +34,11 @@ pub enum Api {
     AdHoc,
 }
 
+impl Api {
+    /// `AdHoc` is the last variant.
+    const COUNT: usize = Api::AdHoc as usize + 1;
+}
+
 /// How a request ended.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum Outcome {
@@ -45,6 +50,11 @@ pub enum Outcome {
     Invalid,
     /// The store could not answer.
     Unavailable,
+}
+
+impl Outcome {
+    /// `Unavailable` is the last variant.
+    const COUNT: usize = Outcome::Unavailable as usize + 1;
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -149,6 +159,9 @@ struct DecisionLabels {
 pub struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
+    /// Handles on `requests`' series, each made on its first use: the hot
+    /// path takes no lock and hashes no label.
+    request_series: [[std::sync::OnceLock<Counter>; Outcome::COUNT]; Api::COUNT],
     descriptors: Family<DescriptorLabels, Counter>,
     shadow: Family<DomainLabel, Counter>,
     global_shadow: Counter,
@@ -189,14 +202,14 @@ pub struct Metrics {
     /// The rule counters seen, by domain and rule name.
     rule_counters: parking_lot::RwLock<RuleCounters>,
     /// The descriptor counters of each domain seen, by name.
-    domains: parking_lot::RwLock<std::collections::HashMap<String, DomainCounters>>,
+    domains: parking_lot::RwLock<foldhash::HashMap<String, DomainCounters>>,
 }
 
 /// The rule counters seen: by domain, then by rule name (the metric key
 /// before [`stat_name`]), with the number of rules in all.
 #[derive(Default)]
 struct RuleCounters {
-    by_domain: std::collections::HashMap<String, std::collections::HashMap<String, RuleSeries>>,
+    by_domain: foldhash::HashMap<String, foldhash::HashMap<String, RuleSeries>>,
     len: usize,
 }
 
@@ -455,6 +468,7 @@ impl Metrics {
             in_flight,
             registry,
             requests,
+            request_series: Default::default(),
             descriptors,
             shadow,
             global_shadow,
@@ -485,7 +499,16 @@ impl Metrics {
 
     /// Counts a request that ended with `outcome` after `elapsed`.
     pub fn request(&self, api: Api, outcome: Outcome, elapsed: Duration) {
-        self.requests.get_or_create(&RequestLabels { api, outcome }).inc();
+        // Always there: the arrays have a cell for every variant.
+        if let Some(series) = self
+            .request_series
+            .get(api as usize)
+            .and_then(|row| row.get(outcome as usize))
+        {
+            series
+                .get_or_init(|| self.requests.get_or_create(&RequestLabels { api, outcome }).clone())
+                .inc();
+        }
         self.latency.observe(elapsed.as_secs_f64());
         if outcome == Outcome::Unavailable {
             self.store_errors.inc();

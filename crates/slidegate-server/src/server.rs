@@ -12,6 +12,7 @@ use crate::metrics::Metrics;
 use crate::redis_store::{RedisConnectError, RedisOptions};
 use crate::tls::{Alpn, Tls};
 pub use crate::tls::{TlsError, TlsOptions};
+pub use crate::trim::give_back_free_memory;
 use slidegate_core::Clock;
 use slidegate_memory::Budget;
 use slidegate_tower::LegacyReset;
@@ -89,6 +90,11 @@ pub struct Options {
     /// runtime that calls [`start`] (the default, so that a test's paused
     /// clock governs them).
     pub workers: usize,
+    /// Hands the allocator's free memory back to the system after each
+    /// reload, once the old config is freed: by default
+    /// [`give_back_free_memory`] (glibc's `malloc_trim`). A binary that
+    /// sets another global allocator gives that allocator's own.
+    pub give_back_memory: fn(),
 }
 
 impl Default for Options {
@@ -116,6 +122,7 @@ impl Default for Options {
             max_config_bytes: crate::config::DEFAULT_MAX_FILE_BYTES,
             ready_requires_redis: false,
             workers: 0,
+            give_back_memory: give_back_free_memory,
         }
     }
 }
@@ -168,6 +175,7 @@ pub struct Shared<C> {
     pub(crate) admin_token: Option<Box<[u8]>>,
     paths: Vec<PathBuf>,
     load_options: LoadOptions,
+    give_back_memory: fn(),
     /// The server is draining: `/readyz` answers 503.
     pub(crate) draining: std::sync::atomic::AtomicBool,
     /// Redis does not answer and readiness requires it: `/readyz` answers
@@ -203,6 +211,7 @@ impl<C: Clock> Shared<C> {
             admin_token: options.admin_token.as_deref().map(|t| t.trim().as_bytes().into()),
             paths: options.config.clone(),
             load_options: load_options(options),
+            give_back_memory: options.give_back_memory,
             draining: std::sync::atomic::AtomicBool::new(false),
             redis_down: std::sync::atomic::AtomicBool::new(false),
             reloads: watch::Sender::new(0),
@@ -281,12 +290,12 @@ impl<C: Clock> Shared<C> {
                 let domains = after.domains().count();
                 drop(after);
                 free_here(before);
-                crate::trim::give_back_free_memory();
+                (self.give_back_memory)();
                 tracing::info!(domains, changes = %changes, "config reloaded");
                 Ok(())
             }
             Err(e) => {
-                crate::trim::give_back_free_memory();
+                (self.give_back_memory)();
                 self.metrics.reload(false);
                 tracing::error!(error = %e, "config reload failed; the previous config stays in force");
                 Err(e)

@@ -7,7 +7,7 @@
 /// Hands the allocator's free memory back to the system, where the
 /// allocator is glibc's (elsewhere: nothing to do). Takes each arena's
 /// lock in turn, briefly: call it off the async runtime.
-pub(crate) fn give_back_free_memory() {
+pub fn give_back_free_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: `malloc_trim` takes no pointer and is thread-safe (it locks
     // each arena while trimming it); it only releases free pages.

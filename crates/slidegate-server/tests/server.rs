@@ -246,6 +246,32 @@ async fn headers_in_the_grpc_answer_when_enabled() {
     assert!(headers.contains(&("ratelimit", "\"d0\";r=1;t=1")), "{headers:?}");
 }
 
+/// Unnamed limits are named in the headers by their descriptor's place,
+/// `d<i>`, and `d<i>.<j>` for the j-th of several.
+#[tokio::test]
+async fn unnamed_limits_are_named_by_their_place() {
+    let h = Harness::start(
+        "
+domain: d
+descriptors:
+  - key: one
+    rate_limit: { unit: second, requests_per_unit: 5 }
+  - key: two
+    rate_limits:
+      - { unit: second, requests_per_unit: 3 }
+      - { unit: minute, requests_per_unit: 7 }
+",
+    )
+    .await;
+    let body = r#"{"domain":"d","descriptors":[{"entries":[{"key":"one","value":"x"}]},{"entries":[{"key":"two","value":"y"}]}]}"#;
+    let (status, headers, text) = h.post("/json", body).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(
+        headers["ratelimit-policy"],
+        "\"d0\";q=5;w=1, \"d1.0\";q=3;w=1, \"d1.1\";q=7;w=60"
+    );
+}
+
 /// `POST /json` as envoyproxy/ratelimit serves it.
 #[tokio::test]
 async fn post_json_speaks_proto3_json() {
