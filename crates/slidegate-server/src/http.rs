@@ -243,9 +243,10 @@ fn status_of(answer: &Answer) -> StatusCode {
 /// `RateLimitResponse` out, 200 or 429, as envoyproxy/ratelimit.
 async fn json<C: Clock + Send + Sync + 'static>(
     State(shared): State<Arc<Shared<C>>>,
-    headers: HeaderMap,
-    body: Body,
+    request: axum::extract::Request,
 ) -> Result<Response, Problem> {
+    // The headers taken, not copied (axum's `HeaderMap` extractor clones them).
+    let (http::request::Parts { headers, .. }, body) = request.into_parts();
     let bytes = read_body(body, &headers, shared.body_limit, shared.body_timeout).await?;
     let wire: RateLimitRequest = serde_json::from_slice(&bytes).map_err(|e| {
         shared.metrics.request(Api::Json, Outcome::Invalid, Duration::ZERO);
@@ -506,9 +507,10 @@ fn check_body_error(bytes: &[u8]) -> Problem {
 /// A cost of 0 (or `hits_addend` 0 on a descriptor) peeks.
 async fn check<C: Clock + Send + Sync + 'static>(
     State(shared): State<Arc<Shared<C>>>,
-    headers: HeaderMap,
-    body: Body,
+    request: axum::extract::Request,
 ) -> Result<Response, Problem> {
+    // The headers taken, not copied (axum's `HeaderMap` extractor clones them).
+    let (http::request::Parts { headers, .. }, body) = request.into_parts();
     let bytes = read_body(body, &headers, shared.body_limit, shared.body_timeout).await?;
     let parsed = parse_check_body(&bytes).inspect_err(|_| {
         shared.metrics.request(Api::Check, Outcome::Invalid, Duration::ZERO);
@@ -571,9 +573,10 @@ async fn check<C: Clock + Send + Sync + 'static>(
 /// an admin token is configured; then the request must carry it.
 async fn reset<C: Clock + Send + Sync + 'static>(
     State(shared): State<Arc<Shared<C>>>,
-    headers: HeaderMap,
-    body: Body,
+    request: axum::extract::Request,
 ) -> Result<Response, Problem> {
+    // The headers taken, not copied (axum's `HeaderMap` extractor clones them).
+    let (http::request::Parts { headers, .. }, body) = request.into_parts();
     authorize(shared.admin_token.as_deref(), &headers, "POST /v1/reset")?;
     let bytes = read_body(body, &headers, shared.body_limit, shared.body_timeout).await?;
     let held = match parse_check_body(&bytes)? {
