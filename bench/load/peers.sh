@@ -58,13 +58,20 @@ wrk_script "$work/sg-many.lua" /json "$sg_body" 100000
 wrk_script "$work/li-hot.lua" /check_and_report "$li_body" 1
 wrk_script "$work/li-many.lua" /check_and_report "$li_body" 100000
 
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+# The server's CPU ticks: user + system, and system alone, as "TOTAL:SYSTEM".
+cpu_ticks() { awk '{ print $14 + $15 ":" $15 }' "/proc/$1/stat"; }
+# The ticks between two readings of cpu_ticks, as "TOTAL SYSTEM".
+ticks_between() { echo "$((${2%%:*} - ${1%%:*})) $((${2##*:} - ${1##*:}))"; }
 cpu_per() { # TICKS CALLS
   awk -v t="$1" -v c="$2" -v hz="$hz" 'BEGIN { if (c > 0) printf "%.2f", t / hz * 1e6 / c; else print "-" }'
 }
 
-# line LABEL LOAD CALLS_PER_S P99 TICKS CALLS
-line() { printf "%-16s %-34s %10.0f calls/s  p99 %10s  cpu %6s us/decision\n" "$1" "$2" "$3" "$4" "$(cpu_per "$5" "$6")"; }
+# line LABEL LOAD CALLS_PER_S P99 "TICKS SYSTEM_TICKS" CALLS
+line() {
+  local ticks=${5% *} system=${5#* }
+  printf "%-16s %-34s %10.0f calls/s  p99 %10s  cpu %6s us/decision (system %s)\n" \
+    "$1" "$2" "$3" "$4" "$(cpu_per "$ticks" "$6")" "$(cpu_per "$system" "$6")"
+}
 
 wrk_load() { # LABEL LOAD SCRIPT PID
   local before after out
@@ -79,7 +86,7 @@ wrk_load() { # LABEL LOAD SCRIPT PID
     echo "error: $1 answered non-2xx statuses to $2" >&2
     exit 1
   fi
-  line "$1" "$2" "$rps" "$p99" $((after - before)) "$calls"
+  line "$1" "$2" "$rps" "$p99" "$(ticks_between "$before" "$after")" "$calls"
 }
 
 grpc_loads() { # LABEL PID
@@ -90,7 +97,7 @@ grpc_loads() { # LABEL PID
   after=$(cpu_ticks "$2")
   calls=$(echo "$out" | awk '/^requests:/ { print $8 }')
   rps=$(echo "$out" | awk '/^finished in/ { print $4 }')
-  line "$1" "gRPC hot key (h2load -c64 -m10)" "$rps" "-" $((after - before)) "$calls"
+  line "$1" "gRPC hot key (h2load -c64 -m10)" "$rps" "-" "$(ticks_between "$before" "$after")" "$calls"
   for keys in 1 100000; do
     before=$(cpu_ticks "$2")
     out=$("$grpc_load" "$grpc" "$keys" 5 4 64)
@@ -98,7 +105,7 @@ grpc_loads() { # LABEL PID
     calls=$(echo "$out" | awk '{ print $1 }')
     rps=$(echo "$out" | sed -E 's/.*: ([0-9]+) calls\/s.*/\1/')
     p99=$(echo "$out" | sed -E 's/.*p99 ([0-9.]+) ms.*/\1ms/')
-    line "$1" "gRPC $keys keys (grpc_load 4x64)" "$rps" "$p99" $((after - before)) "$calls"
+    line "$1" "gRPC $keys keys (grpc_load 4x64)" "$rps" "$p99" "$(ticks_between "$before" "$after")" "$calls"
   done
 }
 
