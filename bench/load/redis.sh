@@ -6,7 +6,13 @@
 # + used_cpu_sys from INFO cpu over the same calls). Every run is bounded
 # (100,000 gRPC calls, 5 s of wrk).
 #
-#   bench/load/redis.sh SLIDEGATE_BIN [ROUNDS]
+#   bench/load/redis.sh SLIDEGATE_BIN [ROUNDS] [LIMITADOR_BIN]
+#
+# With LIMITADOR_BIN (`limitador-server` built from its public repository,
+# as bench/load/peers.sh says), each round also runs Limitador's own
+# `redis` store on the same Redis and limit, and slidegate (batching on)
+# on the same HTTP load as Limitador: `POST /json` against its
+# `/check_and_report`, 100,000 keys drawn at random.
 #
 # Needs redis-server, h2load and wrk (Debian: redis-server, nghttp2-client,
 # wrk). Only servers this script starts, on loopback, are loaded.
@@ -14,6 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 bin=${1:?slidegate binary}
 rounds=${2:-3}
+limitador=${3:-}
 http=127.0.0.1:18280
 grpc=127.0.0.1:18281
 port=18279
@@ -24,7 +31,8 @@ if redis-cli -p $port PING >/dev/null 2>&1; then
 fi
 redis-server --bind 127.0.0.1 --port $port --save "" --appendonly no >/dev/null &
 redis=$!
-trap 'kill $redis 2>/dev/null || true' EXIT
+work=$(mktemp -d)
+trap 'kill $redis 2>/dev/null || true; rm -rf "$work"' EXIT
 for _ in $(seq 100); do redis-cli -p $port PING >/dev/null 2>&1 && break; sleep 0.05; done
 
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
@@ -33,7 +41,7 @@ redis_cpu() { redis-cli -p $port INFO cpu | awk -F: '/^used_cpu_(user|sys):/ { s
 # report LABEL LOAD CALLS RATE LATENCY SERVER_TICKS REDIS_SECONDS
 report() {
   awk -v l="$1" -v n="$2" -v c="$3" -v r="$4" -v lat="$5" -v t="$6" -v rs="$7" -v hz="$hz" 'BEGIN {
-    printf "%s %-6s %9.0f calls/s  %-14s  slidegate %6.2f us/decision  redis %6.2f us/decision\n",
+    printf "%s %-8s %9.0f calls/s  %-14s  server %6.2f us/decision  redis %6.2f us/decision\n",
       l, n, r, lat, t / hz * 1e6 / c, rs * 1e6 / c }'
 }
 
@@ -75,7 +83,83 @@ run() {
   wait $server 2>/dev/null || true
 }
 
+# Limitador's limit, the same as bench/load/edge.yaml's, and the HTTP
+# loads over 100,000 keys for both services.
+cat >"$work/limitador.yaml" <<'EOF'
+- namespace: edge_proxy
+  name: per_remote_address
+  max_value: 1000000000
+  seconds: 1
+  conditions: []
+  variables:
+    - descriptors[0].remote_address
+EOF
+many_keys() { # FILE PATH BODY (a format with %d for the key)
+  cat >"$1" <<EOF
+local headers = { ["Content-Type"] = "application/json" }
+local bodies = {}
+for i = 1, 100000 do bodies[i] = string.format('$3', i) end
+request = function()
+  return wrk.format("POST", "$2", headers, bodies[math.random(1, 100000)])
+end
+EOF
+}
+many_keys "$work/sg.lua" /json '{"domain":"edge_proxy","descriptors":[{"entries":[{"key":"remote_address","value":"10.%d"}]}]}'
+many_keys "$work/li.lua" /check_and_report '{"namespace":"edge_proxy","values":{"remote_address":"10.%d"},"delta":1}'
+
+# peer LABEL slidegate|limitador: the gRPC hot key and the HTTP load over
+# 100,000 keys on a fresh server of either.
+peer() {
+  local label=$1 script
+  if curl -s -o /dev/null "http://$http/"; then
+    echo "error: $http is already served by another process" >&2
+    exit 1
+  fi
+  redis-cli -p $port FLUSHALL >/dev/null
+  if [ "$2" = slidegate ]; then
+    "$bin" serve --config bench/load/edge.yaml --http "$http" --grpc "$grpc" \
+      --redis "redis://127.0.0.1:$port" 2>/dev/null &
+    script="$work/sg.lua"
+  else
+    "$limitador" -b 127.0.0.1 -p "${grpc##*:}" -B 127.0.0.1 -P "${http##*:}" \
+      "$work/limitador.yaml" redis "redis://127.0.0.1:$port" >/dev/null 2>&1 &
+    script="$work/li.lua"
+  fi
+  local server=$!
+  for _ in $(seq 200); do curl -s -o /dev/null "http://$http/" && break; sleep 0.05; done
+  if ! kill -0 $server 2>/dev/null; then
+    echo "error: $2 did not start" >&2
+    exit 1
+  fi
+  local before after rbefore rafter out calls rate lat
+  before=$(cpu_ticks $server); rbefore=$(redis_cpu)
+  out=$(h2load -n 100000 -c 64 -m 10 -t 2 -H 'content-type: application/grpc' -H 'te: trailers' \
+    -d bench/load/grpc-hot.bin "http://$grpc/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
+  after=$(cpu_ticks $server); rafter=$(redis_cpu)
+  calls=$(echo "$out" | awk '/^requests:/ { print $8 }')
+  rate=$(echo "$out" | awk '/^finished in/ { print $4 }')
+  lat=$(echo "$out" | awk '/^time for request:/ { print $6 }')
+  report "$label" grpc "$calls" "$rate" "mean $lat" $((after - before)) "$(echo "$rafter - $rbefore" | bc -l)"
+  before=$(cpu_ticks $server); rbefore=$(redis_cpu)
+  out=$(wrk -t2 -c64 -d5s --latency -s "$script" "http://$http/")
+  after=$(cpu_ticks $server); rafter=$(redis_cpu)
+  if echo "$out" | grep -q "Non-2xx"; then
+    echo "error: $2 answered non-2xx statuses" >&2
+    exit 1
+  fi
+  calls=$(echo "$out" | awk '/ requests in / { print $1 }')
+  rate=$(echo "$out" | awk '/Requests\/sec/ { print $2 }')
+  lat=$(echo "$out" | awk '/^ +99%/ { print $2 }')
+  report "$label" json100k "$calls" "$rate" "p99 $lat" $((after - before)) "$(echo "$rafter - $rbefore" | bc -l)"
+  kill $server
+  wait $server 2>/dev/null || true
+}
+
 for r in $(seq "$rounds"); do
   run "on   r$r" on
   run "off  r$r" off
+  if [ -n "$limitador" ]; then
+    peer "sg   r$r" slidegate
+    peer "li   r$r" limitador
+  fi
 done
