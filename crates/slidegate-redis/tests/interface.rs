@@ -5,6 +5,7 @@
 //! through an outage. Every decision runs on a manual client clock.
 
 use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
 use slidegate_conformance::Figures;
 use slidegate_conformance::redis::{RedisCluster, RedisSentinel, RedisServer};
 use slidegate_core::{Algorithm, LimitState, ManualClock, Policy, State, Weighting};
@@ -75,6 +76,20 @@ async fn store(server: &RedisServer, clock: &ManualClock) -> RedisStore {
     RedisStore::new(server.conn().await, PREFIX, TIMEOUT)
         .unwrap()
         .with_clock(RedisClock::client(clock.clone()))
+}
+
+/// A store over a connection to `cluster` on `clock`, backing off per
+/// slot range.
+async fn cluster_store(cluster: &RedisCluster, clock: &ManualClock) -> RedisStore<ClusterConnection> {
+    let conn = ClusterClient::new(cluster.urls())
+        .unwrap()
+        .get_async_connection()
+        .await
+        .unwrap();
+    RedisStore::new(conn, PREFIX, TIMEOUT)
+        .unwrap()
+        .with_clock(RedisClock::client(clock.clone()))
+        .with_backoff_per_slot_range()
 }
 
 /// The core's states of a key, one per limit, decided by `decide_all`'s
@@ -251,15 +266,7 @@ async fn sixteen_tasks_two_limits_admit_exactly_five() {
 async fn sixteen_tasks_two_limits_admit_exactly_five_on_a_cluster() {
     let cluster = RedisCluster::start();
     let clock = ManualClock::new(T0_US * 1000);
-    let conn = ClusterClient::new(cluster.urls())
-        .unwrap()
-        .get_async_connection()
-        .await
-        .unwrap();
-    let store = RedisStore::new(conn, PREFIX, TIMEOUT)
-        .unwrap()
-        .with_clock(RedisClock::client(clock.clone()))
-        .with_backoff_per_slot_range();
+    let store = cluster_store(&cluster, &clock).await;
     exactly_five_of_sixteen(store.clone(), "user:cluster").await;
     // Every key of the request in one slot, on one master.
     let keys: Vec<String> = minute_and_hour()
@@ -843,15 +850,7 @@ async fn long_runs_on_one_key_are_decided_as_one_by_one() {
 async fn runs_on_a_cluster_are_decided_as_one_by_one() {
     let cluster = RedisCluster::start();
     let clock = ManualClock::new(T0_US * 1000);
-    let conn = ClusterClient::new(cluster.urls())
-        .unwrap()
-        .get_async_connection()
-        .await
-        .unwrap();
-    let store = RedisStore::new(conn, PREFIX, TIMEOUT)
-        .unwrap()
-        .with_clock(RedisClock::client(clock.clone()))
-        .with_backoff_per_slot_range();
+    let store = cluster_store(&cluster, &clock).await;
     let minute = Duration::from_secs(60);
     let ring = Algorithm::SlidingWindow {
         buckets: 6,
