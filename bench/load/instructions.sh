@@ -21,17 +21,11 @@ http=127.0.0.1:18480
 grpc=127.0.0.1:18481
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-cat >"$work/limitador.yaml" <<'YAML'
-- namespace: edge_proxy
-  name: per_remote_address
-  max_value: 1000000000
-  seconds: 1
-  conditions: []
-  variables:
-    - descriptors[0].remote_address
-YAML
-printf '%s' '{"domain":"edge_proxy","descriptors":[{"entries":[{"key":"remote_address","value":"10.0.0.1"}]}]}' >"$work/sg.json"
-printf '%s' '{"namespace":"edge_proxy","values":{"remote_address":"10.0.0.1"},"delta":1}' >"$work/li.json"
+source bench/load/common.sh
+# shellcheck disable=SC2059 # the bodies are formats
+printf "$sg_body" 0 >"$work/sg.json"
+# shellcheck disable=SC2059
+printf "$li_body" 0 >"$work/li.json"
 
 # total SERVER(slidegate|limitador) API(grpc|http) CALLS: the instructions
 # of one server's whole run.
@@ -50,12 +44,13 @@ total() {
   limitador)
     valgrind --tool=callgrind --callgrind-out-file="$out" "$limitador" \
       -b 127.0.0.1 -p "${grpc##*:}" -B 127.0.0.1 -P "${http##*:}" \
-      "$work/limitador.yaml" memory -c 200000 >/dev/null 2>&1 &
+      bench/load/limitador.yaml memory -c 200000 >/dev/null 2>&1 &
     ;;
   esac
   local server=$!
+  # Up when both ports answer (under valgrind one may open well after the other).
   for _ in $(seq 600); do
-    curl -s -o /dev/null "http://$http/" && break
+    curl -s -o /dev/null "http://$http/" && (: </dev/tcp/127.0.0.1/"${grpc##*:}") 2>/dev/null && break
     kill -0 $server 2>/dev/null || { echo "error: $1 did not start" >&2; exit 1; }
     sleep 0.1
   done

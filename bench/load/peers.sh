@@ -28,31 +28,8 @@ trap 'rm -rf "$work"' EXIT
 cargo build -q --release -p slidegate-server --example grpc_load
 grpc_load=target/release/examples/grpc_load
 
-# Limitador's limit, the same as bench/load/edge.yaml's.
-cat >"$work/limitador.yaml" <<'EOF'
-- namespace: edge_proxy
-  name: per_remote_address
-  max_value: 1000000000
-  seconds: 1
-  conditions: []
-  variables:
-    - descriptors[0].remote_address
-EOF
-
-# wrk scripts: one hot key, and 100,000 keys drawn at random; PATH and BODY
-# (a format with %d for the key) per server.
-wrk_script() { # FILE PATH BODY KEYS
-  cat >"$1" <<EOF
-local headers = { ["Content-Type"] = "application/json" }
-local bodies = {}
-for i = 1, $4 do bodies[i] = string.format('$3', i) end
-request = function()
-  return wrk.format("POST", "$2", headers, bodies[math.random(1, $4)])
-end
-EOF
-}
-sg_body='{"domain":"edge_proxy","descriptors":[{"entries":[{"key":"remote_address","value":"10.0.%d.1"}]}]}'
-li_body='{"namespace":"edge_proxy","values":{"remote_address":"10.0.%d.1"},"delta":1}'
+source bench/load/common.sh
+# wrk scripts: one hot key, and 100,000 keys drawn at random.
 wrk_script "$work/sg-hot.lua" /json "$sg_body" 1
 wrk_script "$work/sg-many.lua" /json "$sg_body" 100000
 wrk_script "$work/li-hot.lua" /check_and_report "$li_body" 1
@@ -144,7 +121,7 @@ run_limitador() { # LABEL
   # `memory -c`: a counter cache large enough for the 100,000 keys (its
   # default is sized from the free memory).
   "$limitador" -b 127.0.0.1 -p "${grpc##*:}" -B 127.0.0.1 -P "${http##*:}" \
-    "$work/limitador.yaml" memory -c 200000 >/dev/null 2>&1 &
+    bench/load/limitador.yaml memory -c 200000 >/dev/null 2>&1 &
   local server=$!
   wait_up $server
   grpc_loads "$1" $server

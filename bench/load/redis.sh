@@ -45,90 +45,32 @@ report() {
       l, n, r, lat, t / hz * 1e6 / c, rs * 1e6 / c }'
 }
 
-# run LABEL on|off: one round of both loads on a fresh server.
-run() {
-  local label=$1 batching=$2
-  if curl -sf "http://$http/healthz" >/dev/null; then
-    echo "error: $http is already served by another process" >&2
-    exit 1
-  fi
-  redis-cli -p $port FLUSHALL >/dev/null
-  "$bin" serve --config bench/load/edge.yaml --http "$http" --grpc "$grpc" \
-    --redis "redis://127.0.0.1:$port" --redis-batching "$batching" 2>/dev/null &
-  local server=$!
-  for _ in $(seq 100); do curl -sf "http://$http/healthz" >/dev/null && break; sleep 0.05; done
-  if ! kill -0 $server 2>/dev/null; then
-    echo "error: $bin serve did not start" >&2
-    exit 1
-  fi
-  local before after rbefore rafter out calls rate mean
-  # gRPC ShouldRateLimit, one hot key, 640 calls in flight.
-  before=$(cpu_ticks $server); rbefore=$(redis_cpu)
-  out=$(h2load -n 100000 -c 64 -m 10 -t 2 -H 'content-type: application/grpc' -H 'te: trailers' \
-    -d bench/load/grpc-hot.bin "http://$grpc/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
-  after=$(cpu_ticks $server); rafter=$(redis_cpu)
-  calls=$(echo "$out" | awk '/^requests:/ { print $6 }')
-  rate=$(echo "$out" | awk '/^finished in/ { print $4 }')
-  mean=$(echo "$out" | awk '/^time for request:/ { print $6 }')
-  report "$label" grpc "$calls" "$rate" "mean $mean" $((after - before)) "$(echo "$rafter - $rbefore" | bc -l)"
-  # HTTP POST /v1/check over 100,000 keys, 64 connections.
-  before=$(cpu_ticks $server); rbefore=$(redis_cpu)
-  out=$(wrk -t2 -c64 -d5s --latency -s bench/load/many.lua "http://$http/v1/check")
-  after=$(cpu_ticks $server); rafter=$(redis_cpu)
-  calls=$(echo "$out" | awk '/ requests in / { print $1 }')
-  rate=$(echo "$out" | awk '/Requests\/sec/ { print $2 }')
-  mean=$(echo "$out" | awk '/^ +99%/ { print $2 }')
-  report "$label" 100k "$calls" "$rate" "p99 $mean" $((after - before)) "$(echo "$rafter - $rbefore" | bc -l)"
-  kill $server
-  wait $server 2>/dev/null || true
-}
+source bench/load/common.sh
+wrk_script "$work/sg.lua" /json "$sg_body" 100000
+wrk_script "$work/li.lua" /check_and_report "$li_body" 100000
 
-# Limitador's limit, the same as bench/load/edge.yaml's, and the HTTP
-# loads over 100,000 keys for both services.
-cat >"$work/limitador.yaml" <<'EOF'
-- namespace: edge_proxy
-  name: per_remote_address
-  max_value: 1000000000
-  seconds: 1
-  conditions: []
-  variables:
-    - descriptors[0].remote_address
-EOF
-many_keys() { # FILE PATH BODY (a format with %d for the key)
-  cat >"$1" <<EOF
-local headers = { ["Content-Type"] = "application/json" }
-local bodies = {}
-for i = 1, 100000 do bodies[i] = string.format('$3', i) end
-request = function()
-  return wrk.format("POST", "$2", headers, bodies[math.random(1, 100000)])
-end
-EOF
-}
-many_keys "$work/sg.lua" /json '{"domain":"edge_proxy","descriptors":[{"entries":[{"key":"remote_address","value":"10.%d"}]}]}'
-many_keys "$work/li.lua" /check_and_report '{"namespace":"edge_proxy","values":{"remote_address":"10.%d"},"delta":1}'
-
-# peer LABEL slidegate|limitador: the gRPC hot key and the HTTP load over
-# 100,000 keys on a fresh server of either.
-peer() {
-  local label=$1 script
+# round LABEL SERVER HTTP_NAME WRK_SCRIPT HTTP_PATH: one round of both
+# loads on a fresh server (SERVER: slidegate's --redis-batching on|off, or
+# limitador): gRPC ShouldRateLimit on one hot key, 640 calls in flight,
+# then 5 s of wrk over HTTP, 64 connections.
+round() {
+  local label=$1
   if curl -s -o /dev/null "http://$http/"; then
     echo "error: $http is already served by another process" >&2
     exit 1
   fi
   redis-cli -p $port FLUSHALL >/dev/null
-  if [ "$2" = slidegate ]; then
-    "$bin" serve --config bench/load/edge.yaml --http "$http" --grpc "$grpc" \
-      --redis "redis://127.0.0.1:$port" 2>/dev/null &
-    script="$work/sg.lua"
-  else
+  if [ "$2" = limitador ]; then
     "$limitador" -b 127.0.0.1 -p "${grpc##*:}" -B 127.0.0.1 -P "${http##*:}" \
-      "$work/limitador.yaml" redis "redis://127.0.0.1:$port" >/dev/null 2>&1 &
-    script="$work/li.lua"
+      bench/load/limitador.yaml redis "redis://127.0.0.1:$port" >/dev/null 2>&1 &
+  else
+    "$bin" serve --config bench/load/edge.yaml --http "$http" --grpc "$grpc" \
+      --redis "redis://127.0.0.1:$port" --redis-batching "$2" 2>/dev/null &
   fi
   local server=$!
   for _ in $(seq 200); do curl -s -o /dev/null "http://$http/" && break; sleep 0.05; done
   if ! kill -0 $server 2>/dev/null; then
-    echo "error: $2 did not start" >&2
+    echo "error: the $2 server did not start" >&2
     exit 1
   fi
   local before after rbefore rafter out calls rate lat
@@ -141,25 +83,28 @@ peer() {
   lat=$(echo "$out" | awk '/^time for request:/ { print $6 }')
   report "$label" grpc "$calls" "$rate" "mean $lat" $((after - before)) "$(echo "$rafter - $rbefore" | bc -l)"
   before=$(cpu_ticks $server); rbefore=$(redis_cpu)
-  out=$(wrk -t2 -c64 -d5s --latency -s "$script" "http://$http/")
+  out=$(wrk -t2 -c64 -d5s --latency -s "$4" "http://$http$5")
   after=$(cpu_ticks $server); rafter=$(redis_cpu)
   if echo "$out" | grep -q "Non-2xx"; then
-    echo "error: $2 answered non-2xx statuses" >&2
+    echo "error: the $2 server answered non-2xx statuses" >&2
     exit 1
   fi
   calls=$(echo "$out" | awk '/ requests in / { print $1 }')
   rate=$(echo "$out" | awk '/Requests\/sec/ { print $2 }')
   lat=$(echo "$out" | awk '/^ +99%/ { print $2 }')
-  report "$label" json100k "$calls" "$rate" "p99 $lat" $((after - before)) "$(echo "$rafter - $rbefore" | bc -l)"
+  report "$label" "$3" "$calls" "$rate" "p99 $lat" $((after - before)) "$(echo "$rafter - $rbefore" | bc -l)"
   kill $server
   wait $server 2>/dev/null || true
 }
 
+# Batching on and off over the ad-hoc API (bench/load/many.lua: 100,000
+# keys through POST /v1/check); with Limitador, both services on /json and
+# /check_and_report over 100,000 keys.
 for r in $(seq "$rounds"); do
-  run "on   r$r" on
-  run "off  r$r" off
+  round "on   r$r" on 100k bench/load/many.lua /v1/check
+  round "off  r$r" off 100k bench/load/many.lua /v1/check
   if [ -n "$limitador" ]; then
-    peer "sg   r$r" slidegate
-    peer "li   r$r" limitador
+    round "sg   r$r" on json100k "$work/sg.lua" /
+    round "li   r$r" limitador json100k "$work/li.lua" /
   fi
 done
