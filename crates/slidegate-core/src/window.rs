@@ -230,17 +230,63 @@ impl<S: Slot, R: AsRef<[S]> + AsMut<[S]>> SlidingWindow<S, R> {
             retry_at: 0,
             slot: PhantomData,
         };
-        for d in 0..len {
-            let count = ring.slots.as_ref()[ring.slot_back(d as u64)].get();
-            if count > 0 {
-                if ring.total == 0 {
-                    ring.lag = d as u16;
-                }
-                ring.total = ring.total.saturating_add(count);
-                ring.head = d as u16;
-            }
+        // In slot order and without branches on the counts (a store
+        // rebuilds a ring per decision): `lag` and `head` are the least and
+        // the greatest distance back from the newest bucket of a non-empty
+        // slot, both 0 for an empty ring.
+        let (newest_slot, mut lag, mut head) = (usize::from(ring.newest_slot), u16::MAX, 0u16);
+        for (i, slot) in ring.slots.as_ref().iter().enumerate() {
+            let count = slot.get();
+            let d = (if i <= newest_slot {
+                newest_slot - i
+            } else {
+                newest_slot + len - i
+            }) as u16;
+            ring.total = ring.total.saturating_add(count);
+            let nonzero = count > 0;
+            lag = if nonzero { lag.min(d) } else { lag };
+            head = if nonzero { head.max(d) } else { head };
+        }
+        if ring.total > 0 {
+            (ring.lag, ring.head) = (lag, head);
         }
         Some(ring)
+    }
+
+    /// [`SlidingWindow::from_parts`], then [`LimitState::admit`], then the
+    /// newest bucket written back to `newest`: the same decision and the
+    /// same parts, in O(n) additions and no division. A keyed store that
+    /// keeps only the parts decides a request without headers with it:
+    /// the hints that `from_parts` works out are read only for headers and
+    /// expiry, so the ring is built with their widest values (`lag` 0,
+    /// `head` n − 1), which bound the true ones. `None` for a slot count
+    /// that `from_parts` refuses.
+    pub fn admit_parts(policy: &Policy, newest: &mut u64, slots: R, now: u64, cost: u64) -> Option<bool> {
+        let len = slots.as_ref().len();
+        if !(2..=Policy::MAX_BUCKETS as usize).contains(&len) {
+            return None;
+        }
+        let total = slots.as_ref().iter().fold(0u64, |t, s| t.saturating_add(s.get()));
+        let ring = policy.ring();
+        let newest_slot = if ring.get() == len as u64 {
+            ring.rem(*newest)
+        } else {
+            *newest % len as u64
+        };
+        let mut window = SlidingWindow {
+            slots,
+            newest: *newest,
+            total,
+            newest_slot: newest_slot as u16,
+            lag: 0,
+            head: (len - 1) as u16,
+            retry_cost: 0,
+            retry_at: 0,
+            slot: PhantomData,
+        };
+        let allowed = window.admit(policy, now, cost);
+        *newest = window.newest;
+        Some(allowed)
     }
 
     /// The number of buckets `n`.

@@ -1,7 +1,7 @@
 //! A keyed limiter: one policy, one clock, the most compact state.
 
 use crate::key::Key;
-use crate::state::{Ring2, Ring8};
+use crate::state::{KeyState, Ring2, Ring8};
 use crate::store::{Budget, Stats, Store, StoreError};
 use slidegate_core::{Algorithm, Clock, Decision, FixedWindow, Gcra, Policy, State};
 use std::borrow::Borrow;
@@ -106,8 +106,8 @@ impl<K: Key, C: Clock> KeyedLimiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let now = self.clock.now();
-        each!(&self.table, s => s.check(&self.policy, key, now, cost))
+        let policy = &self.policy;
+        each!(&self.table, s => s.update_clocked(policy, key, || self.clock.now(), |state, now| state.check(policy, now, cost)))
     }
 
     /// [`KeyedLimiter::check`] without the headers.
@@ -120,8 +120,8 @@ impl<K: Key, C: Clock> KeyedLimiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let now = self.clock.now();
-        each!(&self.table, s => s.admit(&self.policy, key, now, cost))
+        let policy = &self.policy;
+        each!(&self.table, s => s.update_clocked(policy, key, || self.clock.now(), |state, now| state.admit(policy, now, cost)))
     }
 
     /// Decides many requests at one reading of the clock, overlapping their

@@ -135,7 +135,11 @@ macro_rules! ring_methods {
         }
 
         fn admit(&mut self, policy: &Policy, now: u64, cost: u64) -> bool {
-            self.admit_expiring(policy, now, cost).0
+            let $this = self;
+            let mut newest = $this.newest.get();
+            let allowed = SlidingWindow::admit_parts(policy, &mut newest, $slots, now, cost).unwrap_or(false);
+            $this.newest = Split::new(newest);
+            allowed
         }
 
         fn record(&mut self, policy: &Policy, now: u64, cost: u64) {

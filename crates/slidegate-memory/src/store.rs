@@ -275,13 +275,32 @@ impl<K: Key, St: KeyState> Store<K, St> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        self.update_clocked(policy, key, || now, |state, _| f(state))
+    }
+
+    /// [`Store::update`] reading the time from `now` once the key's slot
+    /// is on its way: a clock read (a few dozen cycles, and on some CPUs a
+    /// stall for loads in flight) then overlaps the memory miss instead of
+    /// delaying it. `f` gets the time read.
+    pub(crate) fn update_clocked<Q, T>(
+        &self,
+        policy: &Policy,
+        key: &Q,
+        now: impl FnOnce() -> u64,
+        f: impl FnOnce(&mut St, u64) -> T,
+    ) -> Result<T, StoreError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         let (hash, shard) = self.locate(key);
         // The key's home slot is most likely a memory miss: start it before
-        // taking the lock, so that it overlaps the lock's acquisition and
-        // the lock is held for less of it.
+        // reading the clock and taking the lock, so that it overlaps both
+        // and the lock is held for less of it.
         self.prefetch_home(hash, shard);
+        let now = now();
         let mut table = shard.table.lock();
-        self.update_in(&mut table, hash, policy, key, now, f)
+        self.update_in(&mut table, hash, policy, key, now, |state| f(state, now))
     }
 
     /// [`Store::update`] in a table already locked, `hash` being the key's.
@@ -321,6 +340,28 @@ impl<K: Key, St: KeyState> Store<K, St> {
             }
             return Ok(out);
         }
+        self.update_new(table, hash, tag, policy, key, now, f)
+    }
+
+    /// [`Store::update_in`] for a key not held: out of line, so that the
+    /// held key's path inlines its decision.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn update_new<Q, T>(
+        &self,
+        table: &mut Table<K, St>,
+        hash: u64,
+        tag: NonZeroU16,
+        policy: &Policy,
+        key: &Q,
+        now: u64,
+        f: impl FnOnce(&mut St) -> T,
+    ) -> Result<T, StoreError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         let (mut state, seeded) = table.start(hash, policy, now);
         let seed = seeded.then(|| (state.held(), state.expires(policy)));
         let out = f(&mut state);

@@ -95,6 +95,31 @@ proptest! {
         }
     }
 
+    /// `SlidingWindow::admit_parts` decides as a ring rebuilt from the same
+    /// parts does with `admit`, and leaves the same parts; with as many
+    /// slots as the policy's buckets or another count.
+    #[test]
+    fn ring_admitted_from_parts_decides_alike(
+        buckets in 2u32..10, slot_count in 2usize..10, same_count in any::<bool>(), limit in 1u64..12,
+        bucket_ns in 1u64..20, weighting in weighting(), reqs in requests(15, 5), monotone in any::<bool>(),
+    ) {
+        let policy = ring(limit, buckets, bucket_ns, 0, weighting);
+        let len = if same_count { buckets as usize } else { slot_count };
+        let (mut newest, mut slots) = (0u64, vec![0u32; len]);
+        let (mut newest_parts, mut slots_parts) = (0u64, vec![0u32; len]);
+        let mut t = 0;
+        for (x, cost) in reqs {
+            t = if monotone { t + x } else { x };
+            let mut rebuilt = SlidingWindow::<u32, &mut [u32]>::from_parts(newest, &mut slots[..]).unwrap();
+            let expected = rebuilt.admit(&policy, t, cost);
+            newest = rebuilt.newest();
+            let got = SlidingWindow::<u32, &mut [u32]>::admit_parts(&policy, &mut newest_parts, &mut slots_parts[..], t, cost);
+            prop_assert_eq!(got, Some(expected));
+            prop_assert_eq!((newest_parts, &slots_parts), (newest, &slots));
+        }
+        prop_assert_eq!(SlidingWindow::<u32, &mut [u32]>::admit_parts(&policy, &mut newest, &mut [0u32][..], t, 1), None);
+    }
+
     /// Counting whatever the limit says never panics either: any limit,
     /// window, time and cost, up to `u64::MAX`.
     #[test]
