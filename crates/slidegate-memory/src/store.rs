@@ -324,54 +324,74 @@ impl<K: Key, St: KeyState> Store<K, St> {
             });
         }
         let tag = tag(hash);
-        if let Probe::Found(i) = table.find(tag, key)
-            && let Some(entry) = table.entry_mut(i)
-        {
-            let before = entry.state.heap_bytes();
-            if !entry.state.fits(policy) {
-                entry.state = St::fresh(policy);
+        // One call of `f` for a held key and a new one alike, so that the
+        // decision inlines here.
+        let found = match table.find(tag, key) {
+            Probe::Found(i) => table.entry_mut(i).map(|entry| (i, &mut entry.state)),
+            Probe::Vacant => None,
+        };
+        let mut new = None;
+        let (state, held) = match found {
+            Some((i, state)) => {
+                let before = state.heap_bytes();
+                if !state.fits(policy) {
+                    *state = St::fresh(policy);
+                }
+                (state, Some((i, before)))
             }
-            let out = f(&mut entry.state);
-            let after = entry.state.heap_bytes();
-            if before != after {
-                let held = table.len();
-                table.state_resized(before, after, i, policy, now);
-                self.keys.fetch_sub(held - table.len(), Ordering::Relaxed);
+            None => {
+                let (state, seeded) = table.start(hash, policy, now);
+                let seed = seeded.then(|| (state.held(), state.expires(policy)));
+                (&mut new.insert((state, seed)).0, None)
             }
-            return Ok(out);
+        };
+        let out = f(state);
+        let after = state.heap_bytes();
+        match (held, new) {
+            (Some((i, before)), _) => {
+                if before != after {
+                    let held = table.len();
+                    table.state_resized(before, after, i, policy, now);
+                    self.keys.fetch_sub(held - table.len(), Ordering::Relaxed);
+                }
+                Ok(out)
+            }
+            (None, Some((state, seed))) => self
+                .keep_new(table, hash, tag, key, state, seed, policy, now)
+                .map(|()| out),
+            (None, None) => Ok(out),
         }
-        self.update_new(table, hash, tag, policy, key, now, f)
     }
 
-    /// [`Store::update_in`] for a key not held: out of line, so that the
-    /// held key's path inlines its decision.
+    /// Keeps a key that was not held, after its first decision, if it
+    /// counts something more than the summary's seed (`seed`: the seeded
+    /// state's units and expiry): out of line, as new keys are the rarer
+    /// path.
     #[cold]
     #[inline(never)]
     #[allow(clippy::too_many_arguments)]
-    fn update_new<Q, T>(
+    fn keep_new<Q>(
         &self,
         table: &mut Table<K, St>,
         hash: u64,
         tag: NonZeroU16,
-        policy: &Policy,
         key: &Q,
+        state: St,
+        seed: Option<(u64, u64)>,
+        policy: &Policy,
         now: u64,
-        f: impl FnOnce(&mut St) -> T,
-    ) -> Result<T, StoreError>
+    ) -> Result<(), StoreError>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let (mut state, seeded) = table.start(hash, policy, now);
-        let seed = seeded.then(|| (state.held(), state.expires(policy)));
-        let out = f(&mut state);
         if let Some(seed) = seed {
             // A seeded key that counted nothing more (a refusal, a peek) is
             // not stored: the summary still holds what it was seeded with.
             let now_holds = (state.held(), state.expires(policy));
             if seed == now_holds {
                 table.evicted.summarised += 1;
-                return Ok(out);
+                return Ok(());
             }
             // Nor does one that counted more evict a live key to come back
             // in: it stays in the summary, which now holds all it counted.
@@ -381,7 +401,7 @@ impl<K: Key, St: KeyState> Store<K, St> {
             if table.len() >= table.max_len() || self.keys.load(Ordering::Relaxed) >= self.max_keys {
                 table.evicted.summary.fold(hash, now_holds.0, now_holds.1, now);
                 table.evicted.summarised += 1;
-                return Ok(out);
+                return Ok(());
             }
         }
         let before = table.len();
@@ -392,7 +412,7 @@ impl<K: Key, St: KeyState> Store<K, St> {
         } else if before > after {
             self.keys.fetch_sub(before - after, Ordering::Relaxed);
         }
-        inserted.map(|()| out)
+        inserted
     }
 
     /// Stores a new key's state if it counts something.
