@@ -8,7 +8,6 @@ use parking_lot::Mutex;
 use slidegate_core::{Decision, Policy};
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
-use std::num::NonZeroU16;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// How much a [`Store`] may hold, fixed when it is built.
@@ -184,9 +183,15 @@ impl<K: Key, St: KeyState> std::fmt::Debug for Store<K, St> {
     }
 }
 
-/// `⌊x·n / 2⁶⁴⌋`: a shard index from the hash's high bits.
+/// A shard index in `0..n` from a hash: `⌊x·n / 2⁶⁴⌋` of the hash
+/// multiplied by an odd constant. foldhash's fast hash varies its high bits
+/// slowly over small consecutive integers under some seeds (about one in a
+/// hundred: 64 keys all in one of three shards was seen), so the high bits
+/// alone would crowd such keys into one shard; the multiplication carries
+/// the well-mixed low bits up.
 fn reduce(hash: u64, n: usize) -> usize {
-    ((u128::from(hash) * n as u128) >> 64) as usize
+    let mixed = hash.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    ((u128::from(mixed) * n as u128) >> 64) as usize
 }
 
 impl<K: Key, St: KeyState> Store<K, St> {
@@ -356,9 +361,7 @@ impl<K: Key, St: KeyState> Store<K, St> {
                 }
                 Ok(out)
             }
-            (None, Some((state, seed))) => self
-                .keep_new(table, hash, tag, key, state, seed, policy, now)
-                .map(|()| out),
+            (None, Some((state, seed))) => self.keep_new(table, hash, key, state, seed, policy, now).map(|()| out),
             (None, None) => Ok(out),
         }
     }
@@ -374,7 +377,6 @@ impl<K: Key, St: KeyState> Store<K, St> {
         &self,
         table: &mut Table<K, St>,
         hash: u64,
-        tag: NonZeroU16,
         key: &Q,
         state: St,
         seed: Option<(u64, u64)>,
@@ -405,7 +407,7 @@ impl<K: Key, St: KeyState> Store<K, St> {
             }
         }
         let before = table.len();
-        let inserted = self.insert(table, tag, key, state, policy, now);
+        let inserted = self.insert(table, hash, key, state, policy, now);
         let after = table.len();
         if after > before {
             self.keys.fetch_add(after - before, Ordering::Relaxed);
@@ -419,7 +421,7 @@ impl<K: Key, St: KeyState> Store<K, St> {
     fn insert<Q>(
         &self,
         table: &mut Table<K, St>,
-        tag: NonZeroU16,
+        hash: u64,
         key: &Q,
         state: St,
         policy: &Policy,
@@ -432,8 +434,17 @@ impl<K: Key, St: KeyState> Store<K, St> {
         // A full store makes room in this key's shard even if the shard
         // itself is not full.
         let full = self.keys.load(Ordering::Relaxed) >= self.max_keys;
+        let tag = tag(hash);
         // A peek, or a refusal of a new key, leaves nothing to keep.
         if state.expires(policy) > now {
+            // A full store whose shard here holds no key to make room with
+            // (the other shards hold them all) drops the new key at once,
+            // as an eviction, keeping what it counted in the summary: the
+            // store never holds more keys than its bound.
+            if full && table.len() == 0 {
+                table.evict_new(hash, &state, policy, now);
+                return Ok(());
+            }
             // Room for the key before it is copied, so that the copy itself
             // fits the budget: a borrowed `str` or `[u8]` is as long as its
             // owned copy's heap part.
@@ -650,5 +661,58 @@ impl<K: Key, St: KeyState> Group<'_, K, St> {
     {
         let hash = self.store.hasher.hash_one(key);
         self.store.remove_in(&mut self.table, hash, key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::Ring2;
+    use slidegate_core::{Algorithm, Weighting};
+    use std::time::Duration;
+
+    /// Hashes alike in their high bits (as foldhash's fast hash gives small
+    /// consecutive integers under some seeds) still spread over the shards.
+    #[test]
+    fn hashes_differing_in_low_bits_spread_over_the_shards() {
+        for n in [2usize, 3, 16, 95] {
+            let mut count = vec![0u32; n];
+            for k in 0..64 * n as u64 {
+                count[reduce(0xC7E3_EC30_0000_0000 | (k * 0x9_7F4A), n)] += 1;
+            }
+            assert!(count.iter().all(|&c| (32..=96).contains(&c)), "{n} shards: {count:?}");
+        }
+    }
+
+    /// A full store whose new key falls in a shard holding no key (the
+    /// other shards hold them all) does not go past its bound: the key is
+    /// dropped at once as an eviction, its counts kept in the summary, so
+    /// it is refused when it comes back.
+    #[test]
+    fn a_full_store_never_holds_more_keys_than_its_bound() {
+        let algorithm = Algorithm::SlidingWindow {
+            buckets: 2,
+            weighting: Weighting::Interpolated,
+        };
+        let policy = Policy::new(3, Duration::from_secs(1), algorithm).unwrap();
+        let store: Store<u64, Ring2<u16>> = Store::new(Budget::keys(64));
+        assert!(store.shards.len() > 1, "{store:?}");
+        let shard_of = |key: u64| std::ptr::from_ref(store.locate(&key).1);
+        let empty = shard_of(0);
+        let mut keys = (1u64..).filter(|&k| shard_of(k) != empty);
+        while store.stats().keys < store.max_keys {
+            let key = keys.next().unwrap();
+            assert!(store.admit(&policy, &key, 0, 3).unwrap());
+        }
+        let before = store.stats();
+        assert_eq!(before.keys, store.max_keys);
+        assert!(store.admit(&policy, &0, 0, 3).unwrap());
+        let after = store.stats();
+        assert_eq!(after.keys, before.keys, "{after:?}");
+        assert_eq!(after.evictions, before.evictions + 1, "{after:?}");
+        assert!(
+            !store.admit(&policy, &0, 0, 1).unwrap(),
+            "key 0 gained from being dropped"
+        );
     }
 }

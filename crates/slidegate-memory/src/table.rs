@@ -322,6 +322,19 @@ impl<K: Key, St: KeyState> Table<K, St> {
         }
     }
 
+    /// Counts a new key that is not stored as evicted, folding what it
+    /// holds into the summary (unless evicted keys are forgotten), as
+    /// [`Table::evict_near`] does for a held one.
+    pub(crate) fn evict_new(&mut self, hash: u64, state: &St, policy: &Policy, now: u64) {
+        self.evictions += 1;
+        self.evicted.now = self.evicted.now.max(now);
+        if !self.evicted.forget {
+            self.evicted
+                .summary
+                .fold(hash, state.held(), state.expires(policy), now);
+        }
+    }
+
     /// The entry [`Table::evict_near`] evicts, and its rank.
     fn victim(&self, from: usize, keep: Option<usize>, policy: &Policy, now: u64) -> Option<(usize, (bool, u64, u64))> {
         // (live, held, expiry): the least is evicted.
