@@ -124,5 +124,5 @@ mod table;
 pub use key::Key;
 pub use limiter::KeyedLimiter;
 pub use memory_store::MemoryStore;
-pub use state::{KeyState, Ring2, Ring8, Timed};
+pub use state::{CacheLine, KeyState, Ring2, Ring8, Timed};
 pub use store::{Budget, Group, Stats, Store, StoreError};

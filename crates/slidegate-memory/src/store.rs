@@ -154,7 +154,7 @@ const SUMMARY_PER_SLOT: usize = 3;
 
 /// One shard on its own cache line: its lock, and where its slots are.
 #[repr(align(64))]
-struct Shard<K, St> {
+struct Shard<K, St: KeyState> {
     table: Mutex<Table<K, St>>,
     /// The address of the first slot and the slot count, which never
     /// change: the table is allocated once.
@@ -164,7 +164,7 @@ struct Shard<K, St> {
 
 /// A concurrent map from keys to limit states, in a memory budget fixed at
 /// construction. See the [crate documentation](crate) for its rules.
-pub struct Store<K, St> {
+pub struct Store<K, St: KeyState> {
     shards: Box<[Shard<K, St>]>,
     hasher: foldhash::fast::RandomState,
     slot_bytes: usize,
@@ -627,7 +627,7 @@ impl<K: Key, St: KeyState> Store<K, St> {
 
 /// The locked shard of a key group ([`Store::group`]): its keys are
 /// decided under the one lock until the group is dropped.
-pub struct Group<'a, K, St> {
+pub struct Group<'a, K, St: KeyState> {
     store: &'a Store<K, St>,
     table: parking_lot::MutexGuard<'a, Table<K, St>>,
 }

@@ -24,10 +24,13 @@ const EVICTION_SAMPLE: usize = 8;
 /// One key and its state. `tag` is `0x8000 | (hash & 0x7fff)`: never zero
 /// (so `Option<Entry>` needs no extra byte), and it holds the home slot.
 #[derive(Debug)]
-pub(crate) struct Entry<K, St> {
+pub(crate) struct Entry<K, St: KeyState> {
     tag: NonZeroU16,
     pub(crate) key: K,
     pub(crate) state: St,
+    /// The entry's alignment: a whole cache line for the states that ask
+    /// for one ([`KeyState::Align`]).
+    _line: St::Align,
 }
 
 /// The tag of a hash.
@@ -37,7 +40,7 @@ pub(crate) fn tag(hash: u64) -> NonZeroU16 {
 
 /// What one shard holds, and its share of the budget.
 #[derive(Debug)]
-pub(crate) struct Table<K, St> {
+pub(crate) struct Table<K, St: KeyState> {
     slots: Box<[Option<Entry<K, St>>]>,
     mask: usize,
     len: usize,
@@ -265,7 +268,12 @@ impl<K: Key, St: KeyState> Table<K, St> {
         while self.slots[i].is_some() {
             i = self.next(i);
         }
-        self.slots[i] = Some(Entry { tag, key, state });
+        self.slots[i] = Some(Entry {
+            tag,
+            key,
+            state,
+            _line: St::Align::default(),
+        });
         self.len += 1;
         self.heap += need;
         true
@@ -414,7 +422,9 @@ mod tests {
         assert_eq!(size_of::<Option<Entry<u64, Ring2<u16>>>>(), 24);
         assert_eq!(size_of::<Option<Entry<u64, Ring2<u32>>>>(), 32);
         assert_eq!(size_of::<Option<Entry<u64, Ring8<u16>>>>(), 40);
-        assert_eq!(size_of::<Option<Entry<u64, Ring8<u32>>>>(), 56);
+        assert_eq!(size_of::<Option<Entry<u64, Ring8<u32>>>>(), 64);
+        assert_eq!(align_of::<Option<Entry<u64, Ring8<u32>>>>(), 64);
+        assert_eq!(size_of::<Option<Entry<u64, crate::Timed<Ring8<u32>>>>>(), 64);
         assert_eq!(size_of::<Option<Entry<u64, Gcra>>>(), 24);
         assert_eq!(size_of::<Option<Entry<u64, FixedWindow>>>(), 32);
     }

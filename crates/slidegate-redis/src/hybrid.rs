@@ -1218,6 +1218,7 @@ struct View {
 
 impl KeyState for View {
     const HEAP: bool = true;
+    type Align = ();
 
     fn suits(policy: &Policy) -> bool {
         <State as KeyState>::suits(policy)

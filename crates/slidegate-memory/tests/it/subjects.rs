@@ -33,7 +33,7 @@ impl History {
 /// One key alone in a store of its own: the store never drops it (idle
 /// keys are only swept when another key is inserted), so it decides
 /// exactly as the state it keeps, in any order of time.
-pub(crate) struct OneKey<St> {
+pub(crate) struct OneKey<St: KeyState> {
     store: Store<u64, St>,
     policy: Policy,
     history: History,
@@ -87,7 +87,7 @@ const NEIGHBOURS: u64 = 6;
 ///
 /// A key dropped once idle decides like a fresh one only for requests in
 /// time order, so this subject runs the `in_order` suite.
-pub(crate) struct Crowded<St> {
+pub(crate) struct Crowded<St: KeyState> {
     store: Store<u64, St>,
     policy: Policy,
     history: History,
