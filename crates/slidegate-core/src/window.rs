@@ -215,6 +215,20 @@ impl<S: Slot, R: AsRef<[S]> + AsMut<[S]>> SlidingWindow<S, R> {
     /// for each decision. `None` unless `2 ≤ slots.len() ≤`
     /// [`Policy::MAX_BUCKETS`].
     pub fn from_parts(newest: u64, slots: R) -> Option<Self> {
+        let len = slots.as_ref().len() as u64;
+        Self::from_parts_at(newest, newest % len.max(1), slots)
+    }
+
+    /// [`SlidingWindow::from_parts`] for a ring of `policy`: the newest
+    /// bucket's slot is found with the policy's divisor (two
+    /// multiplications) instead of a division when the slot count is the
+    /// policy's number of buckets. The same ring.
+    pub fn from_parts_in(policy: &Policy, newest: u64, slots: R) -> Option<Self> {
+        let newest_slot = slot_of(policy, newest, slots.as_ref().len());
+        Self::from_parts_at(newest, newest_slot, slots)
+    }
+
+    fn from_parts_at(newest: u64, newest_slot: u64, slots: R) -> Option<Self> {
         let len = slots.as_ref().len();
         if !(2..=Policy::MAX_BUCKETS as usize).contains(&len) {
             return None;
@@ -223,7 +237,7 @@ impl<S: Slot, R: AsRef<[S]> + AsMut<[S]>> SlidingWindow<S, R> {
             slots,
             newest,
             total: 0,
-            newest_slot: (newest % len as u64) as u16,
+            newest_slot: newest_slot as u16,
             lag: 0,
             head: 0,
             retry_cost: 0,
@@ -267,12 +281,7 @@ impl<S: Slot, R: AsRef<[S]> + AsMut<[S]>> SlidingWindow<S, R> {
             return None;
         }
         let total = slots.as_ref().iter().fold(0u64, |t, s| t.saturating_add(s.get()));
-        let ring = policy.ring();
-        let newest_slot = if ring.get() == len as u64 {
-            ring.rem(*newest)
-        } else {
-            *newest % len as u64
-        };
+        let newest_slot = slot_of(policy, *newest, len);
         let mut window = SlidingWindow {
             slots,
             newest: *newest,
@@ -547,6 +556,18 @@ impl<S: Slot, R: AsRef<[S]> + AsMut<[S]>> SlidingWindow<S, R> {
 }
 
 /// `x` as a `u16`, saturating.
+/// The slot of bucket `bucket` in a ring of `len ≥ 1` slots: with the
+/// policy's divisor when `len` is its number of buckets, else a division.
+#[inline]
+fn slot_of(policy: &Policy, bucket: u64, len: usize) -> u64 {
+    let ring = policy.ring();
+    if ring.get() == len as u64 {
+        ring.rem(bucket)
+    } else {
+        bucket % (len as u64).max(1)
+    }
+}
+
 fn sat16(x: u64) -> u16 {
     u16::try_from(x).unwrap_or(u16::MAX)
 }

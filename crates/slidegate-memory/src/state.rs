@@ -119,11 +119,12 @@ impl Split {
 /// newest bucket. `None` only for a ring of fewer than 2 slots, which the
 /// ring states never build.
 fn with_ring<S: Slot, R: AsRef<[S]> + AsMut<[S]>, T>(
+    policy: &Policy,
     newest: &mut Split,
     slots: R,
     f: impl FnOnce(&mut SlidingWindow<S, R>) -> T,
 ) -> Option<T> {
-    let mut ring = SlidingWindow::from_parts(newest.get(), slots)?;
+    let mut ring = SlidingWindow::from_parts_in(policy, newest.get(), slots)?;
     let out = f(&mut ring);
     *newest = Split::new(ring.newest());
     Some(out)
@@ -134,7 +135,7 @@ fn ring_expiry<S: Slot>(policy: &Policy, newest: Split, slots: &[S]) -> u64 {
     let mut copy = [S::default(); 8];
     let n = slots.len().min(8);
     copy[..n].copy_from_slice(&slots[..n]);
-    SlidingWindow::from_parts(newest.get(), &mut copy[..n]).map_or(0, |ring| ring.expires_at(policy))
+    SlidingWindow::from_parts_in(policy, newest.get(), &mut copy[..n]).map_or(0, |ring| ring.expires_at(policy))
 }
 
 /// The ring states' [`KeyState`] methods. `$slots` borrows the ring's
@@ -170,7 +171,7 @@ macro_rules! ring_methods {
 
         fn check_expiring(&mut self, policy: &Policy, now: u64, cost: u64) -> (Decision, u64) {
             let $this = self;
-            with_ring(&mut $this.newest, $slots, |r| {
+            with_ring(policy, &mut $this.newest, $slots, |r| {
                 (r.check(policy, now, cost), r.expires_at(policy))
             })
             .unwrap_or_else(|| (SlidingWindow::<$slot>::new(policy).check(policy, now, cost), 0))
@@ -178,7 +179,7 @@ macro_rules! ring_methods {
 
         fn admit_expiring(&mut self, policy: &Policy, now: u64, cost: u64) -> (bool, u64) {
             let $this = self;
-            with_ring(&mut $this.newest, $slots, |r| {
+            with_ring(policy, &mut $this.newest, $slots, |r| {
                 (r.admit(policy, now, cost), r.expires_at(policy))
             })
             .unwrap_or((false, 0))
@@ -186,7 +187,7 @@ macro_rules! ring_methods {
 
         fn record_expiring(&mut self, policy: &Policy, now: u64, cost: u64) -> u64 {
             let $this = self;
-            with_ring(&mut $this.newest, $slots, |r| {
+            with_ring(policy, &mut $this.newest, $slots, |r| {
                 r.record(policy, now, cost);
                 r.expires_at(policy)
             })

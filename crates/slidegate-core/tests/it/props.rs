@@ -95,6 +95,22 @@ proptest! {
         }
     }
 
+    /// `from_parts_in` (the policy's divisor) rebuilds the same ring as
+    /// `from_parts` (a division), whatever the newest bucket and with as
+    /// many slots as the policy's buckets or another count.
+    #[test]
+    fn ring_rebuilt_in_a_policy_is_the_same_ring(
+        buckets in 2u32..10, slot_count in 2usize..10, same_count in any::<bool>(), newest in any::<u64>(),
+        counts in prop::collection::vec(0u32..4, 10),
+    ) {
+        let policy = ring(5, buckets, 7, 0, Weighting::Interpolated);
+        let len = if same_count { buckets as usize } else { slot_count };
+        let (mut a, mut b) = (counts[..len].to_vec(), counts[..len].to_vec());
+        let plain = SlidingWindow::<u32, &mut [u32]>::from_parts(newest, &mut a[..]).unwrap();
+        let in_policy = SlidingWindow::<u32, &mut [u32]>::from_parts_in(&policy, newest, &mut b[..]).unwrap();
+        prop_assert_eq!(plain, in_policy);
+    }
+
     /// `SlidingWindow::admit_parts` decides as a ring rebuilt from the same
     /// parts does with `admit`, and leaves the same parts; with as many
     /// slots as the policy's buckets or another count.
