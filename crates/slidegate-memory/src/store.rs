@@ -249,10 +249,16 @@ impl<K: Key, St: KeyState> Store<K, St> {
         }
     }
 
-    /// Starts bringing in the home slot of the key of `hash` in `shard`.
+    /// Starts bringing in the home slot of the key of `hash` in `shard`,
+    /// and the slot after it.
     fn prefetch_home(&self, hash: u64, shard: &Shard<K, St>) {
         let home = usize::from(tag(hash).get()) & shard.mask;
         crate::prefetch::prefetch(shard.base.wrapping_add(home * self.slot_bytes));
+        // And the next slot: a key displaced by linear probing sits there,
+        // on the next cache line when slots are lines (a dependent miss
+        // otherwise; about 4 % of a decision at 1,000,000 keys).
+        let next = (home + 1) & shard.mask;
+        crate::prefetch::prefetch(shard.base.wrapping_add(next * self.slot_bytes));
     }
 
     fn locate<Q: Hash + ?Sized>(&self, key: &Q) -> (u64, &Shard<K, St>) {
