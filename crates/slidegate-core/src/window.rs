@@ -228,22 +228,29 @@ impl<S: Slot, R: AsRef<[S]> + AsMut<[S]>> SlidingWindow<S, R> {
         Self::from_parts_at(newest, newest_slot, slots)
     }
 
+    /// A ring over `slots` (newest bucket `newest`, in slot `newest_slot`)
+    /// with a total of 0 and both hints 0, for the caller to fill in;
+    /// `None` for a slot count `from_parts` refuses.
+    fn bare(newest: u64, newest_slot: u64, slots: R) -> Option<Self> {
+        let len = slots.as_ref().len();
+        (2..=Policy::MAX_BUCKETS as usize)
+            .contains(&len)
+            .then_some(SlidingWindow {
+                slots,
+                newest,
+                total: 0,
+                newest_slot: newest_slot as u16,
+                lag: 0,
+                head: 0,
+                retry_cost: 0,
+                retry_at: 0,
+                slot: PhantomData,
+            })
+    }
+
     fn from_parts_at(newest: u64, newest_slot: u64, slots: R) -> Option<Self> {
         let len = slots.as_ref().len();
-        if !(2..=Policy::MAX_BUCKETS as usize).contains(&len) {
-            return None;
-        }
-        let mut ring = SlidingWindow {
-            slots,
-            newest,
-            total: 0,
-            newest_slot: newest_slot as u16,
-            lag: 0,
-            head: 0,
-            retry_cost: 0,
-            retry_at: 0,
-            slot: PhantomData,
-        };
+        let mut ring = Self::bare(newest, newest_slot, slots)?;
         // In slot order and without branches on the counts (a store
         // rebuilds a ring per decision): `lag` and `head` are the least and
         // the greatest distance back from the newest bucket of a non-empty
@@ -277,22 +284,13 @@ impl<S: Slot, R: AsRef<[S]> + AsMut<[S]>> SlidingWindow<S, R> {
     /// that `from_parts` refuses.
     pub fn admit_parts(policy: &Policy, newest: &mut u64, slots: R, now: u64, cost: u64) -> Option<bool> {
         let len = slots.as_ref().len();
-        if !(2..=Policy::MAX_BUCKETS as usize).contains(&len) {
-            return None;
-        }
-        let total = slots.as_ref().iter().fold(0u64, |t, s| t.saturating_add(s.get()));
-        let newest_slot = slot_of(policy, *newest, len);
-        let mut window = SlidingWindow {
-            slots,
-            newest: *newest,
-            total,
-            newest_slot: newest_slot as u16,
-            lag: 0,
-            head: (len - 1) as u16,
-            retry_cost: 0,
-            retry_at: 0,
-            slot: PhantomData,
-        };
+        let mut window = Self::bare(*newest, slot_of(policy, *newest, len), slots)?;
+        window.total = window
+            .slots
+            .as_ref()
+            .iter()
+            .fold(0u64, |t, s| t.saturating_add(s.get()));
+        window.head = (len - 1) as u16;
         let allowed = window.admit(policy, now, cost);
         *newest = window.newest;
         Some(allowed)

@@ -357,18 +357,17 @@ impl<K: Key, St: KeyState> Store<K, St> {
             }
         };
         let out = f(state);
-        let after = state.heap_bytes();
-        match (held, new) {
-            (Some((i, before)), _) => {
-                if before != after {
-                    let held = table.len();
-                    table.state_resized(before, after, i, policy, now);
-                    self.keys.fetch_sub(held - table.len(), Ordering::Relaxed);
-                }
-                Ok(out)
+        if let Some((i, before)) = held {
+            let after = state.heap_bytes();
+            if before != after {
+                let held = table.len();
+                table.state_resized(before, after, i, policy, now);
+                self.keys.fetch_sub(held - table.len(), Ordering::Relaxed);
             }
-            (None, Some((state, seed))) => self.keep_new(table, hash, key, state, seed, policy, now).map(|()| out),
-            (None, None) => Ok(out),
+        }
+        match new {
+            Some((state, seed)) => self.keep_new(table, hash, key, state, seed, policy, now).map(|()| out),
+            None => Ok(out),
         }
     }
 

@@ -334,12 +334,17 @@ impl<K: Key, St: KeyState> Table<K, St> {
     /// holds into the summary (unless evicted keys are forgotten), as
     /// [`Table::evict_near`] does for a held one.
     pub(crate) fn evict_new(&mut self, hash: u64, state: &St, policy: &Policy, now: u64) {
+        self.count_eviction(hash, state.held(), state.expires(policy), now);
+    }
+
+    /// Counts a live key dropped (its hash `hash`, holding `held` units
+    /// until `until`), folding it into the summary unless evicted keys are
+    /// forgotten.
+    fn count_eviction(&mut self, hash: u64, held: u64, until: u64, now: u64) {
         self.evictions += 1;
         self.evicted.now = self.evicted.now.max(now);
         if !self.evicted.forget {
-            self.evicted
-                .summary
-                .fold(hash, state.held(), state.expires(policy), now);
+            self.evicted.summary.fold(hash, held, until, now);
         }
     }
 
@@ -382,16 +387,13 @@ impl<K: Key, St: KeyState> Table<K, St> {
     /// counted as reclaimed: only a live key dropped is an eviction.
     fn evict_near(&mut self, from: usize, keep: Option<usize>, policy: &Policy, now: u64) -> Option<usize> {
         let (v, (live, held, when)) = self.victim(from, keep, policy, now)?;
-        self.evicted.now = self.evicted.now.max(now);
         if live {
-            self.evictions += 1;
-            if let Some(e) = &self.slots[v]
-                && !self.evicted.forget
-            {
-                let hash = self.evicted.hasher.hash_one(&e.key);
-                self.evicted.summary.fold(hash, held, when, now);
-            }
+            let hash = self.slots[v]
+                .as_ref()
+                .map_or(0, |e| self.evicted.hasher.hash_one(&e.key));
+            self.count_eviction(hash, held, when, now);
         } else {
+            self.evicted.now = self.evicted.now.max(now);
             self.reclaimed += 1;
         }
         Some(self.remove_tracking(v, keep).unwrap_or(v))
