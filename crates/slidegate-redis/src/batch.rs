@@ -109,9 +109,26 @@ fn runs(calls: &[Call]) -> Vec<usize> {
     runs
 }
 
-/// The script arguments of `calls`: the distinct shapes (with their keys),
-/// then each run of requests alike.
+/// The script call of `calls`: [`scripts::ONE`](crate::scripts::ONE) when
+/// they are one run of decisions under one limit that is not a
+/// `sliding_log` (its key, the limit, the time, the cost, the run's
+/// length); else [`scripts::MULTI`](crate::scripts::MULTI) with the
+/// distinct shapes (and their keys), then each run of requests alike.
 pub(crate) fn invocation(calls: &[Call]) -> redis::ScriptInvocation<'static> {
+    let runs = runs(calls);
+    if let ([m], Some(call)) = (runs.as_slice(), calls.first())
+        && let [Arg::Str("d"), Arg::Int(1), Arg::Str(kind), figures @ ..] = call.shape.as_slice()
+        && *kind != "l"
+        && let ([key], [cost]) = (call.keys.as_slice(), call.costs.as_slice())
+    {
+        let mut invocation = crate::ONE.prepare_invoke();
+        invocation.key(key).arg(kind);
+        for figure in figures {
+            invocation.arg(figure);
+        }
+        invocation.arg(call.now).arg(cost).arg(m);
+        return invocation;
+    }
     let mut shapes: Vec<&Call> = Vec::new();
     let mut index = Vec::with_capacity(calls.len());
     for call in calls {
@@ -141,7 +158,6 @@ pub(crate) fn invocation(calls: &[Call]) -> redis::ScriptInvocation<'static> {
             invocation.arg(arg);
         }
     }
-    let runs = runs(calls);
     invocation.arg(runs.len());
     let mut first = 0;
     for m in runs {

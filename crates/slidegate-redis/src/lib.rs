@@ -332,7 +332,20 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
-/// The Lua source of the store's script as sent to Redis (the hybrid
+/// `scripts/<name>.lua` wrapped as a Lua function `<name>(KEYS, ARGV)`.
+macro_rules! algorithm {
+    ($name:literal) => {
+        concat!(
+            "local function ",
+            $name,
+            "(KEYS, ARGV)\n",
+            include_str!(concat!("../scripts/", $name, ".lua")),
+            "\nend\n"
+        )
+    };
+}
+
+/// The Lua sources of the store's two scripts as sent to Redis (the hybrid
 /// mode's syncs are [`SLIDING_WINDOW_SYNC`] and [`FIXED_WINDOW_SYNC`]).
 pub mod scripts {
     /// Every limit of one or more requests in one call: the prelude
@@ -341,31 +354,49 @@ pub mod scripts {
     /// and written once per call), each algorithm's script
     /// (`scripts/<algorithm>.lua`, which opens with its contract) wrapped
     /// as a function `<name>(KEYS, ARGV)` of its own keys and arguments,
-    /// `scripts/multi.lua` (one request against all of its limits, all or
-    /// nothing, or a charge), then `scripts/batch.lua`, which runs it for
-    /// each request in order. `KEYS` the keys of each distinct shape (a
-    /// key's limits); `ARGV = [caching, s, the shapes, the number of runs,
-    /// then per run of requests alike: its shape (negated and followed by
-    /// the run's length when more than one), its time, its cost under each
-    /// limit]` (batch.lua's first comment).
+    /// `scripts/decide.lua` (one request against all of its limits, all or
+    /// nothing), `scripts/charge.lua` (a charge after the fact),
+    /// `scripts/run.lua` (a run of requests alike), then
+    /// `scripts/batch.lua`, which runs them for each request in order.
+    /// `KEYS` the keys of each distinct shape (a key's limits); `ARGV =
+    /// [caching, s, the shapes, the number of runs, then per run of
+    /// requests alike: its shape (negated and followed by the run's length
+    /// when more than one), its time, its cost under each limit]`
+    /// (batch.lua's first comment).
     pub const MULTI: &str = concat!(
         include_str!("../scripts/prelude.lua"),
         include_str!("../scripts/cache.lua"),
-        "local function fixed_window(KEYS, ARGV)\n",
-        include_str!("../scripts/fixed_window.lua"),
-        "\nend\nlocal function gcra(KEYS, ARGV)\n",
-        include_str!("../scripts/gcra.lua"),
-        "\nend\nlocal function sliding_log(KEYS, ARGV)\n",
-        include_str!("../scripts/sliding_log.lua"),
-        "\nend\nlocal function sliding_window(KEYS, ARGV)\n",
-        include_str!("../scripts/sliding_window.lua"),
-        "\nend\n",
-        include_str!("../scripts/multi.lua"),
+        algorithm!("fixed_window"),
+        algorithm!("gcra"),
+        algorithm!("sliding_log"),
+        algorithm!("sliding_window"),
+        include_str!("../scripts/decide.lua"),
+        include_str!("../scripts/charge.lua"),
+        include_str!("../scripts/run.lua"),
         include_str!("../scripts/batch.lua")
+    );
+
+    /// A call that is one run of decisions alike under one `fixed_window`,
+    /// `gcra` or `sliding_window` limit (a request alone, or a hot key's
+    /// requests that came together): [`MULTI`]'s reply for the same call,
+    /// from the same files less the cache, `sliding_log`, the charges and
+    /// the shape tables, so about two thirds of its work (`BENCHMARKS.md`).
+    /// `KEYS = [the limit's key]`, `ARGV = [the algorithm and its four
+    /// figures, the time, the cost, the run's length]` (`scripts/one.lua`).
+    pub const ONE: &str = concat!(
+        include_str!("../scripts/prelude.lua"),
+        algorithm!("fixed_window"),
+        algorithm!("gcra"),
+        "local sliding_log = nil\n",
+        algorithm!("sliding_window"),
+        include_str!("../scripts/decide.lua"),
+        include_str!("../scripts/run.lua"),
+        include_str!("../scripts/one.lua")
     );
 }
 
 static MULTI: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::MULTI));
+static ONE: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::ONE));
 
 /// The largest window, limit, and `gcra` span (`(burst + 1)·T`, `limit·T`)
 /// the scripts take, in microseconds or units: 2⁵⁰.

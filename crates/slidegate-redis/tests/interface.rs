@@ -600,35 +600,66 @@ fn spawn_decisions(
         .collect()
 }
 
+/// What each request in `keys` ran inside Redis: the calls of `commands`.
+async fn commands_run(
+    server: &RedisServer,
+    store: &RedisStore,
+    limits: &[Quota],
+    keys: &[&'static str],
+    commands: &[&str],
+) -> (u32, Vec<u64>) {
+    let before: Vec<u64> = commands.iter().map(|c| command_calls(server, c)).collect();
+    let mut admitted = 0;
+    for task in spawn_decisions(store, limits, keys) {
+        admitted += u32::from(task.await.unwrap().unwrap()[0].allowed());
+    }
+    let ran = commands
+        .iter()
+        .zip(before)
+        .map(|(command, before)| command_calls(server, command) - before)
+        .collect();
+    (admitted, ran)
+}
+
 #[tokio::test]
 async fn a_call_of_many_requests_on_one_key_reads_and_writes_its_state_once() {
     let server = RedisServer::start();
     let clock = ManualClock::new(T0_US * 1000);
     let store = store(&server, &clock).await;
     let limits = quotas(&[policy(30, Duration::from_secs(60), Algorithm::FixedWindow)]);
-    // The script loaded, and the figures from here on.
+    let two = quotas(&[
+        policy(30, Duration::from_secs(60), Algorithm::FixedWindow),
+        policy(40, Duration::from_secs(60), Algorithm::FixedWindow),
+    ]);
+    // The scripts loaded, and the figures from here on.
     let mut out = Decisions::new();
     store.decide("warm", &limits, 1, &mut out).await.unwrap();
-    let commands = ["evalsha", "hmget", "hgetall", "hset", "pexpire"];
-    let before: Vec<u64> = commands.iter().map(|c| command_calls(&server, c)).collect();
-    let mut admitted = 0;
-    for task in spawn_decisions(&store, &limits, &["hot"; 41]) {
-        admitted += u32::from(task.await.unwrap().unwrap()[0].allowed());
-    }
+    store.decide("warm", &two, 1, &mut out).await.unwrap();
+    let commands = ["evalsha", "hmget", "hgetall", "hset", "hincrby", "pexpire"];
+    let calls = store.script_calls();
+
+    // One run of 40 alike (`scripts::ONE`, no cache): its first decision
+    // read and written, the 29 passes after it counted in one HINCRBY, the
+    // first refusal read; five commands whatever the run's length.
+    let (admitted, ran) = commands_run(&server, &store, &limits, &["hot"; 41], &commands).await;
+    let after = store.script_calls();
     assert_eq!(admitted, 30);
     assert_eq!(
-        store.script_calls(),
-        (3, 42),
+        (after.0 - calls.0, after.1 - calls.1),
+        (2, 41),
         "the first alone, the other 40 in one call"
     );
-    // Each call: one read of the hash (the first, alone, its two fields;
-    // the second, the whole hash once for all 40), one write, one expiry.
-    let ran: Vec<u64> = commands
-        .iter()
-        .zip(before)
-        .map(|(command, before)| command_calls(&server, command) - before)
-        .collect();
-    assert_eq!(ran, [2, 1, 1, 2, 2], "{commands:?}");
+    assert_eq!(ran, [2, 3, 0, 2, 1, 2], "{commands:?}");
+
+    // A key under two limits (`scripts::MULTI`): the first alone (each
+    // limit peeked, then charged: four reads, two writes, two expiries),
+    // then the other 40 in one call, cached: each hash read once (whole),
+    // written once, its expiry set once, for all 40.
+    let (admitted, ran) = commands_run(&server, &store, &two, &["both"; 41], &commands).await;
+    assert_eq!(admitted, 30);
+    let last = store.script_calls();
+    assert_eq!((last.0 - after.0, last.1 - after.1), (2, 41));
+    assert_eq!(ran, [2, 4, 2, 4, 0, 4], "{commands:?}");
     server.assert_every_key_expires();
 }
 

@@ -173,9 +173,8 @@ async fn noscript_is_answered_by_loading_and_retrying() {
     assert!(limiter.check("k", 2).await.unwrap().allowed());
     let mut conn = server.sync_conn().unwrap();
     let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut conn).unwrap();
-    let sha = redis::Script::new(slidegate_redis::scripts::MULTI)
-        .get_hash()
-        .to_string();
+    // A request alone under one limit: `scripts::ONE`.
+    let sha = redis::Script::new(slidegate_redis::scripts::ONE).get_hash().to_string();
     let cached: Vec<bool> = redis::cmd("SCRIPT").arg("EXISTS").arg(&sha).query(&mut conn).unwrap();
     assert_eq!(cached, [false]);
     let d = limiter.check("k", 2).await.unwrap();
