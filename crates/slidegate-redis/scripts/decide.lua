@@ -5,7 +5,7 @@
 -- per-algorithm scripts, each wrapped by src/lib.rs as a function of its
 -- own keys and arguments: `fixed_window(KEYS, ARGV)`, `gcra(KEYS, ARGV)`,
 -- `sliding_log(KEYS, ARGV)` (nil in `scripts::ONE`, which never asks it),
--- `sliding_window(KEYS, ARGV)`, each answering its eight-integer reply.
+-- `sliding_window(KEYS, ARGV)`, each answering its eight integers.
 -- Defines, once per call, what run.lua and the scripts' last parts
 -- (batch.lua, one.lua) run for each request:
 --
@@ -49,10 +49,10 @@ local function check(q, cost)
   return sliding_window(q.keys, args)
 end
 
-local function append(out, n, reply)
-  for i = 1, 8 do
-    out[n + i] = reply[i]
-  end
+-- A reply's eight integers, after `out`'s `n`-th element: the new length.
+local function append(out, n, a, b, c, d, e, f, g, h)
+  out[n + 1], out[n + 2], out[n + 3], out[n + 4] = a, b, c, d
+  out[n + 5], out[n + 6], out[n + 7], out[n + 8] = e, f, g, h
   return n + 8
 end
 
@@ -64,24 +64,24 @@ local function decide(shape, costs, out, n)
   local replies = {}
   if costs[1] == 0 then
     for j = 1, k do
-      replies[j] = check(shape[j], costs[j])
+      replies[j] = { check(shape[j], costs[j]) }
     end
   else
     local all_fit = true
     for j = 1, k do
-      replies[j] = check(shape[j], 0)
+      replies[j] = { check(shape[j], 0) }
       if costs[j] > replies[j][2] then
         all_fit = false
       end
     end
     for j = 1, k do
       if all_fit or costs[j] > replies[j][2] then
-        replies[j] = check(shape[j], costs[j])
+        replies[j] = { check(shape[j], costs[j]) }
       end
     end
   end
   for j = 1, k do
-    n = append(out, n, replies[j])
+    n = append(out, n, unpack(replies[j]))
   end
   return n
 end

@@ -8,8 +8,9 @@
 -- ARGV[4]  the limit.
 -- ARGV[5]  the cost, at most min(burst, limit) + 1 (a larger cost decides
 --          alike).
--- Reply    {allowed (0/1), remaining, reset_at, retry_at or -1,
---           estimate whole, estimate numerator, estimate denominator, now};
+-- Answers  allowed (0/1), remaining, reset_at, retry_at or -1, estimate
+--          whole, estimate numerator, estimate denominator, now: eight
+--          values (no table: the caller copies them into its reply);
 --          instants in microseconds, on the clock of ARGV[1].
 -- Clock    the server's TIME unless ARGV[1] gives one. A time before TAT
 --          only makes the backlog TAT - now larger: nothing moves back.
@@ -52,4 +53,4 @@ local ok = 0
 if allowed then
   ok = 1
 end
-return {ok, remaining, tat, retry_at, whole, part, t, now}
+return ok, remaining, tat, retry_at, whole, part, t, now

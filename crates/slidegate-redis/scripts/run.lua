@@ -107,7 +107,7 @@ local function run(shape, costs, m, out, n)
   end
   for j = 1, k do
     local c = costs[j]
-    n = append(out, n, { 0, -c, steps[j], 0, c, 0, 0, 0 })
+    n = append(out, n, 0, -c, steps[j], 0, c, 0, 0, 0)
   end
   if further < m - 1 then
     n = decide(shape, costs, out, n)

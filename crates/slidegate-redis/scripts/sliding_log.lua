@@ -11,8 +11,9 @@
 -- ARGV[2]  the window W in microseconds.
 -- ARGV[3]  the limit.
 -- ARGV[4]  the cost, at most limit + 1 (a larger cost decides alike).
--- Reply    {allowed (0/1), remaining, reset_at, retry_at or -1,
---           estimate whole, estimate numerator, estimate denominator, now};
+-- Answers  allowed (0/1), remaining, reset_at, retry_at or -1, estimate
+--          whole, estimate numerator, estimate denominator, now: eight
+--          values (no table: the caller copies them into its reply);
 --          instants in microseconds, on the clock of ARGV[1].
 -- Clock    the server's TIME unless ARGV[1] gives one. A time before the
 --          newest entry is judged and logged at the newest entry's time
@@ -132,4 +133,4 @@ local ok = 0
 if allowed then
   ok = 1
 end
-return {ok, math.max(0, limit - after), reset_at, retry_at, live, 0, 1, now}
+return ok, math.max(0, limit - after), reset_at, retry_at, live, 0, 1, now

@@ -13,8 +13,9 @@
 -- ARGV[4]  the limit.
 -- ARGV[5]  the weighting: 0 interpolated, 1 conservative.
 -- ARGV[6]  the cost, at most limit + 1 (a larger cost decides alike).
--- Reply    {allowed (0/1), remaining, reset_at, retry_at or -1,
---           estimate whole, estimate numerator, estimate denominator, now};
+-- Answers  allowed (0/1), remaining, reset_at, retry_at or -1, estimate
+--          whole, estimate numerator, estimate denominator, now: eight
+--          values (no table: the caller copies them into its reply);
 --          instants in microseconds, on the clock of ARGV[1].
 -- Clock    the server's TIME unless ARGV[1] gives one. `newest` never moves
 --          backwards: a request before the newest bucket is judged as at the
@@ -222,4 +223,4 @@ local ok = 0
 if allowed then
   ok = 1
 end
-return {ok, remaining, reset_at, retry_at, whole, num, b, now}
+return ok, remaining, reset_at, retry_at, whole, num, b, now
