@@ -6,7 +6,9 @@
 //!
 //! - [`RedisStore`] is Redis as a [`slidegate_store::Store`]: a request on
 //!   a key against any number of limits is one `EVALSHA` of
-//!   [`scripts::MULTI`], which reads the time once and decides every limit
+//!   [`scripts::MULTI`] (or, for a call that is one run of decisions under
+//!   one `fixed_window`, `gcra` or `sliding_window` limit, of the leaner
+//!   [`scripts::ONE`]), which reads the time once and decides every limit
 //!   all or nothing, by the rule of [`slidegate_store::decide_all`] (so
 //!   that it answers as the in-memory store does); charges after the fact
 //!   and resets are one call too. It runs over one server
@@ -104,7 +106,8 @@
 //! # The scripts' contract
 //!
 //! Each algorithm's script (the `.lua` files in `scripts/`, whose first
-//! comment states this in full), a function of [`scripts::MULTI`], takes
+//! comment states this in full), a function of [`scripts::MULTI`] and
+//! [`scripts::ONE`], takes
 //! `KEYS[1]`, the limited key's state, and `ARGV = [now, <the policy's
 //! figures>, cost]`:
 //!
@@ -118,9 +121,10 @@
 //!   plus one (any larger cost is decided alike: refused, never able to
 //!   pass).
 //!
-//! The reply is eight integers: `{allowed (0/1), remaining, reset_at,
-//! retry_at or -1, estimate whole, estimate numerator, estimate
-//! denominator, now}`, the instants in microseconds on the script's clock:
+//! It answers eight integers (as values, which the calling script copies
+//! into its reply): `allowed (0/1), remaining, reset_at, retry_at or -1,
+//! estimate whole, estimate numerator, estimate denominator, now`, the
+//! instants in microseconds on the script's clock:
 //! what [`Decision::at`] takes. A script writes only when the state
 //! changes (a peek, cost 0, never writes; a refusal writes only when it
 //! moves the `sliding_window` ring or the `fixed_window` window forward, as
@@ -191,7 +195,10 @@
 //! A request that finds no call in flight on its lane is sent at once; the
 //! requests that come while one is in flight wait for it and go together in
 //! the next call (at most [`MAX_BATCH`]), one script run that decides each
-//! in arrival order, exactly and atomically as if alone (a run of requests
+//! in arrival order, exactly and atomically as if alone; a call that is one
+//! run of decisions under one limit other than `sliding_log` (a request
+//! alone, or a hot key's requests that came together) goes to
+//! [`scripts::ONE`], the same reply for about two thirds of the work (a run of requests
 //! alike, on one key's `fixed_window`, `sliding_window` or `gcra` limit at
 //! one time and cost, as a hot key's are on the server's clock, is decided
 //! at once: the first in full, the passes counted, the first refusal in
