@@ -21,7 +21,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 /// Redis as a [`Store`]: any number of instances share one count per key
-/// and limit, every call one atomic script ([`scripts::MULTI`](crate::scripts::MULTI)).
+/// and limit, every call one atomic script ([`scripts::MULTI`](crate::scripts::MULTI),
+/// or [`scripts::ONE`](crate::scripts::ONE) for a call that is one run
+/// under one limit).
 ///
 /// # Keys
 ///
