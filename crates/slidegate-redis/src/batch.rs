@@ -20,10 +20,13 @@ use tokio::sync::oneshot;
 /// [`MAX_BATCH`]), one script run that decides each in the order it
 /// arrived, each exactly and atomically as if alone, reading the server's
 /// `TIME` once for all and each hash state once (and writing it once) for
-/// all the requests on its key; a run of requests alike (one key, one
+/// all the requests on its key; a run of decisions alike (one key, one
 /// `fixed_window`, `sliding_window` or `gcra` limit, the same time and
 /// cost: a hot key's on the server's clock) costs the script about what one
-/// request does, whatever its length. So the busier a key or a server, the
+/// request does, whatever its length, and when it is the whole call it goes
+/// to the leaner [`scripts::ONE`](crate::scripts::ONE), which reads the
+/// state for its first decision and its first refusal and writes the
+/// passes at once. So the busier a key or a server, the
 /// fewer calls Redis runs per decision (`BENCHMARKS.md` has the figures).
 /// A call that fails fails every request in it, and writes nothing.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -109,10 +112,24 @@ fn runs(calls: &[Call]) -> Vec<usize> {
     runs
 }
 
+/// Whether `scripts/run.lua` decides a run of more than one decision at
+/// `cost` under this limit in closed form: at a cost, but for a `gcra`
+/// whose burst exceeds its limit (its remaining is then cut to the limit,
+/// which the closed form does not follow). Other runs go request by
+/// request, which [`scripts::MULTI`](crate::scripts::MULTI) does on its
+/// hash cache and [`scripts::ONE`](crate::scripts::ONE) would do with a
+/// read and a write of the state per request. (A run of `sliding_window`
+/// decisions before the ring's newest bucket, a clock gone back, takes
+/// that path too, in either script.)
+fn in_closed_form(kind: &str, figures: &[Arg], cost: i64) -> bool {
+    let cut = kind == "g" && matches!(figures, [_, Arg::Int(burst), Arg::Int(limit), ..] if burst > limit);
+    cost > 0 && !cut
+}
+
 /// The script call of `calls`: [`scripts::ONE`](crate::scripts::ONE) when
-/// they are one run of decisions under one limit that is not a
-/// `sliding_log` (its key, the limit, the time, the cost, the run's
-/// length); else [`scripts::MULTI`](crate::scripts::MULTI) with the
+/// they are one request, or one run decided in closed form, under one
+/// limit that is not a `sliding_log` (its key, the limit, the time, the
+/// cost, the run's length); else [`scripts::MULTI`](crate::scripts::MULTI) with the
 /// distinct shapes (and their keys), then each run of requests alike.
 pub(crate) fn invocation(calls: &[Call]) -> redis::ScriptInvocation<'static> {
     let runs = runs(calls);
@@ -120,6 +137,7 @@ pub(crate) fn invocation(calls: &[Call]) -> redis::ScriptInvocation<'static> {
         && let [Arg::Str("d"), Arg::Int(1), Arg::Str(kind), figures @ ..] = call.shape.as_slice()
         && *kind != "l"
         && let ([key], [cost]) = (call.keys.as_slice(), call.costs.as_slice())
+        && (*m == 1 || in_closed_form(kind, figures, *cost))
     {
         let mut invocation = crate::ONE.prepare_invoke();
         invocation.key(key).arg(kind);

@@ -589,28 +589,40 @@ fn spawn_decisions(
     limits: &[Quota],
     keys: &[&'static str],
 ) -> Vec<tokio::task::JoinHandle<Result<Decisions, StoreError>>> {
+    spawn_decisions_at(store, limits, keys, 1)
+}
+
+/// A task per key, spawned in order, each deciding `cost` on its key under
+/// `limits`.
+fn spawn_decisions_at(
+    store: &RedisStore,
+    limits: &[Quota],
+    keys: &[&'static str],
+    cost: u64,
+) -> Vec<tokio::task::JoinHandle<Result<Decisions, StoreError>>> {
     keys.iter()
         .map(|&key| {
             let (store, limits) = (store.clone(), limits.to_vec());
             tokio::spawn(async move {
                 let mut out = Decisions::new();
-                store.decide(key, &limits, 1, &mut out).await.map(|()| out)
+                store.decide(key, &limits, cost, &mut out).await.map(|()| out)
             })
         })
         .collect()
 }
 
-/// What each request in `keys` ran inside Redis: the calls of `commands`.
+/// What the requests at `cost` on `keys` ran inside Redis: the calls of
+/// `commands`; and how many were admitted.
 async fn commands_run(
     server: &RedisServer,
     store: &RedisStore,
-    limits: &[Quota],
+    (limits, cost): (&[Quota], u64),
     keys: &[&'static str],
     commands: &[&str],
 ) -> (u32, Vec<u64>) {
     let before: Vec<u64> = commands.iter().map(|c| command_calls(server, c)).collect();
     let mut admitted = 0;
-    for task in spawn_decisions(store, limits, keys) {
+    for task in spawn_decisions_at(store, limits, keys, cost) {
         admitted += u32::from(task.await.unwrap().unwrap()[0].allowed());
     }
     let ran = commands
@@ -641,7 +653,7 @@ async fn a_call_of_many_requests_on_one_key_reads_and_writes_its_state_once() {
     // One run of 40 alike (`scripts::ONE`, no cache): its first decision
     // read and written, the 29 passes after it counted in one HINCRBY, the
     // first refusal read; five commands whatever the run's length.
-    let (admitted, ran) = commands_run(&server, &store, &limits, &["hot"; 41], &commands).await;
+    let (admitted, ran) = commands_run(&server, &store, (&limits, 1), &["hot"; 41], &commands).await;
     let after = store.script_calls();
     assert_eq!(admitted, 30);
     assert_eq!(
@@ -655,11 +667,29 @@ async fn a_call_of_many_requests_on_one_key_reads_and_writes_its_state_once() {
     // limit peeked, then charged: four reads, two writes, two expiries),
     // then the other 40 in one call, cached: each hash read once (whole),
     // written once, its expiry set once, for all 40.
-    let (admitted, ran) = commands_run(&server, &store, &two, &["both"; 41], &commands).await;
+    let (admitted, ran) = commands_run(&server, &store, (&two, 1), &["both"; 41], &commands).await;
     assert_eq!(admitted, 30);
     let last = store.script_calls();
     assert_eq!((last.0 - after.0, last.1 - after.1), (2, 41));
     assert_eq!(ran, [2, 4, 2, 4, 0, 4], "{commands:?}");
+
+    // Runs that ONE would decide request by request go to MULTI, on its
+    // cache: 40 peeks (the first alone, ONE: one read), each reading the
+    // hash from the cache, nothing written; and 40 decisions of a `gcra`
+    // whose burst exceeds its limit (its remaining is cut to the limit, so
+    // no closed form), one read and one write for all 40.
+    let (admitted, ran) = commands_run(&server, &store, (&limits, 0), &["peeked"; 41], &commands).await;
+    assert_eq!(admitted, 41);
+    let peeked = store.script_calls();
+    assert_eq!((peeked.0 - last.0, peeked.1 - last.1), (2, 41));
+    assert_eq!(ran, [2, 1, 1, 0, 0, 0], "{commands:?}");
+    let burst = quotas(&[policy(6, Duration::from_secs(1), Algorithm::Gcra { burst: 15 })]);
+    let gcra_commands = ["evalsha", "hget", "hgetall", "hset", "hincrby", "pexpire"];
+    let (_, ran) = commands_run(&server, &store, (&burst, 1), &["burst"; 41], &gcra_commands).await;
+    let after_burst = store.script_calls();
+    assert_eq!((after_burst.0 - peeked.0, after_burst.1 - peeked.1), (2, 41));
+    // The first alone (ONE: read, write, expiry), then the 40 (MULTI).
+    assert_eq!(ran, [2, 1, 1, 2, 0, 2], "{gcra_commands:?}");
     server.assert_every_key_expires();
 }
 
