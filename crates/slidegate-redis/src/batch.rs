@@ -25,8 +25,8 @@ use tokio::sync::oneshot;
 /// cost: a hot key's on the server's clock) costs the script about what one
 /// request does, whatever its length, and when it is the whole call it goes
 /// to the leaner [`scripts::ONE`](crate::scripts::ONE), which reads the
-/// state for its first decision and its first refusal and writes the
-/// passes at once. So the busier a key or a server, the
+/// state a few times (a ring's newest bucket, the first decision, the
+/// first refusal) and writes the passes at once. So the busier a key or a server, the
 /// fewer calls Redis runs per decision (`BENCHMARKS.md` has the figures).
 /// A call that fails fails every request in it, and writes nothing.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -198,7 +198,7 @@
 //! in arrival order, exactly and atomically as if alone; a call that is one
 //! run of decisions under one limit other than `sliding_log` (a request
 //! alone, or a hot key's requests that came together) goes to
-//! [`scripts::ONE`], the same reply for about two thirds of the work (a run of requests
+//! [`scripts::ONE`], the same reply for 0.68–0.85 of the instructions (a run of requests
 //! alike, on one key's `fixed_window`, `sliding_window` or `gcra` limit at
 //! one time and cost, as a hot key's are on the server's clock, is decided
 //! at once: the first in full, the passes counted, the first refusal in
@@ -387,7 +387,7 @@ pub mod scripts {
     /// `gcra` or `sliding_window` limit (a request alone, or a hot key's
     /// requests that came together): [`MULTI`]'s reply for the same call,
     /// from the same files less the cache, `sliding_log`, the charges and
-    /// the shape tables, so about two thirds of its work (`BENCHMARKS.md`).
+    /// the shape tables, so 0.68–0.85 of its instructions (`BENCHMARKS.md`).
     /// `KEYS = [the limit's key]`, `ARGV = [the algorithm and its four
     /// figures, the time, the cost, the run's length]` (`scripts/one.lua`).
     pub const ONE: &str = concat!(
