@@ -282,6 +282,19 @@ impl Lanes {
         }
     }
 
+    /// Frees `lane` if nobody waits on it: whether it did. Else the lane
+    /// stays busy, for the task that will send the next call.
+    pub(crate) fn free_if_idle(&self, lane: usize) -> bool {
+        let Some(cell) = self.lanes.get(lane) else {
+            return true;
+        };
+        let mut lane = cell.lock();
+        if lane.queue.is_empty() {
+            lane.busy = false;
+        }
+        !lane.busy
+    }
+
     /// After a call on `lane`: the lane is free when nobody waits;
     /// otherwise the waiting requests (at most [`MAX_BATCH`], those whose
     /// callers gave up left out) are taken for the next call, and the lane

@@ -571,6 +571,44 @@ async fn coalesced_requests_are_decided_in_order_as_if_alone() {
     );
 }
 
+/// Callers in a closed loop on one hot key, each sending its next request
+/// as soon as its last is answered (as a busy service's handlers do): once
+/// the lane is busy, every call carries every caller, those just answered
+/// included, instead of alternating between the callers that waited and
+/// those answered by the last call. Every decision is still the oracle's.
+#[tokio::test]
+async fn callers_answered_by_a_call_join_the_next() {
+    const CALLERS: u64 = 16;
+    const ROUNDS: u64 = 10;
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0_US * 1000);
+    let store = store(&server, &clock).await;
+    let limit = policy(100, Duration::from_secs(60), Algorithm::FixedWindow);
+    let tasks: Vec<_> = (0..CALLERS)
+        .map(|_| {
+            let (store, limits) = (store.clone(), quotas(&[limit]));
+            tokio::spawn(async move {
+                let mut admitted = 0;
+                for _ in 0..ROUNDS {
+                    let mut out = Decisions::new();
+                    store.decide("hot", &limits, 1, &mut out).await.unwrap();
+                    admitted += u64::from(out[0].allowed());
+                }
+                admitted
+            })
+        })
+        .collect();
+    let mut admitted = 0;
+    for task in tasks {
+        admitted += task.await.unwrap();
+    }
+    assert_eq!(admitted, 100, "the limit, exactly, of {} requests", CALLERS * ROUNDS);
+    let (calls, requests) = store.script_calls();
+    assert_eq!(requests, CALLERS * ROUNDS);
+    // The first request alone, then every caller in each call.
+    assert_eq!(calls, 1 + ROUNDS, "{requests} requests in {calls} calls");
+}
+
 /// How many times Redis ran `command` (scripts' calls included), from
 /// `INFO commandstats`.
 fn command_calls(server: &RedisServer, command: &str) -> u64 {
