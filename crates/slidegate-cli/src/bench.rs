@@ -101,6 +101,10 @@ pub(crate) struct Case {
     /// microseconds (redis cases).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) redis_cpu_us: Option<f64>,
+    /// The requests a script call carried, on average (redis cases of the
+    /// script).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) requests_per_call: Option<f64>,
     /// The service's CPU time (user and system, its threads only) per
     /// decision, in microseconds (service cases).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -124,6 +128,7 @@ impl Case {
             concurrency: None,
             commands_per_1000: None,
             redis_cpu_us: None,
+            requests_per_call: None,
             server_cpu_us: None,
             admitted_over_limit: None,
         }
@@ -684,8 +689,14 @@ fn write_table(cases: &[Case], out: &mut dyn Write) -> Result<()> {
         if let Some(k) = c.commands_per_1000 {
             writeln!(out, "{}: {k:.2} Redis commands per 1000 decisions", c.name)?;
         }
-        if let Some(us) = c.redis_cpu_us {
-            writeln!(out, "{}: {us:.2} µs of Redis CPU per decision", c.name)?;
+        match (c.redis_cpu_us, c.requests_per_call) {
+            (Some(us), Some(r)) => writeln!(
+                out,
+                "{}: {us:.2} µs of Redis CPU per decision, {r:.1} requests per script call",
+                c.name
+            )?,
+            (Some(us), None) => writeln!(out, "{}: {us:.2} µs of Redis CPU per decision", c.name)?,
+            _ => {}
         }
         if let Some(us) = c.server_cpu_us {
             writeln!(out, "{}: {us:.2} µs of the service's CPU per decision", c.name)?;

@@ -45,14 +45,16 @@ pub(crate) fn steps(concurrencies: usize) -> u64 {
     u64::from(ROUNDS) * concurrencies as u64
 }
 
-/// Calls answered, their latencies, the time they took and the CPU time
-/// the Redis server spent meanwhile.
+/// Calls answered, their latencies, the time they took, the CPU time the
+/// Redis server spent meanwhile, and the script calls that carried them
+/// (as the stores counted: calls, requests).
 #[derive(Default)]
 struct Load {
     count: u64,
     latencies: Vec<Duration>,
     elapsed: Duration,
     redis_cpu: Duration,
+    script_calls: (u64, u64),
 }
 
 impl Load {
@@ -61,6 +63,8 @@ impl Load {
         self.latencies.extend(other.latencies);
         self.elapsed += other.elapsed;
         self.redis_cpu += other.redis_cpu;
+        self.script_calls.0 += other.script_calls.0;
+        self.script_calls.1 += other.script_calls.1;
     }
 }
 
@@ -94,6 +98,18 @@ enum Op {
 }
 
 impl Op {
+    /// The script calls the stores sent so far, and the requests they
+    /// carried; none for `INCR`.
+    fn script_calls(&self) -> (u64, u64) {
+        match self {
+            Op::Incr(_) => (0, 0),
+            Op::Script(stores, ..) => stores
+                .iter()
+                .map(RedisStore::script_calls)
+                .fold((0, 0), |(c, r), (c1, r1)| (c + c1, r + r1)),
+        }
+    }
+
     /// The `i`-th call of `task` in `round`.
     async fn call(&self, conn: &MultiplexedConnection, round: u64, task: u64, i: u64) -> Result<()> {
         match self {
@@ -169,6 +185,7 @@ async fn load(
     concurrency: usize,
 ) -> Result<Load> {
     let cpu_before = redis_cpu(&conns[0]).await?;
+    let calls_before = op.script_calls();
     let start = Instant::now();
     let deadline = start + time;
     let mut tasks = Vec::new();
@@ -195,6 +212,8 @@ async fn load(
     // Until the last call in flight at the deadline was answered.
     load.elapsed = start.elapsed();
     load.redis_cpu = redis_cpu(&conns[0]).await?.saturating_sub(cpu_before);
+    let calls_after = op.script_calls();
+    load.script_calls = (calls_after.0 - calls_before.0, calls_after.1 - calls_before.1);
     Ok(load)
 }
 
@@ -214,6 +233,10 @@ fn case(name: String, concurrency: usize, mut load: Load) -> Case {
     case.p99_us = percentile(&load.latencies, 0.99);
     if load.count > 0 {
         case.redis_cpu_us = Some(load.redis_cpu.as_secs_f64() * 1e6 / load.count as f64);
+    }
+    let (calls, requests) = load.script_calls;
+    if calls > 0 {
+        case.requests_per_call = Some(requests as f64 / calls as f64);
     }
     case
 }

@@ -125,7 +125,16 @@ fn the_redis_scripts_beside_plain_incr_at_each_concurrency_leaving_no_key() {
             let rate = case["per_second"].as_f64().unwrap();
             assert!(rate > 0.0, "{case}");
             assert!((case["ratio"].as_f64().unwrap() - rate / base).abs() < 1e-9, "{case}");
+            // The stores' own count: unbatched, one request a call; batched,
+            // at least one and at most every task's.
+            let per_call = case["requests_per_call"].as_f64().unwrap();
+            if name.contains("unbatched") {
+                assert_eq!(per_call, 1.0, "{case}");
+            } else {
+                assert!((1.0..=concurrency as f64).contains(&per_call), "{case}");
+            }
         }
+        assert!(incr["requests_per_call"].is_null(), "{incr}");
         for case in block {
             assert_eq!(case["concurrency"], concurrency, "{case}");
             assert!(case["per_second"].as_f64().is_some_and(|v| v > 0.0), "{case}");
