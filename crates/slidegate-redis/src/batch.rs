@@ -282,6 +282,11 @@ impl Lanes {
         }
     }
 
+    /// How many requests wait on `lane`.
+    pub(crate) fn waiting(&self, lane: usize) -> usize {
+        self.lanes.get(lane).map_or(0, |cell| cell.lock().queue.len())
+    }
+
     /// Frees `lane` if nobody waits on it: whether it did. Else the lane
     /// stays busy, for the task that will send the next call.
     pub(crate) fn free_if_idle(&self, lane: usize) -> bool {

@@ -419,6 +419,10 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Drop for HandOn<'_, C> {
     }
 }
 
+/// The most times a lane's task yields before a call, waiting for as many
+/// requests as the last call carried.
+const YIELDS: usize = 4;
+
 /// The task that sends a lane's calls until nobody waits. Before taking
 /// the requests of each call it yields once to the runtime, so that the
 /// tasks the last reply woke (and the sockets ready meanwhile) run first:
@@ -436,11 +440,19 @@ struct Drain<C: ConnectionLike + Clone + Send + Sync + 'static> {
 
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> Drain<C> {
     async fn run(mut self) {
+        // The requests the last call carried.
+        let mut carried = 0;
         loop {
-            tokio::task::yield_now().await;
+            for _ in 0..YIELDS {
+                tokio::task::yield_now().await;
+                if self.store.lanes.waiting(self.lane) >= carried {
+                    break;
+                }
+            }
             let Some((calls, replies)) = self.store.lanes.hand_on(self.lane) else {
                 break;
             };
+            carried = calls.len();
             match self.store.send(&calls).await.and_then(|reply| split(&calls, reply)) {
                 Ok(out) => {
                     for (reply, one) in replies.into_iter().zip(out) {
