@@ -477,8 +477,11 @@ enum Ask {
 /// on this test's one thread), so all but the first on each lane wait for
 /// the call in flight and go together in the next. Each decision must be
 /// the oracle's for the requests on its key taken one by one in the order
-/// they were spawned, figure for figure; and the calls must be as few as
-/// the lanes allow. Answers (calls, requests) as the store counted them.
+/// they were spawned, figure for figure; and the calls must be at most two
+/// a wave on each lane (the first alone, then the rest together; fewer when
+/// the lane's task, still waiting for more after the last wave's call,
+/// takes the first too). Answers (calls, requests) as the store counted
+/// them.
 async fn waves_decide_in_order(batching: Batching, seed: u64) -> (u64, u64) {
     let server = RedisServer::start();
     let clock = ManualClock::new(T0_US * 1000);
@@ -489,6 +492,7 @@ async fn waves_decide_in_order(batching: Batching, seed: u64) -> (u64, u64) {
     let mut oracles: Vec<Oracle> = limits.iter().map(|(_, p)| Oracle::new(p)).collect();
     let mut rng = Lcg(seed);
     let mut now_us = T0_US;
+    // The most calls the lanes allow.
     let (mut want_calls, mut sent) = (0, 0);
     for wave in 0..30 {
         now_us += rng.next() % 700_000;
@@ -555,7 +559,11 @@ async fn waves_decide_in_order(batching: Batching, seed: u64) -> (u64, u64) {
     }
     let (calls, requests) = store.script_calls();
     assert_eq!(requests, sent, "every request made once");
-    assert_eq!(calls, want_calls, "{batching:?}: {requests} requests in {calls} calls");
+    if batching == Batching::Off {
+        assert_eq!(calls, want_calls, "{requests} requests in {calls} calls");
+    } else {
+        assert!(calls <= want_calls, "{batching:?}: {requests} requests in {calls} calls");
+    }
     (calls, requests)
 }
 
@@ -988,6 +996,10 @@ async fn runs_on_a_cluster_are_decided_as_one_by_one() {
             }
         }
     }
-    // Each wave: the first alone, the other 39 in one call.
-    assert_eq!(store.script_calls(), (12, 240));
+    // Each wave: the other 39 in one call, the first alone or with them
+    // (when the lane's task, still waiting for more after the last wave's
+    // call, takes it).
+    let (calls, requests) = store.script_calls();
+    assert_eq!(requests, 240);
+    assert!((6..=12).contains(&calls), "{calls} calls");
 }
