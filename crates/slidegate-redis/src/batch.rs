@@ -17,7 +17,10 @@ use tokio::sync::oneshot;
 /// A request that finds no call in flight on its lane is sent at once, on
 /// its own: an idle store adds no wait. While a call is in flight, the
 /// requests of its lane wait, and go together in the next call (at most
-/// [`MAX_BATCH`]), one script run that decides each in the order it
+/// [`MAX_BATCH`]; before forming it the lane's task yields to the runtime,
+/// up to four times until as many wait as the last call carried, so that
+/// callers answered by the last call who come back at once join it), one
+/// script run that decides each in the order it
 /// arrived, each exactly and atomically as if alone, reading the server's
 /// `TIME` once for all and each hash state once (and writing it once) for
 /// all the requests on its key; a run of decisions alike (one key, one

@@ -424,14 +424,16 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Drop for HandOn<'_, C> {
 const YIELDS: usize = 4;
 
 /// The task that sends a lane's calls until nobody waits. Before taking
-/// the requests of each call it yields once to the runtime, so that the
-/// tasks the last reply woke (and the sockets ready meanwhile) run first:
-/// those that come back at once with their next request join this call
-/// instead of waiting for the one after, and a busy lane's calls carry all
-/// its callers instead of alternating halves, with no timer and no wait
-/// when nothing else is ready. Dropped before that (its runtime shut
-/// down), it frees the lane and fails the requests still waiting, so that
-/// none waits for a call that will never be sent.
+/// the requests of each call it yields to the runtime (at most [`YIELDS`]
+/// times, until as many wait as the last call carried), so that the tasks
+/// the last reply woke (and the sockets ready meanwhile) run first: those
+/// that come back at once with their next request join this call instead
+/// of waiting for the one after, and a busy lane's calls carry all its
+/// callers instead of alternating halves. No timer: a yield is one pass of
+/// the scheduler, microseconds when nothing else is ready. Dropped before
+/// it is done (its runtime shut down), it frees the lane and fails the
+/// requests still waiting, so that none waits for a call that will never
+/// be sent.
 struct Drain<C: ConnectionLike + Clone + Send + Sync + 'static> {
     store: RedisStore<C>,
     lane: usize,

@@ -562,7 +562,10 @@ async fn waves_decide_in_order(batching: Batching, seed: u64) -> (u64, u64) {
     if batching == Batching::Off {
         assert_eq!(calls, want_calls, "{requests} requests in {calls} calls");
     } else {
-        assert!(calls <= want_calls, "{batching:?}: {requests} requests in {calls} calls");
+        assert!(
+            calls <= want_calls,
+            "{batching:?}: {requests} requests in {calls} calls"
+        );
     }
     (calls, requests)
 }
