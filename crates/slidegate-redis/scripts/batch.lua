@@ -26,7 +26,8 @@
 --          or when m > 1 its shape negated and m; its time in microseconds
 --          (-1 for the server's TIME, read once for the whole call); and its
 --          k costs.
--- Reply    every run's replies, one after the other. A run of one request:
+-- Reply    every run's replies, one after the other, packed as one string
+--          (decide.lua's `packed`). A run of one request:
 --          its reply, 8k integers for a decision, {k} for a charge. A run of
 --          m > 1: a header, then
 --          -1   each request's reply in order (the general path), or
@@ -121,4 +122,4 @@ for _ = 1, tonumber(ARGV[a]) do
   a = a + 2 + k
 end
 flush()
-return out
+return packed(out, n)

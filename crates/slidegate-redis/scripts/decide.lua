@@ -20,6 +20,8 @@
 --          slidegate_store::decide_all, figure for figure. Appends the k
 --          replies, eight integers each, to `out` after its `n`-th element;
 --          answers the new length.
+-- `packed(out, n)`  the call's reply: `out`'s n integers as one string of
+--          little-endian 64-bit integers (read by src/store.rs `Packed`).
 
 local now = 0
 
@@ -54,6 +56,26 @@ local function append(out, n, a, b, c, d, e, f, g, h)
   out[n + 1], out[n + 2], out[n + 3], out[n + 4] = a, b, c, d
   out[n + 5], out[n + 6], out[n + 7], out[n + 8] = e, f, g, h
   return n + 8
+end
+
+-- The call's reply as one string: the client reads it without parsing
+-- each integer (about 9,000 instructions fewer for one decision's eight),
+-- and Redis packs it for about what it would spend writing an array of
+-- numbers. Packed 64 at a time, so that `unpack` stays far below Lua's
+-- limit on the arguments of a call (8,000).
+local function packed(out, n)
+  if n == 8 then
+    -- One decision: its format written out, not built.
+    return struct.pack('<i8i8i8i8i8i8i8i8', unpack(out, 1, 8))
+  elseif n <= 64 then
+    return struct.pack('<' .. string.rep('i8', n), unpack(out, 1, n))
+  end
+  local parts = {}
+  for i = 1, n, 64 do
+    local j = math.min(n, i + 63)
+    parts[#parts + 1] = struct.pack('<' .. string.rep('i8', j - i + 1), unpack(out, i, j))
+  end
+  return table.concat(parts)
 end
 
 local function decide(shape, costs, out, n)

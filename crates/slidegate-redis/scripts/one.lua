@@ -12,7 +12,8 @@
 -- ARGV     the limit as batch.lua takes it (its algorithm `f`, `g` or `w`
 --          and its four figures), the time in microseconds (-1 for the
 --          server's TIME), the cost, and m.
--- Reply    run.lua's `decide_run`: for m = 1 the decision's 8 integers.
+-- Reply    run.lua's `decide_run`: for m = 1 the decision's 8 integers,
+--          packed (decide.lua's `packed`).
 
 local q = {
   kind = ARGV[1],
@@ -24,5 +25,5 @@ local q = {
 }
 set_now(clock(ARGV[6]))
 local out = {}
-decide_run({ decides = true, k = 1, q }, { tonumber(ARGV[7]) }, tonumber(ARGV[8]), out, 0)
-return out
+local n = decide_run({ decides = true, k = 1, q }, { tonumber(ARGV[7]) }, tonumber(ARGV[8]), out, 0)
+return packed(out, n)

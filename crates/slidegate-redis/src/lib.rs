@@ -125,7 +125,9 @@
 //! into its reply): `allowed (0/1), remaining, reset_at, retry_at or -1,
 //! estimate whole, estimate numerator, estimate denominator, now`, the
 //! instants in microseconds on the script's clock:
-//! what [`Decision::at`] takes. A script writes only when the state
+//! what [`Decision::at`] takes. The calling script sends its call's
+//! replies, every integer of them, as one string of little-endian 64-bit
+//! integers (`packed` in `scripts/decide.lua`). A script writes only when the state
 //! changes (a peek, cost 0, never writes; a refusal writes only when it
 //! moves the `sliding_window` ring or the `fixed_window` window forward, as
 //! the core's state moves), and sets the key's expiry (`PEXPIRE`, twice the span the state
