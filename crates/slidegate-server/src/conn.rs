@@ -306,13 +306,13 @@ async fn open(stream: Stream, acceptor: Option<tokio_rustls::TlsAcceptor>, deadl
 pub(crate) async fn serve_http(
     listener: Listener,
     tls: Option<Arc<Tls>>,
-    router: axum::Router,
+    routes: crate::http::Routes,
     timeouts: Timeouts,
     stopped: watch::Receiver<bool>,
     workers: Option<Arc<Workers>>,
 ) {
     let connection_stop = stopped.clone();
-    let serve = move |stream| serve_connection(stream, router.clone(), timeouts, connection_stop.clone());
+    let serve = move |stream| serve_connection(stream, routes.clone(), timeouts, connection_stop.clone());
     let tls = tls.map(|tls| (tls, Alpn::Http1));
     // The workers run until the connections on them are done.
     let keep = workers.clone();
@@ -327,17 +327,16 @@ pub(crate) async fn serve_http(
 
 async fn serve_connection(
     stream: Guarded<Stream>,
-    router: axum::Router,
+    routes: crate::http::Routes,
     timeouts: Timeouts,
     mut stopped: watch::Receiver<bool>,
 ) {
     let io = hyper_util::rt::TokioIo::new(crate::canned::ProblemAnswers::new(stream));
-    let service = hyper_util::service::TowerToHyperService::new(router);
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(timeouts.header);
-    let connection = builder.serve_connection(io, service);
+    let connection = builder.serve_connection(io, routes);
     let mut connection = std::pin::pin!(connection);
     let stop = async move {
         let _ = stopped.wait_for(|&s| s).await;

@@ -459,11 +459,11 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
         0 => None,
         n => Some(crate::workers::Workers::start(n).map_err(|source| StartError::Workers { workers: n, source })?),
     };
-    let router = crate::http::router(Arc::clone(&shared));
+    let routes = crate::http::routes(Arc::clone(&shared));
     tasks.push(tokio::spawn(crate::conn::serve_http(
         http_listener,
         tls.clone(),
-        router,
+        routes,
         timeouts,
         stopped.clone(),
         workers.clone(),
