@@ -4,7 +4,7 @@
 
 use crate::RedisStoreError;
 use parking_lot::Mutex;
-use redis::{RedisError, RedisWrite, ToRedisArgs};
+use redis::{Cmd, RedisError, RedisWrite, Script, ToRedisArgs};
 use slidegate_store::StoreError;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -129,12 +129,29 @@ fn in_closed_form(kind: &str, figures: &[Arg], cost: i64) -> bool {
     cost > 0 && !cut
 }
 
+/// A script call ready to send: its `EVALSHA` command, and the script to
+/// load when the server answers `NOSCRIPT`.
+pub(crate) struct Invocation {
+    pub(crate) script: &'static Script,
+    pub(crate) cmd: Cmd,
+}
+
+/// `EVALSHA` of `script` with `keys` keys, room made for `args` arguments
+/// of about `bytes` bytes in all: the keys and arguments written in one
+/// buffer (a `redis::ScriptInvocation` allocates one per argument, and
+/// copies them all again into its command).
+fn evalsha(script: &Script, keys: usize, args: usize, bytes: usize) -> Cmd {
+    let mut cmd = Cmd::with_capacity(3 + keys + args, 64 + bytes);
+    cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys);
+    cmd
+}
+
 /// The script call of `calls`: [`scripts::ONE`](crate::scripts::ONE) when
 /// they are one request, or one run decided in closed form, under one
 /// limit that is not a `sliding_log` (its key, the limit, the time, the
 /// cost, the run's length); else [`scripts::MULTI`](crate::scripts::MULTI) with the
 /// distinct shapes (and their keys), then each run of requests alike.
-pub(crate) fn invocation(calls: &[Call]) -> redis::ScriptInvocation<'static> {
+pub(crate) fn invocation(calls: &[Call]) -> Invocation {
     let runs = runs(calls);
     if let ([m], Some(call)) = (runs.as_slice(), calls.first())
         && let [Arg::Str("d"), Arg::Int(1), Arg::Str(kind), figures @ ..] = call.shape.as_slice()
@@ -142,61 +159,77 @@ pub(crate) fn invocation(calls: &[Call]) -> redis::ScriptInvocation<'static> {
         && let ([key], [cost]) = (call.keys.as_slice(), call.costs.as_slice())
         && (*m == 1 || in_closed_form(kind, figures, *cost))
     {
-        let mut invocation = crate::ONE.prepare_invoke();
-        invocation.key(key).arg(kind);
+        let mut cmd = evalsha(&crate::ONE, 1, 4 + figures.len(), key.len() + 8 * figures.len() + 32);
+        cmd.arg(key).arg(kind);
         for figure in figures {
-            invocation.arg(figure);
+            cmd.arg(figure);
         }
-        invocation.arg(call.now).arg(cost).arg(m);
-        return invocation;
+        cmd.arg(call.now).arg(cost).arg(m);
+        return Invocation {
+            script: &crate::ONE,
+            cmd,
+        };
     }
+    // The distinct shapes (a request's keys and limits), numbered from 1 in
+    // the order first seen, found by hashing: a call carries up to
+    // MAX_BATCH requests, most of them on keys of their own.
     let mut shapes: Vec<&Call> = Vec::new();
+    let mut numbers: foldhash::HashMap<(&[String], &[Arg]), usize> = foldhash::HashMap::default();
+    numbers.reserve(calls.len());
+    let mut keys: foldhash::HashSet<&str> = foldhash::HashSet::default();
+    keys.reserve(calls.len());
+    let mut key_again = false;
     let mut index = Vec::with_capacity(calls.len());
     for call in calls {
-        let same = |s: &&Call| s.shape == call.shape && s.keys == call.keys;
-        let at = match shapes.iter().position(same) {
-            Some(at) => at,
-            None => {
+        let at = *numbers
+            .entry((call.keys.as_slice(), call.shape.as_slice()))
+            .or_insert_with(|| {
                 shapes.push(call);
-                shapes.len() - 1
-            }
-        };
-        index.push(at + 1);
+                for key in &call.keys {
+                    key_again |= !keys.insert(key);
+                }
+                shapes.len()
+            });
+        index.push(at);
     }
     // Some key in more than one request: the script caches the hashes.
-    let mut keys: Vec<&str> = shapes.iter().flat_map(|s| s.keys.iter().map(String::as_str)).collect();
-    let all = keys.len();
-    keys.sort_unstable();
-    keys.dedup();
-    let caching = shapes.len() < calls.len() || keys.len() < all;
-    let mut invocation = crate::MULTI.prepare_invoke();
-    invocation.arg(if caching { "1" } else { "0" }).arg(shapes.len());
+    let caching = shapes.len() < calls.len() || key_again;
+    let key_count: usize = shapes.iter().map(|s| s.keys.len()).sum();
+    let key_bytes: usize = keys.iter().map(|k| k.len()).sum();
+    let args: usize = 3 + shapes.iter().map(|s| s.shape.len()).sum::<usize>() + calls.len() * 4;
+    let mut cmd = evalsha(&crate::MULTI, key_count, args, key_bytes + 8 * args);
     for shape in &shapes {
         for key in &shape.keys {
-            invocation.key(key);
-        }
-        for arg in &shape.shape {
-            invocation.arg(arg);
+            cmd.arg(key);
         }
     }
-    invocation.arg(runs.len());
+    cmd.arg(if caching { "1" } else { "0" }).arg(shapes.len());
+    for shape in &shapes {
+        for arg in &shape.shape {
+            cmd.arg(arg);
+        }
+    }
+    cmd.arg(runs.len());
     let mut first = 0;
     for m in runs {
         if let (Some(call), Some(&at)) = (calls.get(first), index.get(first)) {
             // A run of more than one: its shape negated, then its length.
             if m == 1 {
-                invocation.arg(at);
+                cmd.arg(at);
             } else {
-                invocation.arg(-(at as i64)).arg(m);
+                cmd.arg(-(at as i64)).arg(m);
             }
-            invocation.arg(call.now);
+            cmd.arg(call.now);
             for cost in &call.costs {
-                invocation.arg(cost);
+                cmd.arg(cost);
             }
         }
         first += m;
     }
-    invocation
+    Invocation {
+        script: &crate::MULTI,
+        cmd,
+    }
 }
 
 /// Why a call failed, for every request it carried.

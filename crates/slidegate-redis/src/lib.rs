@@ -97,8 +97,9 @@
 //! Over a [`ClusterConnection`](redis::cluster_async::ClusterConnection)
 //! every call goes to the master of its key's slot, and no script crosses
 //! slots (every key it touches has the hash tag `{<key>}`). redis-rs's
-//! cluster client follows `MOVED` and `ASK` redirections and loads the
-//! script on every node on `NOSCRIPT`, so a resharding in the middle of a
+//! cluster client follows `MOVED` and `ASK` redirections, and on `NOSCRIPT`
+//! the store loads the script (`SCRIPT LOAD`, which redis-rs sends to every
+//! master) and sends the call again, so a resharding in the middle of a
 //! run is invisible to the caller (tested: slots moved between masters with
 //! `redis-cli --cluster reshard` while tasks charge keys in them, every
 //! decision answered, every count kept once).

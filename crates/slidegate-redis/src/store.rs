@@ -2,7 +2,7 @@
 //! Cluster) as a [`Store`], every decision on a key one script call for
 //! all of its limits.
 
-use crate::batch::{Arg, Batching, Call, Failure, Lanes, Turn, invocation, split};
+use crate::batch::{Arg, Batching, Call, Failure, Invocation, Lanes, Turn, invocation, split};
 use crate::{
     DEFAULT_BACKOFF, Health, MAX_SPAN_US, MAX_TIME_US, Params, RedisClock, RedisStoreError, SLOT_RANGES, cluster_slot,
     decision_of, microsecond_policy,
@@ -10,7 +10,7 @@ use crate::{
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelServerType};
-use redis::{Cmd, ErrorKind, IntoConnectionInfo, Pipeline, RedisError, RedisFuture, ServerErrorKind, Value};
+use redis::{Cmd, ErrorKind, IntoConnectionInfo, Pipeline, RedisError, RedisFuture, Script, ServerErrorKind, Value};
 use slidegate_core::Algorithm;
 use slidegate_store::{Decisions, Quota, Store, StoreError, StoreStats};
 use std::fmt;
@@ -195,7 +195,14 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisStore<C> {
     /// The Redis key of the state of `key` under `quota`,
     /// `<prefix><tag>:{<key>}` (for `sliding_log`, the stem of its two).
     pub(crate) fn redis_key(&self, key: &str, quota: &Quota) -> String {
-        format!("{}{}:{{{key}}}", self.prefix, quota.tag())
+        let tag = quota.tag();
+        let mut out = String::with_capacity(self.prefix.len() + tag.len() + key.len() + 3);
+        out.push_str(&self.prefix);
+        out.push_str(tag);
+        out.push_str(":{");
+        out.push_str(key);
+        out.push('}');
+        out
     }
 
     /// Every Redis key of the state of `key` under `quota`:
@@ -308,10 +315,10 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisStore<C> {
     /// the other.
     async fn send(&self, calls: &[Call]) -> Result<Vec<i64>, Failure> {
         let range = calls.first().map_or(0, |c| c.range);
-        let invocation = invocation(calls);
+        let Invocation { script, cmd } = invocation(calls);
         self.lanes.count(calls.len());
         let mut conn = self.conn.clone();
-        let Packed(reply) = self.run(range, invocation.invoke_async(&mut conn)).await?;
+        let Packed(reply) = self.run(range, eval(script, &cmd, &mut conn)).await?;
         Ok(reply)
     }
 
@@ -761,6 +768,23 @@ impl ConnectionLike for SentinelConnection {
 
     fn get_db(&self) -> i64 {
         self.shared.primary.lock().as_ref().map_or(0, |p| p.conn.get_db())
+    }
+}
+
+/// `cmd`, an `EVALSHA` of `script`, answered; on `NOSCRIPT` (a server
+/// restarted, flushed, or new to the cluster) the script is loaded (on
+/// every master of a Cluster) and `cmd` sent again, once.
+async fn eval<T: redis::FromRedisValue>(
+    script: &Script,
+    cmd: &Cmd,
+    conn: &mut impl ConnectionLike,
+) -> redis::RedisResult<T> {
+    match cmd.query_async(conn).await {
+        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            script.load_async(conn).await?;
+            cmd.query_async(conn).await
+        }
+        answered => answered,
     }
 }
 
