@@ -18,6 +18,34 @@ use std::time::{Duration, Instant};
 /// What every key a slidegate test writes starts with.
 pub const KEY_PREFIX: &str = "slidegate:";
 
+/// `redis-server` with `args`, tied to this process: it runs under a
+/// shell that holds the write end of its stdin, and the shell kills it
+/// (`SIGKILL`) when that closes, which [`stop`] does and the system does
+/// when this process exits however it exits. A server a test keeps in a
+/// `static` is never dropped; without the tie it outlived the test binary.
+/// The server's stdout is the child's, piped when `log` is set.
+fn spawn_tied(args: &[&str], log: bool) -> Child {
+    let script = r#"redis-server "$@" & pid=$!
+exec >/dev/null
+read -r _
+kill -9 $pid 2>/dev/null
+wait $pid"#;
+    Command::new("sh")
+        .args(["-c", script, "redis-server"])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(if log { Stdio::piped() } else { Stdio::null() })
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("sh and redis-server are installed")
+}
+
+/// Kills a server started by [`spawn_tied`] and waits until it is gone.
+fn stop(child: &mut Child) {
+    drop(child.stdin.take());
+    let _ = child.wait();
+}
+
 /// A `redis-server` of its own, killed on drop. On drop (unless the test
 /// already failed) it checks that no key was left without an expiry.
 pub struct RedisServer {
@@ -45,22 +73,10 @@ impl RedisServer {
     /// until it answers `PING`; the last error if it never does (another
     /// process took the port, say).
     pub fn start_on(port: u16, extra: &[&str]) -> Result<RedisServer, String> {
-        let mut child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server is installed");
+        let port_arg = port.to_string();
+        let mut args = vec!["--port", &port_arg, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"];
+        args.extend_from_slice(extra);
+        let mut child = spawn_tied(&args, true);
         // Ready when its log says so (an event, not a poll); the log ends
         // without it when the server exits (another process took the port).
         let log = child.stdout.take().expect("stdout is piped");
@@ -87,8 +103,7 @@ impl RedisServer {
         match answer {
             Ok(_) => Ok(server),
             Err(last) => {
-                let _ = server.child.kill();
-                let _ = server.child.wait();
+                stop(&mut server.child);
                 std::mem::forget(server);
                 Err(last)
             }
@@ -103,8 +118,7 @@ impl RedisServer {
     /// Kills the server now (SIGKILL) and answers its port; the server is
     /// gone, so there is no expiry check.
     pub fn kill(mut self) -> u16 {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        stop(&mut self.child);
         self.killed = true;
         self.port
     }
@@ -201,8 +215,7 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         let check = (!std::thread::panicking() && !self.killed)
             .then(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.assert_every_key_expires())));
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        stop(&mut self.child);
         if let Some(Err(e)) = check {
             std::panic::resume_unwind(e);
         }
@@ -481,13 +494,8 @@ impl RedisSentinel {
             ),
         )
         .unwrap();
-        let sentinel = Command::new("redis-server")
-            .arg(&conf)
-            .arg("--sentinel")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server is installed");
+        let conf = conf.to_str().expect("a temporary path in UTF-8");
+        let sentinel = spawn_tied(&[conf, "--sentinel"], false);
         let mut out = RedisSentinel {
             primary,
             replica,
@@ -497,7 +505,7 @@ impl RedisSentinel {
         };
         let want = out.primary.port();
         if let Err(last) = out.wait_master(want, Duration::from_secs(10)) {
-            let _ = out.sentinel.kill();
+            stop(&mut out.sentinel);
             panic!("the sentinel did not name the primary within 10 s: {last}");
         }
         out
@@ -577,8 +585,7 @@ impl RedisSentinel {
 
 impl Drop for RedisSentinel {
     fn drop(&mut self) {
-        let _ = self.sentinel.kill();
-        let _ = self.sentinel.wait();
+        stop(&mut self.sentinel);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
