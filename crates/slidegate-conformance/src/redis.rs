@@ -1,6 +1,7 @@
 //! Throw-away Redis servers for tests: a `redis-server` per test on a free
 //! loopback port (never 6379), ready when its log says so, killed on drop
-//! (and started again on the same port, for failure tests); a
+//! or when the test process exits (and started again on the same port,
+//! for failure tests); a
 //! three-master Redis Cluster; or a primary found through a Sentinel.
 //!
 //! Every key a slidegate test writes starts with [`KEY_PREFIX`]; on drop a
