@@ -75,7 +75,16 @@ impl RedisServer {
     /// process took the port, say).
     pub fn start_on(port: u16, extra: &[&str]) -> Result<RedisServer, String> {
         let port_arg = port.to_string();
-        let mut args = vec!["--port", &port_arg, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"];
+        let mut args = vec![
+            "--port",
+            &port_arg,
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ];
         args.extend_from_slice(extra);
         let mut child = spawn_tied(&args, true);
         // Ready when its log says so (an event, not a poll); the log ends
