@@ -162,6 +162,10 @@ pub(crate) fn answer_headers(answer: &Answer, options: &HeaderOptions) -> Header
         // to wait for.
         fields.remove(http::header::RETRY_AFTER);
     }
+    if headers.is_empty() {
+        // No envoy headers: the fields are the answer's, not copied.
+        return fields;
+    }
     headers.extend(fields);
     headers
 }
