@@ -544,6 +544,39 @@ fn bench_store(time: Duration, keys: u64, progress: &dyn Fn(&str)) -> Result<Vec
     Ok(rows.cases)
 }
 
+/// `concurrency` tasks on the current runtime, each calling `op(task, i)`
+/// one call at a time until `time` has passed and it has made at least
+/// `min_calls`: every call's latency. The floor keeps a case measurable
+/// when the machine stalls past a short deadline (a task first polled
+/// after it would otherwise make no call at all).
+pub(crate) async fn drive<F, Fut>(time: Duration, concurrency: usize, min_calls: u64, op: F) -> Result<Vec<Duration>>
+where
+    F: Fn(u64, u64) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<()>> + Send,
+{
+    let op = std::sync::Arc::new(op);
+    let deadline = Instant::now() + time;
+    let mut tasks = Vec::new();
+    for task in 0..concurrency as u64 {
+        let op = std::sync::Arc::clone(&op);
+        tasks.push(tokio::spawn(async move {
+            let (mut latencies, mut i) = (Vec::new(), 0);
+            while i < min_calls || Instant::now() < deadline {
+                let call = Instant::now();
+                op(task, i).await?;
+                latencies.push(call.elapsed());
+                i += 1;
+            }
+            anyhow::Ok(latencies)
+        }));
+    }
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await.context("a load task")??);
+    }
+    Ok(latencies)
+}
+
 pub(crate) fn percentile(sorted: &[Duration], p: f64) -> Option<f64> {
     let last = sorted.len().checked_sub(1)?;
     let i = ((sorted.len() as f64 * p) as usize).min(last);
@@ -852,5 +885,24 @@ mod tests {
             ("base", 20.0, None)
         );
         assert_eq!((cases[1].per_second, cases[1].ratio), (15.0, Some(1.1)));
+    }
+
+    /// A deadline already passed still leaves each task its floor of
+    /// calls, numbered from 0, and then no more: a stall cannot empty a case.
+    #[tokio::test]
+    async fn a_passed_deadline_still_leaves_each_task_its_floor() {
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = std::sync::Arc::clone(&seen);
+        let latencies = drive(Duration::ZERO, 3, 5, move |task, i| {
+            record.lock().unwrap().push((task, i));
+            async { Ok(()) }
+        })
+        .await
+        .unwrap();
+        assert_eq!(latencies.len(), 15);
+        let mut calls = seen.lock().unwrap().clone();
+        calls.sort_unstable();
+        let expected: Vec<(u64, u64)> = (0..3).flat_map(|t| (0..5).map(move |i| (t, i))).collect();
+        assert_eq!(calls, expected);
     }
 }

@@ -34,34 +34,22 @@ const SHARED_LIMIT: u64 = 10_000;
 /// Decisions per second offered to each instance: twice the limit in all.
 const OFFERED: u64 = 2 * SHARED_LIMIT / INSTANCES as u64;
 
-/// `concurrency` tasks calling `op(task, i)` one call at a time for `time`:
-/// a case of the `hybrid` group, with p50 and p99, and the calls made.
+/// Calls each task makes at least, however long they take: on a stalled
+/// machine a short run still decides enough (several times the many-key
+/// case's keys in all) for its percentiles and its commands per decision
+/// to mean something.
+const MIN_CALLS: u64 = 1_000;
+
+/// `concurrency` tasks calling `op(task, i)` one call at a time for `time`
+/// (and at least `MIN_CALLS` each): a case of the `hybrid` group, with p50
+/// and p99, and the calls made.
 async fn drive<F, Fut>(name: String, time: Duration, concurrency: usize, op: F) -> Result<(Case, u64)>
 where
     F: Fn(u64, u64) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<()>> + Send,
 {
-    let op = Arc::new(op);
     let start = Instant::now();
-    let deadline = start + time;
-    let mut tasks = Vec::new();
-    for task in 0..concurrency as u64 {
-        let op = Arc::clone(&op);
-        tasks.push(tokio::spawn(async move {
-            let (mut latencies, mut i) = (Vec::new(), 0);
-            while Instant::now() < deadline {
-                let call = Instant::now();
-                op(task, i).await?;
-                latencies.push(call.elapsed());
-                i += 1;
-            }
-            anyhow::Ok(latencies)
-        }));
-    }
-    let mut latencies = Vec::new();
-    for task in tasks {
-        latencies.extend(task.await.context("a load task")??);
-    }
+    let mut latencies = crate::bench::drive(time, concurrency, MIN_CALLS, op).await?;
     let calls = latencies.len() as u64;
     latencies.sort_unstable();
     let mut case = Case::new("hybrid", name, calls as f64 / start.elapsed().as_secs_f64());

@@ -176,7 +176,7 @@ pub(crate) async fn connect(url: &str) -> Result<MultiplexedConnection> {
 }
 
 /// `concurrency` tasks calling `op` one call at a time until `time` has
-/// passed.
+/// passed, each at least once.
 async fn load(
     conns: &[MultiplexedConnection],
     op: &Arc<Op>,
@@ -187,28 +187,17 @@ async fn load(
     let cpu_before = redis_cpu(&conns[0]).await?;
     let calls_before = op.script_calls();
     let start = Instant::now();
-    let deadline = start + time;
-    let mut tasks = Vec::new();
-    for task in 0..concurrency as u64 {
-        let (op, conn) = (Arc::clone(op), conns[task as usize % conns.len()].clone());
-        tasks.push(tokio::spawn(async move {
-            let mut latencies = Vec::new();
-            let mut i = 0;
-            while Instant::now() < deadline {
-                let start = Instant::now();
-                op.call(&conn, round, task, i).await?;
-                latencies.push(start.elapsed());
-                i += 1;
-            }
-            anyhow::Ok(latencies)
-        }));
-    }
-    let mut load = Load::default();
-    for task in tasks {
-        let latencies = task.await.context("a load task")??;
-        load.count += latencies.len() as u64;
-        load.latencies.extend(latencies);
-    }
+    let (all, shared) = (conns.to_vec(), Arc::clone(op));
+    let latencies = crate::bench::drive(time, concurrency, 1, move |task, i| {
+        let (op, conn) = (Arc::clone(&shared), all[task as usize % all.len()].clone());
+        async move { op.call(&conn, round, task, i).await }
+    })
+    .await?;
+    let mut load = Load {
+        count: latencies.len() as u64,
+        latencies,
+        ..Load::default()
+    };
     // Until the last call in flight at the deadline was answered.
     load.elapsed = start.elapsed();
     load.redis_cpu = redis_cpu(&conns[0]).await?.saturating_sub(cpu_before);
