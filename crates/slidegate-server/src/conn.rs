@@ -1,12 +1,14 @@
 //! Connections with deadlines: the accept loop both front ends share
 //! (each connection's TLS handshake in its own task, within the header
-//! timeout), the HTTP/1.1 serving of a connection (hyper's connection
-//! builder, which has the header timeout `axum::serve` lacks) and the
-//! socket wrapper that closes a connection that says nothing in time.
+//! timeout), the serving of a connection on hyper's connection builders
+//! (HTTP/1.1, with the header timeout `axum::serve` lacks; HTTP/2 for
+//! gRPC) and the socket wrapper that closes a connection that says nothing
+//! in time.
 
 use crate::listen::{Listener, Stream};
 use crate::tls::{Alpn, Tls};
 use crate::workers::Workers;
+use hyper_util::server::graceful::GracefulConnection;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -183,14 +185,6 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
     }
 }
 
-impl tonic::transport::server::Connected for Guarded<Stream> {
-    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.inner.connect_info()
-    }
-}
-
 /// Accepts on `listener` until `stopped` turns true, then closes it (a
 /// Unix socket's file is removed) and returns the connections' tasks still
 /// running. Each connection gets a task of its own, in which it is opened
@@ -312,31 +306,87 @@ pub(crate) async fn serve_http(
     workers: Option<Arc<Workers>>,
 ) {
     let connection_stop = stopped.clone();
-    let serve = move |stream| serve_connection(stream, routes.clone(), timeouts, connection_stop.clone());
+    let serve = move |stream| {
+        let io = hyper_util::rt::TokioIo::new(crate::canned::ProblemAnswers::new(stream));
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(timeouts.header);
+        serve_connection(builder.serve_connection(io, routes.clone()), connection_stop.clone())
+    };
     let tls = tls.map(|tls| (tls, Alpn::Http1));
+    serve_listener("HTTP", listener, tls, 0, timeouts, stopped, workers, serve).await;
+}
+
+/// Serves gRPC (HTTP/2 only, on hyper's connection builder with tonic's
+/// settings: no limit on concurrent streams, hyper's defaults otherwise)
+/// on `listener` until `stopped` turns true, then stops accepting and
+/// lets every connection finish the calls in flight (a `GOAWAY` first).
+pub(crate) async fn serve_grpc<C: slidegate_core::Clock + Send + Sync + 'static>(
+    listener: Listener,
+    tls: Option<Arc<Tls>>,
+    routes: crate::grpc::GrpcRoutes<C>,
+    timeouts: Timeouts,
+    stopped: watch::Receiver<bool>,
+    workers: Option<Arc<Workers>>,
+) {
+    let connection_stop = stopped.clone();
+    let serve = move |stream| {
+        let io = hyper_util::rt::TokioIo::new(stream);
+        let mut builder = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new());
+        builder
+            .timer(hyper_util::rt::TokioTimer::new())
+            .max_concurrent_streams(None);
+        serve_connection(builder.serve_connection(io, routes.clone()), connection_stop.clone())
+    };
+    let tls = tls.map(|tls| (tls, Alpn::H2));
+    serve_listener(
+        "gRPC",
+        listener,
+        tls,
+        HTTP2_PREFACE_LEN,
+        timeouts,
+        stopped,
+        workers,
+        serve,
+    )
+    .await;
+}
+
+/// Accepts on `listener` (`accept`) until `stopped` turns true, then waits
+/// for the connections still open.
+#[allow(clippy::too_many_arguments)]
+async fn serve_listener<F, Fut>(
+    name: &'static str,
+    listener: Listener,
+    tls: Option<(Arc<Tls>, Alpn)>,
+    opening: usize,
+    timeouts: Timeouts,
+    stopped: watch::Receiver<bool>,
+    workers: Option<Arc<Workers>>,
+    serve: F,
+) where
+    F: Fn(Guarded<Stream>) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     // The workers run until the connections on them are done.
     let keep = workers.clone();
-    let mut connections = accept(listener, tls, 0, timeouts, stopped, workers, serve).await;
+    let mut connections = accept(listener, tls, opening, timeouts, stopped, workers, serve).await;
     tracing::info!(
         connections = connections.len(),
-        "the HTTP listener is closed: its open connections finish their requests"
+        "the {name} listener is closed: its open connections finish their requests"
     );
     while connections.join_next().await.is_some() {}
     drop(keep);
 }
 
-async fn serve_connection(
-    stream: Guarded<Stream>,
-    routes: crate::http::Routes,
-    timeouts: Timeouts,
-    mut stopped: watch::Receiver<bool>,
-) {
-    let io = hyper_util::rt::TokioIo::new(crate::canned::ProblemAnswers::new(stream));
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(timeouts.header);
-    let connection = builder.serve_connection(io, routes);
+/// Drives `connection` until it ends, asking it to finish and close once
+/// `stopped` turns true.
+async fn serve_connection<G>(connection: G, mut stopped: watch::Receiver<bool>)
+where
+    G: GracefulConnection,
+    G::Error: std::fmt::Display,
+{
     let mut connection = std::pin::pin!(connection);
     let stop = async move {
         let _ = stopped.wait_for(|&s| s).await;
@@ -350,6 +400,6 @@ async fn serve_connection(
     };
     if let Err(e) = result {
         // Timeouts, resets, malformed requests: the client's business.
-        tracing::debug!(error = %e, "an HTTP connection ended with an error");
+        tracing::debug!(error = %e, "a connection ended with an error");
     }
 }

@@ -211,20 +211,6 @@ impl Stream {
             tls @ Stream::Tls(_) => Err(tls),
         }
     }
-
-    /// The TCP addresses, for tonic's `remote_addr`.
-    pub(crate) fn connect_info(&self) -> tonic::transport::server::TcpConnectInfo {
-        let tcp = match self {
-            Stream::Tcp(stream) => Some(stream),
-            Stream::Tls(stream) => Some(stream.get_ref().0),
-            #[cfg(unix)]
-            Stream::Unix(_) => None,
-        };
-        tonic::transport::server::TcpConnectInfo {
-            local_addr: tcp.and_then(|s| s.local_addr().ok()),
-            remote_addr: tcp.and_then(|s| s.peer_addr().ok()),
-        }
-    }
 }
 
 macro_rules! each {

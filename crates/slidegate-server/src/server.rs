@@ -1,7 +1,6 @@
 //! Starting, reloading and stopping the service.
 
 use crate::config::{Config, ConfigError, LoadOptions};
-use crate::conn::HTTP2_PREFACE_LEN;
 pub use crate::conn::Timeouts;
 use crate::engine::Settings;
 use crate::engine::{Engine, InputLimits};
@@ -10,7 +9,7 @@ pub use crate::listen::Endpoint;
 use crate::listen::Listener;
 use crate::metrics::Metrics;
 use crate::redis_store::{RedisConnectError, RedisOptions};
-use crate::tls::{Alpn, Tls};
+use crate::tls::Tls;
 pub use crate::tls::{TlsError, TlsOptions};
 pub use crate::trim::give_back_free_memory;
 use slidegate_core::Clock;
@@ -449,9 +448,6 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
     shared.tls = tls.clone();
     let shared = Arc::new(shared);
     let (stop, stopped) = watch::channel(false);
-    let until_stopped = |mut rx: watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|&s| s).await;
-    };
 
     let mut tasks = Vec::new();
     let timeouts = options.timeouts;
@@ -477,78 +473,19 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
             .await;
     }
     // Connections are accepted (and their TLS handshakes made) by the
-    // shared accept loop, each in its own task, and handed to tonic once
-    // open. Every connection must send the HTTP/2 preface within the
-    // header timeout (the handshake included) and is closed after the
-    // idle timeout without a byte.
-    // One tonic server per worker (or one on this runtime), each fed the
-    // connections its worker opened.
-    let servers = workers.as_ref().map_or(1, |w| w.handles().len());
-    let (openers, incomings): (Vec<_>, Vec<_>) = (0..servers).map(|_| tokio::sync::mpsc::unbounded_channel()).unzip();
-    let grpc_tls = tls.clone().map(|tls| (tls, Alpn::H2));
-    let accepting = stopped.clone();
-    let accept_workers = workers.clone();
-    tasks.push(tokio::spawn(async move {
-        let openers = Arc::new(openers);
-        let hand_over = move |stream| {
-            // To the server of the worker this runs on.
-            let i = crate::workers::Workers::current().unwrap_or(0);
-            if let Some(opened) = openers.get(i).or_else(|| openers.first()) {
-                let _ = opened.send(Ok::<_, std::io::Error>(stream));
-            }
-            std::future::ready(())
-        };
-        // Handshakes still under way when the server stops are dropped.
-        let _ = crate::conn::accept(
-            grpc_listener,
-            grpc_tls,
-            HTTP2_PREFACE_LEN,
-            timeouts,
-            accepting,
-            accept_workers,
-            hand_over,
-        )
-        .await;
-    }));
-    let request_timeout = timeouts.request;
-    let grpc_server = move |incoming, stop| {
-        let incoming = tokio_stream::wrappers::UnboundedReceiverStream::new(incoming);
-        let (health, grpc) = (health_service.clone(), grpc_service.clone());
-        async move {
-            let served = tonic::transport::Server::builder()
-                .timeout(request_timeout)
-                .add_service(health)
-                .add_service(grpc)
-                .serve_with_incoming_shutdown(incoming, stop)
-                .await;
-            if let Err(e) = served {
-                tracing::error!(error = %e, "the gRPC server stopped");
-            }
-        }
-    };
-    match &workers {
-        None => {
-            for incoming in incomings {
-                tasks.push(tokio::spawn(grpc_server(incoming, until_stopped(stopped.clone()))));
-            }
-        }
-        Some(w) => {
-            let running: Vec<_> = w
-                .handles()
-                .iter()
-                .zip(incomings)
-                .map(|(handle, incoming)| handle.spawn(grpc_server(incoming, until_stopped(stopped.clone()))))
-                .collect();
-            // The workers run until the last task holding them is done.
-            let keep = Arc::clone(w);
-            tasks.push(tokio::spawn(async move {
-                for server in running {
-                    let _ = server.await;
-                }
-                drop(keep);
-            }));
-        }
-    }
+    // shared accept loop, each in its own task, and served on hyper's
+    // HTTP/2 connection (on its worker, if any). Every connection must send
+    // the HTTP/2 preface within the header timeout (the handshake
+    // included) and is closed after the idle timeout without a byte.
+    let routes = crate::grpc::GrpcRoutes::new(grpc_service, health_service, timeouts.request);
+    tasks.push(tokio::spawn(crate::conn::serve_grpc(
+        grpc_listener,
+        tls.clone(),
+        routes,
+        timeouts,
+        stopped.clone(),
+        workers.clone(),
+    )));
 
     if let (Some(tls), Some(every)) = (tls, options.reload_every) {
         // New certificates are picked up when their files change, checked

@@ -11,17 +11,11 @@
 //! with that worker's reactor before anything is read, so that all its IO
 //! and all its requests' tasks stay on one thread.
 
-use std::cell::Cell;
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
-
-thread_local! {
-    /// The index of the worker this thread is, if it is one.
-    static CURRENT: Cell<Option<usize>> = const { Cell::new(None) };
-}
 
 /// The worker threads; they stop when this is dropped.
 #[derive(Debug)]
@@ -50,7 +44,6 @@ impl Workers {
                     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
                     match runtime {
                         Ok(runtime) => {
-                            CURRENT.set(Some(i));
                             let _ = started.send(Ok(runtime.handle().clone()));
                             // Drives the tasks spawned on it until stopped;
                             // those still running are then dropped.
@@ -74,20 +67,10 @@ impl Workers {
         }))
     }
 
-    /// The workers' runtimes, in order.
-    pub(crate) fn handles(&self) -> &[Handle] {
-        &self.handles
-    }
-
     /// The next worker's runtime, round robin.
     pub(crate) fn next(&self) -> Option<&Handle> {
         let i = self.next.fetch_add(1, Ordering::Relaxed);
         self.handles.get(i % self.handles.len().max(1))
-    }
-
-    /// The index of the worker the calling thread is, if it is one.
-    pub(crate) fn current() -> Option<usize> {
-        CURRENT.get()
     }
 }
 

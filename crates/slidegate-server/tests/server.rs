@@ -1002,6 +1002,85 @@ async fn silent_and_idle_grpc_connections_are_closed() {
     );
 }
 
+/// A `ShouldRateLimit` call on a fresh connection whose message never
+/// comes (a client stream that stays open), with `grpc-timeout` if given:
+/// the status the server ends it with. The test fails, rather than hangs,
+/// if none comes within a minute.
+async fn waiting_call(h: &Harness, client_timeout: Option<Duration>) -> tonic::Status {
+    use slidegate_server::proto::rls::{RateLimitRequest, RateLimitResponse};
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", h.running.grpc))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = tonic::client::Grpc::new(channel);
+    client.ready().await.unwrap();
+    let mut request = tonic::Request::new(tokio_stream::pending::<RateLimitRequest>());
+    if let Some(timeout) = client_timeout {
+        request.set_timeout(timeout);
+    }
+    let path = http::uri::PathAndQuery::from_static("/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit");
+    let codec = tonic_prost::ProstCodec::<RateLimitRequest, RateLimitResponse>::default();
+    let answer = tokio::time::timeout(Duration::from_secs(60), client.client_streaming(request, path, codec))
+        .await
+        .expect("the server never ended a call waiting for its message");
+    answer.expect_err("a call without its message was answered")
+}
+
+/// A gRPC call still waiting at the request timeout (its message never
+/// sent) is answered `CANCELLED`, "Timeout expired", as tonic's server
+/// answers it; the client's `grpc-timeout` bounds it when shorter; a
+/// method the server does not have is `UNIMPLEMENTED`; and the server goes
+/// on answering on the same connection after each.
+#[tokio::test]
+async fn grpc_calls_are_bounded_and_unknown_methods_unimplemented() {
+    let mut h = Harness::start_with(BASIC, short_timeouts).await;
+    let status = waiting_call(&h, None).await;
+    assert_eq!(
+        (status.code(), status.message()),
+        (tonic::Code::Cancelled, "Timeout expired"),
+        "{status:?}"
+    );
+    assert_eq!(h.rls(one("d", &[("a", "1")])).await.unwrap().overall_code(), Code::Ok);
+
+    // The server would wait an hour: only the client's header ends it.
+    let mut h = Harness::start_with(BASIC, |o| o.timeouts.request = Duration::from_secs(3600)).await;
+    let status = waiting_call(&h, Some(Duration::from_millis(50))).await;
+    assert_eq!(
+        (status.code(), status.message()),
+        (tonic::Code::Cancelled, "Timeout expired"),
+        "{status:?}"
+    );
+
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", h.running.grpc))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = tonic::client::Grpc::new(channel);
+    for path in [
+        "/envoy.service.ratelimit.v3.RateLimitService/NoSuchMethod",
+        "/envoy.service.ratelimit.v2.RateLimitService/ShouldRateLimit",
+        "/nope",
+    ] {
+        client.ready().await.unwrap();
+        let codec = tonic_prost::ProstCodec::<
+            slidegate_server::proto::rls::RateLimitRequest,
+            slidegate_server::proto::rls::RateLimitResponse,
+        >::default();
+        let status = client
+            .unary(
+                tonic::Request::new(one("d", &[("a", "1")])),
+                http::uri::PathAndQuery::from_static(path),
+                codec,
+            )
+            .await
+            .expect_err(path);
+        assert_eq!(status.code(), tonic::Code::Unimplemented, "{path}: {status:?}");
+    }
+    assert_eq!(h.rls(one("d", &[("a", "1")])).await.unwrap().overall_code(), Code::Ok);
+}
+
 /// A path that is no endpoint (404) and an endpoint asked with the wrong
 /// method (405) are answered with problem documents naming the endpoints;
 /// `/healthcheck` answers as envoyproxy/ratelimit's does.
