@@ -325,7 +325,7 @@ pub(crate) async fn serve_http(
 pub(crate) async fn serve_grpc<C: slidegate_core::Clock + Send + Sync + 'static>(
     listener: Listener,
     tls: Option<Arc<Tls>>,
-    routes: crate::grpc::GrpcRoutes<C>,
+    routes: crate::grpc_routes::GrpcRoutes<C>,
     timeouts: Timeouts,
     stopped: watch::Receiver<bool>,
     workers: Option<Arc<Workers>>,

@@ -12,12 +12,10 @@ use crate::proto::rls::{RateLimitRequest, RateLimitResponse};
 use crate::server::Shared;
 use crate::trace::DecisionSpan;
 use http::HeaderMap;
-use hyper::body::Incoming;
 use slidegate_core::Clock;
 use slidegate_tower::{LegacyReset, LimitOutcome};
-use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Which rate-limit headers an answer carries.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -358,132 +356,6 @@ impl<C: Clock + Send + Sync + 'static> Grpc<C> {
     }
 }
 
-/// What the gRPC server answers with.
-type Answered = http::Response<tonic::body::Body>;
-/// A call's answer to come; a call never fails at this level (errors are
-/// `grpc-status` answers).
-type Call = tonic::codegen::BoxFuture<Answered, Infallible>;
-/// The health service, boxed: its type is tonic-health's own, and it is
-/// called rarely.
-type Health = tower::util::BoxCloneSyncService<http::Request<Incoming>, Answered, Infallible>;
-
-/// The path prefix of `RateLimitService`'s methods.
-const RLS_PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/";
-/// The path prefix of the gRPC health service's methods.
-const HEALTH_PATH: &str = "/grpc.health.v1.Health/";
-
-/// The gRPC server's routes, served straight on hyper's HTTP/2 connection
-/// (`crate::conn::serve_grpc`): `RateLimitService` and the health service
-/// by their path prefix, `UNIMPLEMENTED` for any other path, as tonic's
-/// router answers it. Each call is bounded by the request timeout, or the
-/// client's `grpc-timeout` when shorter, and answered `CANCELLED`
-/// ("Timeout expired", as tonic's server answers) beyond it; the timer is
-/// armed only when the call first waits (for its body, or for the store),
-/// so a call answered at once (the in-memory store's) arms none.
-pub(crate) struct GrpcRoutes<C> {
-    rls: RateLimitServiceServer<Grpc<C>>,
-    health: Health,
-    timeout: Duration,
-}
-
-impl<C> Clone for GrpcRoutes<C> {
-    fn clone(&self) -> Self {
-        GrpcRoutes {
-            rls: self.rls.clone(),
-            health: self.health.clone(),
-            timeout: self.timeout,
-        }
-    }
-}
-
-impl<C: Clock + Send + Sync + 'static> GrpcRoutes<C> {
-    /// `rls` and `health` under the request timeout `timeout`.
-    pub(crate) fn new<H>(rls: RateLimitServiceServer<Grpc<C>>, health: H, timeout: Duration) -> Self
-    where
-        H: tower::Service<http::Request<Incoming>, Response = Answered, Error = Infallible>
-            + Clone
-            + Send
-            + Sync
-            + 'static,
-        H::Future: Send + 'static,
-    {
-        GrpcRoutes {
-            rls,
-            health: Health::new(health),
-            timeout,
-        }
-    }
-}
-
-impl<C: Clock + Send + Sync + 'static> hyper::service::Service<http::Request<Incoming>> for GrpcRoutes<C> {
-    type Response = Answered;
-    type Error = Infallible;
-    type Future = Deadline;
-
-    fn call(&self, request: http::Request<Incoming>) -> Deadline {
-        use tower::Service;
-        let limit = client_timeout(request.headers()).map_or(self.timeout, |t| t.min(self.timeout));
-        let path = request.uri().path();
-        let call: Call = if path.starts_with(RLS_PATH) {
-            self.rls.clone().call(request)
-        } else if path.starts_with(HEALTH_PATH) {
-            self.health.clone().call(request)
-        } else {
-            Box::pin(std::future::ready(Ok(tonic::Status::unimplemented("").into_http())))
-        };
-        Deadline {
-            call,
-            limit,
-            timer: None,
-        }
-    }
-}
-
-/// A call bounded by `limit`, its timer armed when it first waits.
-pub(crate) struct Deadline {
-    call: Call,
-    limit: Duration,
-    timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
-}
-
-impl Future for Deadline {
-    type Output = Result<Answered, Infallible>;
-
-    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
-        let this = self.get_mut();
-        if let std::task::Poll::Ready(answer) = this.call.as_mut().poll(cx) {
-            return std::task::Poll::Ready(answer);
-        }
-        let limit = this.limit;
-        let timer = this.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
-        timer
-            .as_mut()
-            .poll(cx)
-            .map(|()| Ok(tonic::Status::cancelled("Timeout expired").into_http()))
-    }
-}
-
-/// The client's `grpc-timeout` (at most 8 digits and a unit: `H`, `M`,
-/// `S`, `m`, `u` or `n`); none when absent or malformed (then ignored, as
-/// tonic ignores it).
-fn client_timeout(headers: &HeaderMap) -> Option<Duration> {
-    let value = headers.get("grpc-timeout")?.as_bytes();
-    let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
-    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    let n = digits.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
-    Some(match unit {
-        b"H" => Duration::from_secs(n * 3600),
-        b"M" => Duration::from_secs(n * 60),
-        b"S" => Duration::from_secs(n),
-        b"m" => Duration::from_millis(n),
-        b"u" => Duration::from_micros(n),
-        b"n" => Duration::from_nanos(n),
-        _ => return None,
-    })
-}
-
 #[tonic::async_trait]
 impl<C: Clock + Send + Sync + 'static> RateLimitService for Grpc<C> {
     async fn should_rate_limit(
@@ -491,16 +363,30 @@ impl<C: Clock + Send + Sync + 'static> RateLimitService for Grpc<C> {
         request: tonic::Request<RateLimitRequest>,
     ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
         let (metadata, _, message) = request.into_parts();
-        let request = request_from_wire(message);
-        match decide(&self.shared, Api::Grpc, &request, metadata.as_ref()).await {
-            Ok(answer) => Ok(tonic::Response::new(answer_to_wire(
-                &request,
-                &answer,
-                &self.shared.grpc_headers,
-                self.shared.engine.settings().dynamic_metadata,
-            ))),
-            Err(e) => Err(grpc_status(e)),
-        }
+        respond(&self.shared, message, metadata.as_ref())
+            .await
+            .map(tonic::Response::new)
+    }
+}
+
+/// `ShouldRateLimit`: the answer to `message`, whose request carried
+/// `headers` (read for the trace context), or the status it fails with.
+/// The one path of both the tonic service and `crate::grpc_routes`'s
+/// unary calls.
+pub(crate) async fn respond<C: Clock>(
+    shared: &Shared<C>,
+    message: RateLimitRequest,
+    headers: &HeaderMap,
+) -> Result<RateLimitResponse, tonic::Status> {
+    let request = request_from_wire(message);
+    match decide(shared, Api::Grpc, &request, headers).await {
+        Ok(answer) => Ok(answer_to_wire(
+            &request,
+            &answer,
+            &shared.grpc_headers,
+            shared.engine.settings().dynamic_metadata,
+        )),
+        Err(e) => Err(grpc_status(e)),
     }
 }
 
@@ -517,29 +403,6 @@ fn grpc_status(e: EngineError) -> tonic::Status {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// `grpc-timeout` in each unit; absent, empty, unit-less, nine digits,
-    /// signed or of an unknown unit, it is ignored.
-    #[test]
-    fn client_timeouts_are_read_in_every_unit_and_ignored_when_malformed() {
-        let read = |value: &str| {
-            let mut headers = HeaderMap::new();
-            headers.insert("grpc-timeout", value.parse().unwrap());
-            client_timeout(&headers)
-        };
-        assert_eq!(read("2H"), Some(Duration::from_secs(7200)));
-        assert_eq!(read("3M"), Some(Duration::from_secs(180)));
-        assert_eq!(read("4S"), Some(Duration::from_secs(4)));
-        assert_eq!(read("50m"), Some(Duration::from_millis(50)));
-        assert_eq!(read("60u"), Some(Duration::from_micros(60)));
-        assert_eq!(read("70n"), Some(Duration::from_nanos(70)));
-        assert_eq!(read("99999999H"), Some(Duration::from_secs(99_999_999 * 3600)));
-        assert_eq!(read("0m"), Some(Duration::ZERO));
-        for bad in ["", "m", "5", "123456789m", "-5m", "5x", "5 m", "5mm", "\u{0663}m"] {
-            assert_eq!(read(bad), None, "{bad:?}");
-        }
-        assert_eq!(client_timeout(&HeaderMap::new()), None);
-    }
 
     #[test]
     fn errors_map_to_grpc_codes() {

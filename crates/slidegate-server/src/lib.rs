@@ -35,6 +35,7 @@ pub mod config;
 pub mod conn;
 pub mod engine;
 pub mod grpc;
+mod grpc_routes;
 pub mod http;
 pub mod listen;
 pub mod metrics;

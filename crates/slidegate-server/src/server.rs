@@ -4,7 +4,7 @@ use crate::config::{Config, ConfigError, LoadOptions};
 pub use crate::conn::Timeouts;
 use crate::engine::Settings;
 use crate::engine::{Engine, InputLimits};
-use crate::grpc::{Grpc, HeaderOptions, ResponseHeaderNames};
+use crate::grpc::{HeaderOptions, ResponseHeaderNames};
 pub use crate::listen::Endpoint;
 use crate::listen::Listener;
 use crate::metrics::Metrics;
@@ -465,7 +465,6 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
         workers.clone(),
     )));
 
-    let grpc_service = Grpc::service(Arc::clone(&shared)).max_decoding_message_size(options.body_limit);
     let (health, health_service) = tonic_health::server::health_reporter();
     for name in HEALTH_NAMES {
         health
@@ -477,7 +476,12 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
     // HTTP/2 connection (on its worker, if any). Every connection must send
     // the HTTP/2 preface within the header timeout (the handshake
     // included) and is closed after the idle timeout without a byte.
-    let routes = crate::grpc::GrpcRoutes::new(grpc_service, health_service, timeouts.request);
+    let routes = crate::grpc_routes::GrpcRoutes::new(
+        Arc::clone(&shared),
+        health_service,
+        timeouts.request,
+        options.body_limit,
+    );
     tasks.push(tokio::spawn(crate::conn::serve_grpc(
         grpc_listener,
         tls.clone(),

@@ -1081,6 +1081,196 @@ async fn grpc_calls_are_bounded_and_unknown_methods_unimplemented() {
     assert_eq!(h.rls(one("d", &[("a", "1")])).await.unwrap().overall_code(), Code::Ok);
 }
 
+/// A gRPC answer as it came: its HTTP headers, its data, its trailers.
+struct RawAnswer {
+    headers: http::HeaderMap,
+    data: Bytes,
+    trailers: Option<http::HeaderMap>,
+}
+
+impl RawAnswer {
+    /// The `grpc-status`, from the trailers or (a trailers-only answer)
+    /// the headers, and the `grpc-message`, percent-decoded.
+    fn status(&self) -> (String, String) {
+        let field = |name: &str| {
+            let value = self
+                .trailers
+                .as_ref()
+                .and_then(|t| t.get(name))
+                .or(self.headers.get(name));
+            value.map(|v| v.as_bytes().to_vec()).unwrap_or_default()
+        };
+        let encoded = field("grpc-message");
+        let mut message = Vec::new();
+        let mut i = 0;
+        while i < encoded.len() {
+            match (encoded[i], encoded.get(i + 1..i + 3)) {
+                (b'%', Some(hex)) => {
+                    message.push(u8::from_str_radix(std::str::from_utf8(hex).unwrap(), 16).unwrap());
+                    i += 3;
+                }
+                (byte, _) => {
+                    message.push(byte);
+                    i += 1;
+                }
+            }
+        }
+        (
+            String::from_utf8(field("grpc-status")).unwrap(),
+            String::from_utf8(message).unwrap(),
+        )
+    }
+}
+
+/// `ShouldRateLimit` called over a raw HTTP/2 connection, the body sent as
+/// `chunks` (each its own data frame), with `headers` beside gRPC's own.
+async fn raw_should_rate_limit(h: &Harness, headers: &[(&str, &str)], chunks: Vec<Vec<u8>>) -> RawAnswer {
+    let tcp = TcpStream::connect(h.running.grpc_addr().unwrap()).await.unwrap();
+    let (mut sender, connection) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), TokioIo::new(tcp))
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    let frames = chunks
+        .into_iter()
+        .map(|c| Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(Bytes::from(c))));
+    let body = http_body_util::StreamBody::new(tokio_stream::iter(frames));
+    let mut request = Request::post(format!(
+        "http://{}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+        h.running.grpc
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let answer = tokio::time::timeout(
+        Duration::from_secs(60),
+        sender.send_request(request.body(body).unwrap()),
+    )
+    .await
+    .expect("no answer within a minute")
+    .unwrap();
+    let (parts, body) = answer.into_parts();
+    assert_eq!(parts.status, StatusCode::OK);
+    let body = body.collect().await.unwrap();
+    let trailers = body.trailers().cloned();
+    RawAnswer {
+        headers: parts.headers,
+        data: body.to_bytes(),
+        trailers,
+    }
+}
+
+/// A gRPC message: the compressed flag, the length, the bytes.
+fn framed(flag: u8, message: &[u8]) -> Vec<u8> {
+    let mut out = vec![flag];
+    out.extend_from_slice(&u32::try_from(message.len()).unwrap().to_be_bytes());
+    out.extend_from_slice(message);
+    out
+}
+
+/// A plain `ShouldRateLimit` is answered as tonic answers one (one
+/// message, `content-type: application/grpc`, the trailer `grpc-status:
+/// 0`) however its message is split into data frames; bodies that are not
+/// plain get tonic's own answers: a compressed flag without
+/// `grpc-encoding`, an invalid flag, an encoding the server does not take,
+/// no message, a message cut short or longer than the body, bytes that
+/// are not the message, a message over the size limit; a body of two
+/// messages is decided on the first. The server answers plainly after each.
+#[tokio::test]
+async fn should_rate_limit_bodies_plain_or_not_get_tonics_answers() {
+    use prost::Message;
+    let h = Harness::start(BASIC).await;
+    let message = one("d", &[("free", "1")]).encode_to_vec();
+    let whole = framed(0, &message);
+    let plain = raw_should_rate_limit(&h, &[], vec![whole.clone()]).await;
+    assert_eq!(plain.status(), ("0".to_owned(), String::new()));
+    assert_eq!(plain.headers["content-type"], "application/grpc");
+    let decoded = |answer: &RawAnswer| {
+        let (prefix, rest) = answer.data.split_at(5);
+        assert_eq!(prefix[0], 0);
+        assert_eq!(u32::from_be_bytes(prefix[1..].try_into().unwrap()) as usize, rest.len());
+        slidegate_server::proto::rls::RateLimitResponse::decode(rest).unwrap()
+    };
+    let answer = decoded(&plain);
+    assert_eq!(answer.overall_code(), Code::Ok);
+    assert_eq!(answer.statuses.len(), 1);
+    // In pieces: the prefix split, the message split.
+    let pieces = vec![whole[..3].to_vec(), whole[3..9].to_vec(), whole[9..].to_vec()];
+    let split = raw_should_rate_limit(&h, &[], pieces).await;
+    assert_eq!(split.status(), ("0".to_owned(), String::new()));
+    assert_eq!(decoded(&split), answer);
+    // Two messages: the first is decided.
+    let two = raw_should_rate_limit(&h, &[], vec![whole.clone(), whole.clone()]).await;
+    assert_eq!(decoded(&two), answer);
+
+    let internal = "13".to_owned();
+    // A case: its name, headers, body, and the answer's status and words.
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], Vec<u8>, String, &'a str);
+    let cases: Vec<Case> = vec![
+        (
+            "compressed flag",
+            &[],
+            framed(1, &message),
+            internal.clone(),
+            "compressed-flag",
+        ),
+        (
+            "flag 2",
+            &[],
+            framed(2, &message),
+            internal.clone(),
+            "invalid compression flag",
+        ),
+        (
+            "gzip",
+            &[("grpc-encoding", "gzip")],
+            whole.clone(),
+            "12".to_owned(),
+            "gzip",
+        ),
+        (
+            "no message",
+            &[],
+            Vec::new(),
+            internal.clone(),
+            "Missing request message.",
+        ),
+        (
+            "cut short",
+            &[],
+            whole[..whole.len() - 1].to_vec(),
+            internal.clone(),
+            "Unexpected EOF",
+        ),
+        (
+            "trailing bytes",
+            &[],
+            [whole.clone(), vec![0, 0]].concat(),
+            internal.clone(),
+            "Unexpected EOF",
+        ),
+        ("not the message", &[], framed(0, &[0xff; 8]), internal.clone(), ""),
+        (
+            "over the limit",
+            &[],
+            framed(0, &vec![0; 70_000]),
+            "11".to_owned(),
+            "65536",
+        ),
+    ];
+    for (name, headers, body, code, message) in cases {
+        let refused = raw_should_rate_limit(&h, headers, vec![body]).await;
+        let (got, said) = refused.status();
+        assert_eq!(got, code, "{name}: {said}");
+        assert!(said.contains(message), "{name}: {said}");
+        assert!(refused.data.is_empty(), "{name}");
+        let after = raw_should_rate_limit(&h, &[], vec![whole.clone()]).await;
+        assert_eq!(decoded(&after), answer, "{name}");
+    }
+}
+
 /// A path that is no endpoint (404) and an endpoint asked with the wrong
 /// method (405) are answered with problem documents naming the endpoints;
 /// `/healthcheck` answers as envoyproxy/ratelimit's does.

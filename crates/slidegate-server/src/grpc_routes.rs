@@ -1,0 +1,403 @@
+//! The service a gRPC connection serves (`crate::conn::serve_grpc`, on
+//! hyper's HTTP/2 connection): `ShouldRateLimit` answered straight when
+//! its request is plain, tonic's generated servers otherwise.
+//!
+//! A plain request is the common one: no `grpc-encoding` (or `identity`),
+//! a body that ends without trailers and holds exactly one uncompressed
+//! message within `--max-request-bytes` that decodes. Its message is
+//! decoded with prost and answered with one data frame and the trailer
+//! `grpc-status: 0`, as tonic answers, without tonic's streaming decoder,
+//! its encoder body or its boxed handler. Any other request (compressed,
+//! malformed, too large, several messages, trailers, a body that fails)
+//! is handed to tonic's generated server with the bytes read so far put
+//! back in front, so that it answers it exactly as before: the fast path
+//! never decides anything tonic would refuse.
+
+use crate::grpc::{Grpc, respond};
+use crate::proto::rls::RateLimitRequest;
+use crate::proto::rls::rate_limit_service_server::RateLimitServiceServer;
+use crate::server::Shared;
+use bytes::{BufMut, Bytes, BytesMut};
+use http::HeaderMap;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use prost::Message;
+use slidegate_core::Clock;
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+/// What the gRPC server answers with.
+type Answered = http::Response<Answer>;
+/// A call's answer to come; a call never fails at this level (errors are
+/// `grpc-status` answers).
+type Call = tonic::codegen::BoxFuture<Answered, Infallible>;
+/// tonic's answers.
+type TonicAnswered = http::Response<tonic::body::Body>;
+/// The health service, boxed: its type is tonic-health's own, and it is
+/// called rarely.
+type Health = tower::util::BoxCloneSyncService<http::Request<Replay>, TonicAnswered, Infallible>;
+
+/// The path of `ShouldRateLimit`.
+const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+/// The path prefix of `RateLimitService`'s methods.
+const RLS_PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/";
+/// The path prefix of the gRPC health service's methods.
+const HEALTH_PATH: &str = "/grpc.health.v1.Health/";
+/// A gRPC message's prefix: the compressed flag and the length.
+const PREFIX: usize = 5;
+
+/// The gRPC server's routes: `ShouldRateLimit` (straight when plain, see
+/// the module's docs), the rest of `RateLimitService` and the health
+/// service by their path prefix, `UNIMPLEMENTED` for any other path, as
+/// tonic's router answers it. Each call is bounded by the request timeout,
+/// or the client's `grpc-timeout` when shorter, and answered `CANCELLED`
+/// ("Timeout expired", as tonic's server answers) beyond it; the timer is
+/// armed only when the call first waits (for its body, or for the store),
+/// so a call answered at once (the in-memory store's) arms none.
+pub(crate) struct GrpcRoutes<C> {
+    shared: Arc<Shared<C>>,
+    rls: RateLimitServiceServer<Grpc<C>>,
+    health: Health,
+    timeout: Duration,
+    /// The largest message decoded (`--max-request-bytes`).
+    limit: usize,
+}
+
+impl<C> Clone for GrpcRoutes<C> {
+    fn clone(&self) -> Self {
+        GrpcRoutes {
+            shared: Arc::clone(&self.shared),
+            rls: self.rls.clone(),
+            health: self.health.clone(),
+            timeout: self.timeout,
+            limit: self.limit,
+        }
+    }
+}
+
+impl<C: Clock + Send + Sync + 'static> GrpcRoutes<C> {
+    /// The routes of `shared`'s service, with tonic-health's `health`,
+    /// under the request timeout `timeout`, decoding messages of at most
+    /// `limit` bytes.
+    pub(crate) fn new<H>(shared: Arc<Shared<C>>, health: H, timeout: Duration, limit: usize) -> Self
+    where
+        H: tower::Service<http::Request<Replay>, Response = TonicAnswered, Error = Infallible>
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        H::Future: Send + 'static,
+    {
+        GrpcRoutes {
+            rls: Grpc::service(Arc::clone(&shared)).max_decoding_message_size(limit),
+            shared,
+            health: Health::new(health),
+            timeout,
+            limit,
+        }
+    }
+}
+
+impl<C: Clock + Send + Sync + 'static> hyper::service::Service<http::Request<Incoming>> for GrpcRoutes<C> {
+    type Response = Answered;
+    type Error = Infallible;
+    type Future = Deadline;
+
+    fn call(&self, request: http::Request<Incoming>) -> Deadline {
+        let limit = client_timeout(request.headers()).map_or(self.timeout, |t| t.min(self.timeout));
+        let path = request.uri().path();
+        let call: Call = if path == SHOULD_RATE_LIMIT && identity(request.headers()) {
+            Box::pin(unary(self.clone(), request))
+        } else if path.starts_with(RLS_PATH) {
+            let rls = tonic_call(self.rls.clone(), request.map(Replay::from));
+            Box::pin(async move { Ok(rls.await) })
+        } else if path.starts_with(HEALTH_PATH) {
+            let health = tonic_call(self.health.clone(), request.map(Replay::from));
+            Box::pin(async move { Ok(health.await) })
+        } else {
+            Box::pin(std::future::ready(Ok(tonic::Status::unimplemented("")
+                .into_http::<tonic::body::Body>()
+                .map(Answer::Tonic))))
+        };
+        Deadline {
+            call,
+            limit,
+            timer: None,
+        }
+    }
+}
+
+/// A tonic service's answer to `request`, as the routes answer.
+fn tonic_call<S>(mut service: S, request: http::Request<Replay>) -> impl Future<Output = Answered> + Send + 'static
+where
+    S: tower::Service<http::Request<Replay>, Response = TonicAnswered, Error = Infallible>,
+    S::Future: Send + 'static,
+{
+    let answer = service.call(request);
+    async move {
+        match answer.await {
+            Ok(answer) => answer.map(Answer::Tonic),
+            Err(never) => match never {},
+        }
+    }
+}
+
+/// Whether a request's messages are uncompressed: no `grpc-encoding`, or
+/// `identity`.
+fn identity(headers: &HeaderMap) -> bool {
+    headers.get("grpc-encoding").is_none_or(|e| e.as_bytes() == b"identity")
+}
+
+/// `ShouldRateLimit` on hyper's request: read the body; answered here when
+/// plain, by tonic's generated server otherwise (the bytes read put back).
+async fn unary<C: Clock + Send + Sync + 'static>(
+    routes: GrpcRoutes<C>,
+    request: http::Request<Incoming>,
+) -> Result<Answered, Infallible> {
+    let (parts, mut body) = request.into_parts();
+    let mut read = BytesMut::new();
+    let mut stop = None;
+    loop {
+        let frame = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
+        match frame {
+            None => break,
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) => {
+                    read.extend_from_slice(&data);
+                    if read.len() > PREFIX + routes.limit {
+                        stop = Some(Stop::Rest);
+                        break;
+                    }
+                }
+                Err(trailers) => {
+                    stop = Some(Stop::Frame(trailers));
+                    break;
+                }
+            },
+            Some(Err(e)) => {
+                stop = Some(Stop::Failed(e));
+                break;
+            }
+        }
+    }
+    let message = match stop {
+        None => plain(&read, routes.limit),
+        Some(_) => None,
+    };
+    let Some(message) = message else {
+        // A body read to its end has nothing more to give.
+        let rest = stop.is_some().then_some(body);
+        let replay = Replay {
+            read: Some(read.freeze()).filter(|r| !r.is_empty()),
+            stop,
+            rest,
+        };
+        return Ok(tonic_call(routes.rls.clone(), http::Request::from_parts(parts, replay)).await);
+    };
+    let answer = match respond(&routes.shared, message, &parts.headers).await {
+        Ok(answer) => answer,
+        Err(status) => return Ok(status.into_http::<tonic::body::Body>().map(Answer::Tonic)),
+    };
+    let len = answer.encoded_len();
+    let mut data = BytesMut::with_capacity(PREFIX + len);
+    data.put_u8(0);
+    data.put_u32(u32::try_from(len).unwrap_or(u32::MAX));
+    // A `BytesMut` grows, and an answer (a few descriptors' statuses) is
+    // far below 4 GiB; an answer that could not be framed fails the call.
+    if len > u32::MAX as usize || answer.encode(&mut data).is_err() {
+        let status = tonic::Status::internal(format!("an answer of {len} bytes could not be encoded"));
+        return Ok(status.into_http::<tonic::body::Body>().map(Answer::Tonic));
+    }
+    let mut response = http::Response::new(Answer::Unary(Some(data.freeze()), true));
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/grpc"),
+    );
+    Ok(response)
+}
+
+/// The one message of a whole body `read`, when it is exactly one
+/// uncompressed message of at most `limit` bytes that decodes; none
+/// otherwise (tonic then answers).
+fn plain(read: &[u8], limit: usize) -> Option<RateLimitRequest> {
+    let (prefix, message) = read.split_first_chunk::<PREFIX>()?;
+    let [flag, len @ ..] = *prefix;
+    let len = usize::try_from(u32::from_be_bytes(len)).ok()?;
+    if flag != 0 || len != message.len() || len > limit {
+        return None;
+    }
+    RateLimitRequest::decode(message).ok()
+}
+
+/// Where reading a body stopped short of its end.
+enum Stop {
+    /// Past the largest message: the rest is not read.
+    Rest,
+    /// A frame that is not data (the request's trailers).
+    Frame(Frame<Bytes>),
+    /// The body failed.
+    Failed(hyper::Error),
+}
+
+/// A request body for tonic: what was read already, then where reading
+/// stopped (a frame, an error), then the rest of the body.
+pub(crate) struct Replay {
+    read: Option<Bytes>,
+    stop: Option<Stop>,
+    rest: Option<Incoming>,
+}
+
+impl From<Incoming> for Replay {
+    fn from(body: Incoming) -> Self {
+        Replay {
+            read: None,
+            stop: None,
+            rest: Some(body),
+        }
+    }
+}
+
+impl Body for Replay {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = &mut *self;
+        if let Some(read) = this.read.take() {
+            return Poll::Ready(Some(Ok(Frame::data(read))));
+        }
+        match this.stop.take() {
+            Some(Stop::Frame(frame)) => return Poll::Ready(Some(Ok(frame))),
+            Some(Stop::Failed(e)) => {
+                this.rest = None;
+                return Poll::Ready(Some(Err(e)));
+            }
+            Some(Stop::Rest) | None => {}
+        }
+        match &mut this.rest {
+            Some(rest) => Pin::new(rest).poll_frame(cx),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.read.is_none() && self.stop.is_none() && self.rest.as_ref().is_none_or(Body::is_end_stream)
+    }
+}
+
+/// An answer's body: tonic's, or a unary answer's one data frame (if not
+/// sent yet) and then, if not sent yet, the trailer `grpc-status: 0`.
+pub(crate) enum Answer {
+    Tonic(tonic::body::Body),
+    Unary(Option<Bytes>, bool),
+}
+
+impl Body for Answer {
+    type Data = Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, tonic::Status>>> {
+        match &mut *self {
+            Answer::Tonic(body) => Pin::new(body).poll_frame(cx),
+            Answer::Unary(data, trailers) => Poll::Ready(if let Some(data) = data.take() {
+                Some(Ok(Frame::data(data)))
+            } else if std::mem::take(trailers) {
+                let mut ok = HeaderMap::with_capacity(1);
+                ok.insert("grpc-status", http::HeaderValue::from_static("0"));
+                Some(Ok(Frame::trailers(ok)))
+            } else {
+                None
+            }),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Answer::Tonic(body) => body.is_end_stream(),
+            Answer::Unary(data, trailers) => data.is_none() && !trailers,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Answer::Tonic(body) => body.size_hint(),
+            Answer::Unary(data, _) => SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64)),
+        }
+    }
+}
+
+/// A call bounded by `limit`, its timer armed when it first waits.
+pub(crate) struct Deadline {
+    call: Call,
+    limit: Duration,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Future for Deadline {
+    type Output = Result<Answered, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if let Poll::Ready(answer) = this.call.as_mut().poll(cx) {
+            return Poll::Ready(answer);
+        }
+        let limit = this.limit;
+        let timer = this.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        timer.as_mut().poll(cx).map(|()| {
+            Ok(tonic::Status::cancelled("Timeout expired")
+                .into_http::<tonic::body::Body>()
+                .map(Answer::Tonic))
+        })
+    }
+}
+
+/// The client's `grpc-timeout` (at most 8 digits and a unit: `H`, `M`,
+/// `S`, `m`, `u` or `n`); none when absent or malformed (then ignored, as
+/// tonic ignores it).
+fn client_timeout(headers: &HeaderMap) -> Option<Duration> {
+    let value = headers.get("grpc-timeout")?.as_bytes();
+    let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
+    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n = digits.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+    Some(match unit {
+        b"H" => Duration::from_secs(n * 3600),
+        b"M" => Duration::from_secs(n * 60),
+        b"S" => Duration::from_secs(n),
+        b"m" => Duration::from_millis(n),
+        b"u" => Duration::from_micros(n),
+        b"n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `grpc-timeout` in each unit; absent, empty, unit-less, nine digits,
+    /// signed or of an unknown unit, it is ignored.
+    #[test]
+    fn client_timeouts_are_read_in_every_unit_and_ignored_when_malformed() {
+        let read = |value: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert("grpc-timeout", value.parse().unwrap());
+            client_timeout(&headers)
+        };
+        assert_eq!(read("2H"), Some(Duration::from_secs(7200)));
+        assert_eq!(read("3M"), Some(Duration::from_secs(180)));
+        assert_eq!(read("4S"), Some(Duration::from_secs(4)));
+        assert_eq!(read("50m"), Some(Duration::from_millis(50)));
+        assert_eq!(read("60u"), Some(Duration::from_micros(60)));
+        assert_eq!(read("70n"), Some(Duration::from_nanos(70)));
+        assert_eq!(read("99999999H"), Some(Duration::from_secs(99_999_999 * 3600)));
+        assert_eq!(read("0m"), Some(Duration::ZERO));
+        for bad in ["", "m", "5", "123456789m", "-5m", "5x", "5 m", "5mm", "\u{0663}m"] {
+            assert_eq!(read(bad), None, "{bad:?}");
+        }
+        assert_eq!(client_timeout(&HeaderMap::new()), None);
+    }
+}
