@@ -320,10 +320,12 @@ impl Body for Answer {
         }
     }
 
+    /// tonic's hint; none for a unary answer, as tonic gives none (an
+    /// exact one would add a `content-length` tonic's answers lack).
     fn size_hint(&self) -> SizeHint {
         match self {
             Answer::Tonic(body) => body.size_hint(),
-            Answer::Unary(data, _) => SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64)),
+            Answer::Unary(..) => SizeHint::default(),
         }
     }
 }
