@@ -56,7 +56,10 @@ const PREFIX: usize = 5;
 /// ("Timeout expired", as tonic's server answers) beyond it; the timer is
 /// armed only when the call first waits (for its body, or for the store),
 /// so a call answered at once (the in-memory store's) arms none.
-pub(crate) struct GrpcRoutes<C> {
+pub(crate) struct GrpcRoutes<C>(Arc<Routes<C>>);
+
+/// What every call of every connection shares: one `Arc` cloned a call.
+struct Routes<C> {
     shared: Arc<Shared<C>>,
     rls: RateLimitServiceServer<Grpc<C>>,
     health: Health,
@@ -67,13 +70,7 @@ pub(crate) struct GrpcRoutes<C> {
 
 impl<C> Clone for GrpcRoutes<C> {
     fn clone(&self) -> Self {
-        GrpcRoutes {
-            shared: Arc::clone(&self.shared),
-            rls: self.rls.clone(),
-            health: self.health.clone(),
-            timeout: self.timeout,
-            limit: self.limit,
-        }
+        GrpcRoutes(Arc::clone(&self.0))
     }
 }
 
@@ -90,13 +87,13 @@ impl<C: Clock + Send + Sync + 'static> GrpcRoutes<C> {
             + 'static,
         H::Future: Send + 'static,
     {
-        GrpcRoutes {
+        GrpcRoutes(Arc::new(Routes {
             rls: Grpc::service(Arc::clone(&shared)).max_decoding_message_size(limit),
             shared,
             health: Health::new(health),
             timeout,
             limit,
-        }
+        }))
     }
 }
 
@@ -106,16 +103,15 @@ impl<C: Clock + Send + Sync + 'static> hyper::service::Service<http::Request<Inc
     type Future = Deadline;
 
     fn call(&self, request: http::Request<Incoming>) -> Deadline {
-        let limit = client_timeout(request.headers()).map_or(self.timeout, |t| t.min(self.timeout));
+        let routes = &self.0;
+        let limit = client_timeout(request.headers()).map_or(routes.timeout, |t| t.min(routes.timeout));
         let path = request.uri().path();
         let call: Call = if path == SHOULD_RATE_LIMIT && identity(request.headers()) {
-            Box::pin(unary(self.clone(), request))
+            Box::pin(unary(Arc::clone(routes), request))
         } else if path.starts_with(RLS_PATH) {
-            let rls = tonic_call(self.rls.clone(), request.map(Replay::from));
-            Box::pin(async move { Ok(rls.await) })
+            Box::pin(tonic_call(routes.rls.clone(), request.map(Replay::from)))
         } else if path.starts_with(HEALTH_PATH) {
-            let health = tonic_call(self.health.clone(), request.map(Replay::from));
-            Box::pin(async move { Ok(health.await) })
+            Box::pin(tonic_call(routes.health.clone(), request.map(Replay::from)))
         } else {
             Box::pin(std::future::ready(Ok(tonic::Status::unimplemented("")
                 .into_http::<tonic::body::Body>()
@@ -130,18 +126,16 @@ impl<C: Clock + Send + Sync + 'static> hyper::service::Service<http::Request<Inc
 }
 
 /// A tonic service's answer to `request`, as the routes answer.
-fn tonic_call<S>(mut service: S, request: http::Request<Replay>) -> impl Future<Output = Answered> + Send + 'static
+fn tonic_call<S>(
+    mut service: S,
+    request: http::Request<Replay>,
+) -> impl Future<Output = Result<Answered, Infallible>> + Send + 'static
 where
     S: tower::Service<http::Request<Replay>, Response = TonicAnswered, Error = Infallible>,
     S::Future: Send + 'static,
 {
     let answer = service.call(request);
-    async move {
-        match answer.await {
-            Ok(answer) => answer.map(Answer::Tonic),
-            Err(never) => match never {},
-        }
-    }
+    async move { answer.await.map(|answer| answer.map(Answer::Tonic)) }
 }
 
 /// Whether a request's messages are uncompressed: no `grpc-encoding`, or
@@ -153,7 +147,7 @@ fn identity(headers: &HeaderMap) -> bool {
 /// `ShouldRateLimit` on hyper's request: read the body; answered here when
 /// plain, by tonic's generated server otherwise (the bytes read put back).
 async fn unary<C: Clock + Send + Sync + 'static>(
-    routes: GrpcRoutes<C>,
+    routes: Arc<Routes<C>>,
     request: http::Request<Incoming>,
 ) -> Result<Answered, Infallible> {
     let (parts, mut body) = request.into_parts();
@@ -194,7 +188,7 @@ async fn unary<C: Clock + Send + Sync + 'static>(
             stop,
             rest,
         };
-        return Ok(tonic_call(routes.rls.clone(), http::Request::from_parts(parts, replay)).await);
+        return tonic_call(routes.rls.clone(), http::Request::from_parts(parts, replay)).await;
     };
     let answer = match respond(&routes.shared, message, &parts.headers).await {
         Ok(answer) => answer,

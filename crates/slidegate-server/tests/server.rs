@@ -1002,28 +1002,44 @@ async fn silent_and_idle_grpc_connections_are_closed() {
     );
 }
 
-/// A `ShouldRateLimit` call on a fresh connection whose message never
-/// comes (a client stream that stays open), with `grpc-timeout` if given:
-/// the status the server ends it with. The test fails, rather than hangs,
-/// if none comes within a minute.
-async fn waiting_call(h: &Harness, client_timeout: Option<Duration>) -> tonic::Status {
-    use slidegate_server::proto::rls::{RateLimitRequest, RateLimitResponse};
+/// A gRPC client on a fresh connection to `h`'s server that calls any
+/// path.
+async fn generic_client(h: &Harness) -> tonic::client::Grpc<tonic::transport::Channel> {
     let channel = tonic::transport::Channel::from_shared(format!("http://{}", h.running.grpc))
         .unwrap()
         .connect()
         .await
         .unwrap();
-    let mut client = tonic::client::Grpc::new(channel);
+    tonic::client::Grpc::new(channel)
+}
+
+/// `RateLimitService`'s messages, as a generic client sends and reads them.
+fn rls_codec() -> tonic_prost::ProstCodec<
+    slidegate_server::proto::rls::RateLimitRequest,
+    slidegate_server::proto::rls::RateLimitResponse,
+> {
+    tonic_prost::ProstCodec::default()
+}
+
+/// A `ShouldRateLimit` call on a fresh connection whose message never
+/// comes (a client stream that stays open), with `grpc-timeout` if given:
+/// the status the server ends it with. The test fails, rather than hangs,
+/// if none comes within a minute.
+async fn waiting_call(h: &Harness, client_timeout: Option<Duration>) -> tonic::Status {
+    use slidegate_server::proto::rls::RateLimitRequest;
+    let mut client = generic_client(h).await;
     client.ready().await.unwrap();
     let mut request = tonic::Request::new(tokio_stream::pending::<RateLimitRequest>());
     if let Some(timeout) = client_timeout {
         request.set_timeout(timeout);
     }
     let path = http::uri::PathAndQuery::from_static("/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit");
-    let codec = tonic_prost::ProstCodec::<RateLimitRequest, RateLimitResponse>::default();
-    let answer = tokio::time::timeout(Duration::from_secs(60), client.client_streaming(request, path, codec))
-        .await
-        .expect("the server never ended a call waiting for its message");
+    let answer = tokio::time::timeout(
+        Duration::from_secs(60),
+        client.client_streaming(request, path, rls_codec()),
+    )
+    .await
+    .expect("the server never ended a call waiting for its message");
     answer.expect_err("a call without its message was answered")
 }
 
@@ -1052,27 +1068,18 @@ async fn grpc_calls_are_bounded_and_unknown_methods_unimplemented() {
         "{status:?}"
     );
 
-    let channel = tonic::transport::Channel::from_shared(format!("http://{}", h.running.grpc))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut client = tonic::client::Grpc::new(channel);
+    let mut client = generic_client(&h).await;
     for path in [
         "/envoy.service.ratelimit.v3.RateLimitService/NoSuchMethod",
         "/envoy.service.ratelimit.v2.RateLimitService/ShouldRateLimit",
         "/nope",
     ] {
         client.ready().await.unwrap();
-        let codec = tonic_prost::ProstCodec::<
-            slidegate_server::proto::rls::RateLimitRequest,
-            slidegate_server::proto::rls::RateLimitResponse,
-        >::default();
         let status = client
             .unary(
                 tonic::Request::new(one("d", &[("a", "1")])),
                 http::uri::PathAndQuery::from_static(path),
-                codec,
+                rls_codec(),
             )
             .await
             .expect_err(path);
