@@ -14,14 +14,17 @@
 -- A run of m > 1 decisions of `shape` (limits fixed_window, gcra or
 -- sliding_window) at `costs` (each > 0) at one time, with their header
 -- slot at out[n + 1]; answers the new length, or nil (the run takes the
--- general path) when its time is before a sliding window's newest bucket.
+-- general path) for a sliding_log.
 --
 -- The first request is decided in full (it rolls a window, moves a ring,
 -- as it would). When it passed, the requests after it see every limit's
 -- state as it left it but for their own count (fixed_window: the
 -- window's; sliding_window, n >= 2: the newest bucket's, never the
--- oldest, so the oldest's part, q and r stay; gcra: the TAT, c T later
--- each): the i-th after it passes while, under every limit, its c i fits
+-- oldest, so the oldest's part, q and r stay, or, at a time before the
+-- newest bucket, its own bucket's, judged at the newest's start where the
+-- oldest weighs whole, so a count anywhere in the ring takes as much off
+-- the remaining and adds as much to the estimate whole; gcra: the TAT,
+-- c T later each): the i-th after it passes while, under every limit, its c i fits
 -- the first's remaining (gcra: the backlog plus c T i fits the burst, and
 -- the first's remaining was not cut to the limit), with c i less
 -- remaining, c i more estimate whole (gcra: and its TAT, the reset, c T i
@@ -35,14 +38,8 @@
 local function run(shape, costs, m, out, n)
   local k = shape.k
   for j = 1, k do
-    local q = shape[j]
-    if q.kind == 'l' then
+    if shape[j].kind == 'l' then
       return nil
-    elseif q.kind == 'w' then
-      local newest = tonumber(redis.call('HGET', q.keys[1], 'n')) or 0
-      if divmod(now, q.f1) < newest then
-        return nil
-      end
     end
   end
   local head = n + 1

@@ -28,8 +28,8 @@ use tokio::sync::oneshot;
 /// cost: a hot key's on the server's clock) costs the script about what one
 /// request does, whatever its length, and when it is the whole call it goes
 /// to the leaner [`scripts::ONE`](crate::scripts::ONE), which reads the
-/// state a few times (a ring's newest bucket, the first decision, the
-/// first refusal) and writes the passes at once. So the busier a key or a server, the
+/// state a few times (the first decision, the first refusal) and writes
+/// the passes at once. So the busier a key or a server, the
 /// fewer calls Redis runs per decision (`BENCHMARKS.md` has the figures).
 /// A call that fails fails every request in it, and writes nothing.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -122,8 +122,9 @@ fn runs(calls: &[Call]) -> Vec<usize> {
 /// request, which [`scripts::MULTI`](crate::scripts::MULTI) does on its
 /// hash cache and [`scripts::ONE`](crate::scripts::ONE) would do with a
 /// read and a write of the state per request. (A run of `sliding_window`
-/// decisions before the ring's newest bucket, a clock gone back, takes
-/// that path too, in either script.)
+/// decisions before the ring's newest bucket, a clock gone back, is in
+/// closed form too: judged at the newest's start, every bucket of the
+/// ring weighs whole.)
 fn in_closed_form(kind: &str, figures: &[Arg], cost: i64) -> bool {
     let cut = kind == "g" && matches!(figures, [_, Arg::Int(burst), Arg::Int(limit), ..] if burst > limit);
     cost > 0 && !cut
