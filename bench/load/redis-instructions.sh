@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Instructions per request inside redis-server for the store's two scripts
-# (`scripts::ONE`, `scripts::MULTI`), counted by callgrind, which repeats
+# (`scripts::ONE`, `scripts::MULTI`), called as the store calls them (`FCALL`
+# of their Redis functions; `evalsha` as the second argument: by `EVALSHA`,
+# as the store calls them on a server that will not load a function),
+# counted by callgrind, which repeats
 # to within about a percent whatever else the machine does. For each case a
 # throw-away redis-server runs under valgrind twice, each time warmed with
 # 300 calls of the case and then answering 0 and then 1,000 more
 # (redis-benchmark, 10 pipelined); the difference of the two totals over
 # the requests is a request's cost, start-up and shutdown cancelling out.
 #
-#   bench/load/redis-instructions.sh [REDIS_SERVER_BIN]
+#   bench/load/redis-instructions.sh [REDIS_SERVER_BIN] [fcall|evalsha]
 #
 # The limits are `slidegate bench`'s (10⁶ a second: every request passes);
 # the time is the server's. Only servers this script starts, on loopback,
@@ -15,10 +18,23 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 redis=${1:-redis-server}
+how=${2:-fcall}
 port=18490
 cargo build -q -p slidegate-redis --example script
-one=$(target/debug/examples/script one)
-multi=$(target/debug/examples/script multi)
+case $how in
+fcall)
+  one=$(target/debug/examples/script one-function)
+  multi=$(target/debug/examples/script multi-function)
+  ;;
+evalsha)
+  one=$(target/debug/examples/script one)
+  multi=$(target/debug/examples/script multi)
+  ;;
+*)
+  echo "error: call by fcall or evalsha, not $how" >&2
+  exit 2
+  ;;
+esac
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 if redis-cli -p $port ping >/dev/null 2>&1; then
@@ -40,11 +56,17 @@ total() {
     --bind 127.0.0.1 --save '' --appendonly no >/dev/null 2>&1 &
   local server=$!
   for _ in $(seq 300); do redis-cli -p $port ping >/dev/null 2>&1 && break; sleep 0.1; done
-  local sha
-  sha=$(redis-cli -p $port SCRIPT LOAD "$script")
+  local call
+  if [ "$how" = fcall ]; then
+    redis-cli -p $port FUNCTION LOAD REPLACE "$script" >/dev/null
+    # The library's name, which is its function's: `#!lua name=<name>`.
+    call=(FCALL "$(head -1 <<<"$script" | sed 's/.*name=//')")
+  else
+    call=(EVALSHA "$(redis-cli -p $port SCRIPT LOAD "$script")")
+  fi
   for n in 300 "$calls"; do
     if [ "$n" -gt 0 ]; then
-      redis-benchmark -p $port -c 1 -P 10 -r 3000 -n "$n" EVALSHA "$sha" "$@" >/dev/null
+      redis-benchmark -p $port -c 1 -P 10 -r 3000 -n "$n" "${call[@]}" "$@" >/dev/null
     fi
   done
   redis-cli -p $port SHUTDOWN NOSAVE >/dev/null 2>&1 || true

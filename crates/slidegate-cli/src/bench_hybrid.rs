@@ -67,22 +67,24 @@ fn ring(limit: u64) -> Result<Policy> {
     Ok(Policy::new(limit, Duration::from_secs(1), sw8)?)
 }
 
-/// The `EVALSHA` calls the server has processed so far (`INFO
-/// commandstats`): the commands a limiter sends, without the ones its
-/// scripts run inside.
-async fn evalsha_calls(conn: &MultiplexedConnection) -> Result<u64> {
+/// The script calls (`EVALSHA` and `FCALL`) the server has processed so
+/// far (`INFO commandstats`): the commands a limiter sends, without the
+/// ones its scripts run inside.
+async fn script_calls(conn: &MultiplexedConnection) -> Result<u64> {
     let mut conn = conn.clone();
     let info: String = tokio::time::timeout(TIMEOUT, redis::cmd("INFO").arg("commandstats").query_async(&mut conn))
         .await
         .map_err(|_| anyhow::anyhow!("no answer to INFO within {TIMEOUT:?}"))?
         .context("INFO commandstats")?;
     // `cmdstat_evalsha:calls=12,usec=…`; absent before the first call.
-    Ok(info
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|v| v.split(',').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0))
+    let calls = |command: &str| -> u64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+            .and_then(|v| v.split(',').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    Ok(calls("evalsha") + calls("fcall"))
 }
 
 /// A hybrid store under `prefix` on a connection of its own, bounded
@@ -127,7 +129,7 @@ async fn hybrid_case(
 ) -> Result<Case> {
     let store = Arc::new(hybrid(url, prefix, bounded).await?);
     let quota = [Quota::new(ring(1_000_000_000)?)];
-    let before = evalsha_calls(conn).await?;
+    let before = script_calls(conn).await?;
     let task = store.spawn_sync();
     let s = Arc::clone(&store);
     let (mut case, decisions) = drive(name, time, concurrency, move |task, i| {
@@ -147,7 +149,7 @@ async fn hybrid_case(
     .await?;
     drop(task);
     store.flush().await.context("the last sync")?;
-    let sent = evalsha_calls(conn).await?.saturating_sub(before);
+    let sent = script_calls(conn).await?.saturating_sub(before);
     case.commands_per_1000 = Some(sent as f64 * 1000.0 / decisions.max(1) as f64);
     Ok(case)
 }

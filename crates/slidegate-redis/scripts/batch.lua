@@ -38,6 +38,11 @@
 --               the refusal's (8k). The i-th passed (from 0) answers the
 --               first's reply plus i steps; every refusal alike.
 -- Writes   the hashes once each, at the end (cache.lua's `flush`).
+--
+-- As a Redis function (src/lib.rs `Function`), this file is the function's
+-- body and the others ran once, when the library was loaded: what they
+-- keep from call to call is set anew by each (cache.lua's `begin`,
+-- decide.lua's `set_now`) or scratch (decide.lua's `args`).
 
 -- Shapes in order, and the numbers read so far by their text: a table
 -- lookup costs far less than `tonumber` (a run's shape index among them).
@@ -52,6 +57,7 @@ local function number(text)
   return x
 end
 
+begin()
 if ARGV[1] == '1' then
   cache()
 end

@@ -16,7 +16,11 @@
 -- it was. A call whose requests touch each key once does without (batch.lua
 -- says so): every command goes straight to Redis.
 
-local real = redis
+-- Set by `begin()` at each call's start: as a script, this file runs anew
+-- every call; as a Redis function (src/lib.rs `Function`), it ran once,
+-- when its library was loaded, and the `redis` it saw then was the
+-- loader's (which has no `call`).
+local real = nil
 local hashes = {}
 local touched = {}
 
@@ -113,6 +117,13 @@ local function call(command, key, ...)
     return 1
   end
   return real.call(command, key, ...)
+end
+
+-- A call's start: the server's API, an empty cache, and commands sent
+-- straight to Redis until `cache()`.
+local function begin()
+  real = redis
+  hashes, touched, caching = {}, {}, false
 end
 
 -- From now on, the hashes are cached (else every command goes to Redis:

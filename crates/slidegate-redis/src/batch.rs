@@ -2,7 +2,7 @@
 //! on their lane (the server, or a Cluster hash slot) wait, and go
 //! together in the next call, which decides each in the order it came.
 
-use crate::RedisStoreError;
+use crate::{Function, RedisStoreError};
 use parking_lot::Mutex;
 use redis::{Cmd, RedisError, RedisWrite, Script, ToRedisArgs};
 use slidegate_store::StoreError;
@@ -130,29 +130,59 @@ fn in_closed_form(kind: &str, figures: &[Arg], cost: i64) -> bool {
     cost > 0 && !cut
 }
 
-/// A script call ready to send: its `EVALSHA` command, and the script to
-/// load when the server answers `NOSCRIPT`.
+/// A script call ready to send: its command (`FCALL` of the script's
+/// Redis function, or `EVALSHA` of the script), the function (for an
+/// `FCALL`) to load when the server has none by that name, and the script
+/// to load when it answers `NOSCRIPT`.
 pub(crate) struct Invocation {
     pub(crate) script: &'static Script,
+    pub(crate) function: Option<&'static Function>,
     pub(crate) cmd: Cmd,
 }
 
-/// `EVALSHA` of `script` with `keys` keys, room made for `args` arguments
-/// of about `bytes` bytes in all: the keys and arguments written in one
-/// buffer (a `redis::ScriptInvocation` allocates one per argument, and
-/// copies them all again into its command).
-fn evalsha(script: &Script, keys: usize, args: usize, bytes: usize) -> Cmd {
+impl Invocation {
+    /// The same call by `EVALSHA` of the script (for a server that has no
+    /// functions, or will not load one).
+    pub(crate) fn by_evalsha(&self) -> Cmd {
+        let mut cmd = Cmd::with_capacity(self.cmd.args_iter().len(), 64);
+        cmd.arg("EVALSHA").arg(self.script.get_hash());
+        for arg in self.cmd.args_iter().skip(2) {
+            if let redis::Arg::Simple(bytes) = arg {
+                cmd.arg(bytes);
+            }
+        }
+        cmd
+    }
+}
+
+/// `FCALL` of `function` (or, without `functions`, `EVALSHA` of `script`)
+/// with `keys` keys, room made for `args` arguments of about `bytes` bytes
+/// in all: the keys and arguments written in one buffer (a
+/// `redis::ScriptInvocation` allocates one per argument, and copies them
+/// all again into its command).
+fn call_of(
+    script: &'static Script,
+    function: &'static Function,
+    functions: bool,
+    (keys, args, bytes): (usize, usize, usize),
+) -> Invocation {
     let mut cmd = Cmd::with_capacity(3 + keys + args, 64 + bytes);
-    cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys);
-    cmd
+    let function = functions.then_some(function);
+    match function {
+        Some(function) => cmd.arg("FCALL").arg(function.name.as_str()),
+        None => cmd.arg("EVALSHA").arg(script.get_hash()),
+    };
+    cmd.arg(keys);
+    Invocation { script, function, cmd }
 }
 
 /// The script call of `calls`: [`scripts::ONE`](crate::scripts::ONE) when
 /// they are one request, or one run decided in closed form, under one
 /// limit that is not a `sliding_log` (its key, the limit, the time, the
 /// cost, the run's length); else [`scripts::MULTI`](crate::scripts::MULTI) with the
-/// distinct shapes (and their keys), then each run of requests alike.
-pub(crate) fn invocation(calls: &[Call]) -> Invocation {
+/// distinct shapes (and their keys), then each run of requests alike; by
+/// `FCALL` of its Redis function when `functions`, else by `EVALSHA`.
+pub(crate) fn invocation(calls: &[Call], functions: bool) -> Invocation {
     let runs = runs(calls);
     if let ([m], Some(call)) = (runs.as_slice(), calls.first())
         && let [Arg::Str("d"), Arg::Int(1), Arg::Str(kind), figures @ ..] = call.shape.as_slice()
@@ -160,16 +190,14 @@ pub(crate) fn invocation(calls: &[Call]) -> Invocation {
         && let ([key], [cost]) = (call.keys.as_slice(), call.costs.as_slice())
         && (*m == 1 || in_closed_form(kind, figures, *cost))
     {
-        let mut cmd = evalsha(&crate::ONE, 1, 4 + figures.len(), key.len() + 8 * figures.len() + 32);
-        cmd.arg(key).arg(kind);
+        let room = (1, 4 + figures.len(), key.len() + 8 * figures.len() + 32);
+        let mut one = call_of(&crate::ONE, &crate::ONE_FUNCTION, functions, room);
+        one.cmd.arg(key).arg(kind);
         for figure in figures {
-            cmd.arg(figure);
+            one.cmd.arg(figure);
         }
-        cmd.arg(call.now).arg(cost).arg(m);
-        return Invocation {
-            script: &crate::ONE,
-            cmd,
-        };
+        one.cmd.arg(call.now).arg(cost).arg(m);
+        return one;
     }
     // The distinct shapes (a request's keys and limits), numbered from 1 in
     // the order first seen, found by hashing: a call carries up to
@@ -198,7 +226,9 @@ pub(crate) fn invocation(calls: &[Call]) -> Invocation {
     let key_count: usize = shapes.iter().map(|s| s.keys.len()).sum();
     let key_bytes: usize = keys.iter().map(|k| k.len()).sum();
     let args: usize = 3 + shapes.iter().map(|s| s.shape.len()).sum::<usize>() + calls.len() * 4;
-    let mut cmd = evalsha(&crate::MULTI, key_count, args, key_bytes + 8 * args);
+    let room = (key_count, args, key_bytes + 8 * args);
+    let mut multi = call_of(&crate::MULTI, &crate::MULTI_FUNCTION, functions, room);
+    let cmd = &mut multi.cmd;
     for shape in &shapes {
         for key in &shape.keys {
             cmd.arg(key);
@@ -227,10 +257,7 @@ pub(crate) fn invocation(calls: &[Call]) -> Invocation {
         }
         first += m;
     }
-    Invocation {
-        script: &crate::MULTI,
-        cmd,
-    }
+    multi
 }
 
 /// Why a call failed, for every request it carried.

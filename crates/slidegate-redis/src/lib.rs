@@ -1,11 +1,13 @@
 //! Redis as the shared store of slidegate limits: every decision on a key,
-//! against all of its limits, is one atomic Lua script run with `EVALSHA`,
-//! so that any number of instances share one count per key and limit.
+//! against all of its limits, is one atomic Lua script (a Redis function
+//! called with `FCALL`, or by `EVALSHA` where the server will not load
+//! one: [`Function`]), so that any number of instances share one count per
+//! key and limit.
 //!
 //! # The stores
 //!
 //! - [`RedisStore`] is Redis as a [`slidegate_store::Store`]: a request on
-//!   a key against any number of limits is one `EVALSHA` of
+//!   a key against any number of limits is one call of
 //!   [`scripts::MULTI`] (or, for a call that is one run of decisions under
 //!   one `fixed_window`, `gcra` or `sliding_window` limit, of the leaner
 //!   [`scripts::ONE`]), which reads the time once and decides every limit
@@ -97,9 +99,10 @@
 //! Over a [`ClusterConnection`](redis::cluster_async::ClusterConnection)
 //! every call goes to the master of its key's slot, and no script crosses
 //! slots (every key it touches has the hash tag `{<key>}`). redis-rs's
-//! cluster client follows `MOVED` and `ASK` redirections, and on `NOSCRIPT`
-//! the store loads the script (`SCRIPT LOAD`, which redis-rs sends to every
-//! master) and sends the call again, so a resharding in the middle of a
+//! cluster client follows `MOVED` and `ASK` redirections, and when a master
+//! has no function by the script's name the store loads it (`FUNCTION
+//! LOAD`, which redis-rs sends to every master; by `EVALSHA`, on
+//! `NOSCRIPT`, `SCRIPT LOAD`, sent to every node) and sends the call again, so a resharding in the middle of a
 //! run is invisible to the caller (tested: slots moved between masters with
 //! `redis-cli --cluster reshard` while tasks charge keys in them, every
 //! decision answered, every count kept once).
@@ -194,7 +197,7 @@
 //!
 //! # Calls
 //!
-//! A decision is one request in an `EVALSHA`, for all of the key's limits.
+//! A decision is one request in a script call, for all of the key's limits.
 //! A request that finds no call in flight on its lane is sent at once; the
 //! requests that come while one is in flight wait for it and go together in
 //! the next call (at most [`MAX_BATCH`]), one script run that decides each
@@ -210,9 +213,20 @@
 //! server for [`RedisStore::connect`] and [`RedisStore::connect_sentinel`],
 //! per Cluster hash slot for [`RedisStore::new`] and
 //! [`RedisStore::connect_cluster`], or off). [`RedisStore::script_calls`]
-//! counts the calls and the requests they carried. When the server answers `NOSCRIPT` (its
-//! script cache was flushed by a restart or a failover), the script is
-//! loaded and the call retried, invisibly to the caller. Many decisions in
+//! counts the calls and the requests they carried. A call is an `FCALL` of
+//! the script as a Redis function ([`Function`]: the script's files run
+//! once, when its library is loaded, not on every call); when the server
+//! has no function by that name (a restart without persistence, a
+//! `FUNCTION FLUSH`, a new Cluster master) the library is loaded and the
+//! call retried, invisibly to the caller. A server that will not load it
+//! (before Redis 7.0, an ACL without `FUNCTION`, a proxy that refuses it)
+//! gets the same script by `EVALSHA` from then on
+//! ([`RedisStore::uses_functions`]), and when that server answers
+//! `NOSCRIPT` (its script cache was flushed by a restart or a failover) the
+//! script is loaded and the call retried in the same way. A library's name
+//! carries its script's hash, so instances of different versions sharing a
+//! Redis each call their own; the libraries of versions no longer running
+//! stay loaded (a few tens of kilobytes each) until `FUNCTION DELETE`. Many decisions in
 //! flight share one multiplexed connection (clone it freely); each call,
 //! retry included, is bounded by the store's timeout and fails with
 //! [`StoreError::Timeout`] beyond it, never hangs. The connection's
@@ -225,7 +239,7 @@
 //!
 //! Redis runs one command at a time, so what bounds the decisions per
 //! second of a busy server is its CPU time per decision. Batching shares a
-//! call's fixed cost (the `EVALSHA`, the time, the script's own functions)
+//! call's fixed cost (the call, the time, the script's own definitions)
 //! among its requests, and a hot key's state is read and written once per
 //! call: `BENCHMARKS.md` ("Redis batching") has the instructions per
 //! request. The figures below are of one request per call. An algorithm's
@@ -355,6 +369,38 @@ macro_rules! algorithm {
     };
 }
 
+/// `MULTI`'s files but its last (`scripts/batch.lua`).
+macro_rules! multi_defs {
+    () => {
+        concat!(
+            include_str!("../scripts/prelude.lua"),
+            include_str!("../scripts/cache.lua"),
+            algorithm!("fixed_window"),
+            algorithm!("gcra"),
+            algorithm!("sliding_log"),
+            algorithm!("sliding_window"),
+            include_str!("../scripts/decide.lua"),
+            include_str!("../scripts/charge.lua"),
+            include_str!("../scripts/run.lua")
+        )
+    };
+}
+
+/// `ONE`'s files but its last (`scripts/one.lua`).
+macro_rules! one_defs {
+    () => {
+        concat!(
+            include_str!("../scripts/prelude.lua"),
+            algorithm!("fixed_window"),
+            algorithm!("gcra"),
+            "local sliding_log = nil\n",
+            algorithm!("sliding_window"),
+            include_str!("../scripts/decide.lua"),
+            include_str!("../scripts/run.lua")
+        )
+    };
+}
+
 /// The Lua sources of the store's two scripts as sent to Redis (the hybrid
 /// mode's syncs are [`SLIDING_WINDOW_SYNC`] and [`FIXED_WINDOW_SYNC`]).
 pub mod scripts {
@@ -373,18 +419,7 @@ pub mod scripts {
     /// requests alike: its shape (negated and followed by the run's length
     /// when more than one), its time, its cost under each limit]`
     /// (batch.lua's first comment).
-    pub const MULTI: &str = concat!(
-        include_str!("../scripts/prelude.lua"),
-        include_str!("../scripts/cache.lua"),
-        algorithm!("fixed_window"),
-        algorithm!("gcra"),
-        algorithm!("sliding_log"),
-        algorithm!("sliding_window"),
-        include_str!("../scripts/decide.lua"),
-        include_str!("../scripts/charge.lua"),
-        include_str!("../scripts/run.lua"),
-        include_str!("../scripts/batch.lua")
-    );
+    pub const MULTI: &str = concat!(multi_defs!(), include_str!("../scripts/batch.lua"));
 
     /// A call that is one run of decisions alike under one `fixed_window`,
     /// `gcra` or `sliding_window` limit (a request alone, or a hot key's
@@ -393,17 +428,45 @@ pub mod scripts {
     /// the shape tables, so 0.68–0.85 of its instructions (`BENCHMARKS.md`).
     /// `KEYS = [the limit's key]`, `ARGV = [the algorithm and its four
     /// figures, the time, the cost, the run's length]` (`scripts/one.lua`).
-    pub const ONE: &str = concat!(
-        include_str!("../scripts/prelude.lua"),
-        algorithm!("fixed_window"),
-        algorithm!("gcra"),
-        "local sliding_log = nil\n",
-        algorithm!("sliding_window"),
-        include_str!("../scripts/decide.lua"),
-        include_str!("../scripts/run.lua"),
-        include_str!("../scripts/one.lua")
-    );
+    pub const ONE: &str = concat!(one_defs!(), include_str!("../scripts/one.lua"));
 }
+
+/// One of the store's two scripts as a Redis function (Redis 7.0's
+/// `FUNCTION LOAD`, called by `FCALL` with the script's keys and
+/// arguments): a library of its own whose code is the script's files, run
+/// once when the library is loaded, and whose one function's body is the
+/// script's last file. So a call no longer runs the files' definitions
+/// (about a dozen closures: 17,000–25,000 of a call's instructions inside
+/// Redis, `BENCHMARKS.md`). The library and its function are both named
+/// `slidegate_<one|multi>_<the first 20 hex digits of the SHA-1 of the
+/// script>`: instances of other versions, whose scripts differ, load and
+/// call their own, side by side on one Redis.
+pub struct Function {
+    /// The library's and the function's name.
+    pub name: String,
+    /// The library's code, as `FUNCTION LOAD` takes it.
+    pub library: String,
+}
+
+impl Function {
+    fn new(kind: &str, defs: &str, body: &str) -> Function {
+        let hash = Script::new(&format!("{defs}{body}")).get_hash().to_owned();
+        let name = format!("slidegate_{kind}_{}", &hash[..20]);
+        // `redis` is the loader's while the library loads (it registers
+        // the function), and the call's while the function runs.
+        let library = format!(
+            "#!lua name={name}\nlocal loader = redis\n{defs}loader.register_function('{name}', function(KEYS, ARGV)\n{body}\nend)\n"
+        );
+        Function { name, library }
+    }
+}
+
+/// [`scripts::MULTI`] as a Redis function.
+pub static MULTI_FUNCTION: LazyLock<Function> =
+    LazyLock::new(|| Function::new("multi", multi_defs!(), include_str!("../scripts/batch.lua")));
+/// [`scripts::ONE`] as a Redis function.
+pub static ONE_FUNCTION: LazyLock<Function> =
+    LazyLock::new(|| Function::new("one", one_defs!(), include_str!("../scripts/one.lua")));
 
 static MULTI: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::MULTI));
 static ONE: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::ONE));

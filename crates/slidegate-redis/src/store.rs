@@ -16,7 +16,7 @@ use slidegate_store::{Decisions, Quota, Store, StoreError, StoreStats};
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Redis as a [`Store`]: any number of instances share one count per key
@@ -35,8 +35,9 @@ use std::time::{Duration, Instant};
 ///
 /// # Decisions
 ///
-/// [`Store::decide`] is one request in an `EVALSHA`, for all the quotas of
-/// the key, alone or with the requests that waited together for a call in
+/// [`Store::decide`] is one request in a script call (`FCALL` of the
+/// script as a Redis function, or `EVALSHA`: [`RedisStore::uses_functions`]),
+/// for all the quotas of the key, alone or with the requests that waited together for a call in
 /// flight ([`Batching`], decided in arrival order): the script reads the
 /// time once (the server's `TIME`, or the client clock's
 /// time sent with the call), peeks every quota and charges them all or
@@ -81,6 +82,9 @@ pub struct RedisStore<C = MultiplexedConnection> {
     per_slot_range: bool,
     health: Arc<Health>,
     lanes: Arc<Lanes>,
+    /// The scripts are called as Redis functions (until the server will
+    /// not load one).
+    functions: Arc<AtomicBool>,
 }
 
 impl<C> fmt::Debug for RedisStore<C> {
@@ -125,6 +129,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisStore<C> {
             per_slot_range: false,
             health: Arc::new(Health::new()),
             lanes: Arc::new(Lanes::new(Batching::default())),
+            functions: Arc::new(AtomicBool::new(true)),
         })
     }
 
@@ -170,6 +175,15 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisStore<C> {
     /// they carried (their ratio is the requests per call).
     pub fn script_calls(&self) -> (u64, u64) {
         self.lanes.figures()
+    }
+
+    /// Whether the scripts are called as Redis functions (`FCALL`, see
+    /// [`Function`](crate::Function)): true until the server will not load
+    /// one (no functions before Redis 7.0, an ACL without `FUNCTION`, a
+    /// proxy that refuses it), then false for good: the scripts go by
+    /// `EVALSHA`, deciding the same.
+    pub fn uses_functions(&self) -> bool {
+        self.functions.load(Ordering::Relaxed)
     }
 
     /// The connection (clones share it).
@@ -315,10 +329,12 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisStore<C> {
     /// the other.
     async fn send(&self, calls: &[Call]) -> Result<Vec<i64>, Failure> {
         let range = calls.first().map_or(0, |c| c.range);
-        let Invocation { script, cmd } = invocation(calls);
+        let invocation = invocation(calls, self.functions.load(Ordering::Relaxed));
         self.lanes.count(calls.len());
         let mut conn = self.conn.clone();
-        let Packed(reply) = self.run(range, eval(script, &cmd, &mut conn)).await?;
+        let Packed(reply) = self
+            .run(range, call_script(&invocation, &mut conn, &self.functions))
+            .await?;
         Ok(reply)
     }
 
@@ -786,6 +802,43 @@ async fn eval<T: redis::FromRedisValue>(
         }
         answered => answered,
     }
+}
+
+/// `invocation`'s reply. By `FCALL`, its function is loaded (`FUNCTION LOAD
+/// REPLACE`, on every primary of a Cluster) when the server has none by its
+/// name, and the call sent again. A server without functions (`FCALL`
+/// unknown) or that answers the load with an error of its own (an ACL
+/// without `FUNCTION`, a proxy that refuses it) gets the call by `EVALSHA`,
+/// and so does every later call of the store (`functions` cleared).
+async fn call_script<T: redis::FromRedisValue>(
+    invocation: &Invocation,
+    conn: &mut impl ConnectionLike,
+    functions: &AtomicBool,
+) -> redis::RedisResult<T> {
+    let Some(function) = invocation.function else {
+        return eval(invocation.script, &invocation.cmd, conn).await;
+    };
+    match invocation.cmd.query_async(conn).await {
+        Err(e) if says(&e, "Function not found") => {
+            let mut load = redis::cmd("FUNCTION");
+            load.arg("LOAD").arg("REPLACE").arg(function.library.as_str());
+            match load.query_async::<()>(conn).await {
+                Ok(()) => return invocation.cmd.query_async(conn).await,
+                Err(e) if matches!(e.kind(), ErrorKind::Server(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Err(e) if says(&e, "unknown command") => {}
+        answered => return answered,
+    }
+    functions.store(false, Ordering::Relaxed);
+    eval(invocation.script, &invocation.by_evalsha(), conn).await
+}
+
+/// Whether a server's error says `words`.
+fn says(e: &redis::RedisError, words: &str) -> bool {
+    matches!(e.kind(), ErrorKind::Server(_))
+        && (e.detail().is_some_and(|d| d.contains(words)) || e.to_string().contains(words))
 }
 
 /// A script's reply: its integers, sent as one string of little-endian

@@ -696,7 +696,7 @@ async fn a_call_of_many_requests_on_one_key_reads_and_writes_its_state_once() {
     let mut out = Decisions::new();
     store.decide("warm", &limits, 1, &mut out).await.unwrap();
     store.decide("warm", &two, 1, &mut out).await.unwrap();
-    let commands = ["evalsha", "hmget", "hgetall", "hset", "hincrby", "pexpire"];
+    let commands = ["fcall", "hmget", "hgetall", "hset", "hincrby", "pexpire"];
     let calls = store.script_calls();
 
     // One run of 40 alike (`scripts::ONE`, no cache): its first decision
@@ -733,7 +733,7 @@ async fn a_call_of_many_requests_on_one_key_reads_and_writes_its_state_once() {
     assert_eq!((peeked.0 - last.0, peeked.1 - last.1), (2, 41));
     assert_eq!(ran, [2, 1, 1, 0, 0, 0], "{commands:?}");
     let burst = quotas(&[policy(6, Duration::from_secs(1), Algorithm::Gcra { burst: 15 })]);
-    let gcra_commands = ["evalsha", "hget", "hgetall", "hset", "hincrby", "pexpire"];
+    let gcra_commands = ["fcall", "hget", "hgetall", "hset", "hincrby", "pexpire"];
     let (_, ran) = commands_run(&server, &store, (&burst, 1), &["burst"; 41], &gcra_commands).await;
     let after_burst = store.script_calls();
     assert_eq!((after_burst.0 - peeked.0, after_burst.1 - peeked.1), (2, 41));

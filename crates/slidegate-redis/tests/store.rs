@@ -165,23 +165,93 @@ async fn refusals_and_peeks_write_nothing() {
     );
 }
 
+/// The Redis functions the store has loaded (`FUNCTION LIST`'s library
+/// names).
+fn libraries(conn: &mut redis::Connection) -> Vec<String> {
+    let list: Vec<redis::Value> = redis::cmd("FUNCTION").arg("LIST").query(conn).unwrap();
+    let mut names = Vec::new();
+    for library in list {
+        let fields: Vec<(String, redis::Value)> = redis::FromRedisValue::from_redis_value(library).unwrap();
+        for (field, value) in fields {
+            if field == "library_name" {
+                names.push(redis::FromRedisValue::from_redis_value(value).unwrap());
+            }
+        }
+    }
+    names
+}
+
 #[tokio::test]
-async fn noscript_is_answered_by_loading_and_retrying() {
+async fn a_flushed_function_is_loaded_again() {
     let server = RedisServer::start();
     let policy = policy(5, Duration::from_secs(60), Algorithm::FixedWindow);
     let limiter = server.limiter(policy, RedisClock::Server).await;
     assert!(limiter.check("k", 2).await.unwrap().allowed());
     let mut conn = server.sync_conn().unwrap();
-    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut conn).unwrap();
-    // A request alone under one limit: `scripts::ONE`.
-    let sha = redis::Script::new(slidegate_redis::scripts::ONE).get_hash().to_string();
-    let cached: Vec<bool> = redis::cmd("SCRIPT").arg("EXISTS").arg(&sha).query(&mut conn).unwrap();
-    assert_eq!(cached, [false]);
+    // A request alone under one limit: `scripts::ONE`, as its function.
+    let one = slidegate_redis::ONE_FUNCTION.name.clone();
+    assert_eq!(libraries(&mut conn), std::slice::from_ref(&one));
+    assert!(limiter.store.uses_functions());
+    let _: () = redis::cmd("FUNCTION").arg("FLUSH").query(&mut conn).unwrap();
+    assert!(libraries(&mut conn).is_empty());
     let d = limiter.check("k", 2).await.unwrap();
     assert!(d.allowed());
     assert_eq!(d.remaining(), 1, "the count survived the flush");
+    assert_eq!(libraries(&mut conn), [one], "loaded again");
+    assert!(limiter.store.uses_functions());
+    // No script was sent by EVALSHA.
+    let sha = redis::Script::new(slidegate_redis::scripts::ONE).get_hash().to_string();
     let cached: Vec<bool> = redis::cmd("SCRIPT").arg("EXISTS").arg(&sha).query(&mut conn).unwrap();
-    assert_eq!(cached, [true], "loaded again");
+    assert_eq!(cached, [false]);
+}
+
+/// A user whose ACL refuses `FUNCTION` (as some managed servers and
+/// proxies do): the store goes by `EVALSHA` from the first call on,
+/// deciding the same, and loads its scripts again after `SCRIPT FLUSH`.
+#[tokio::test]
+async fn without_functions_the_scripts_go_by_evalsha() {
+    let server = RedisServer::start();
+    let mut conn = server.sync_conn().unwrap();
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "nofunctions",
+            "on",
+            ">secret",
+            "~*",
+            "&*",
+            "+@all",
+            "-function",
+        ])
+        .query(&mut conn)
+        .unwrap();
+    let url = server.url().replacen("redis://", "redis://nofunctions:secret@", 1);
+    let client = redis::Client::open(url).unwrap();
+    let store = RedisStore::new(
+        client.get_multiplexed_async_connection().await.unwrap(),
+        PREFIX,
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let limiter = One::new(store, policy(5, Duration::from_secs(60), Algorithm::FixedWindow));
+    assert!(limiter.store.uses_functions(), "until a call finds otherwise");
+    assert!(limiter.check("k", 2).await.unwrap().allowed());
+    assert!(!limiter.store.uses_functions());
+    assert!(libraries(&mut conn).is_empty(), "no library loaded");
+    let sha = redis::Script::new(slidegate_redis::scripts::ONE).get_hash().to_string();
+    let cached = |conn: &mut redis::Connection| -> Vec<bool> {
+        redis::cmd("SCRIPT").arg("EXISTS").arg(&sha).query(conn).unwrap()
+    };
+    assert_eq!(cached(&mut conn), [true]);
+    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut conn).unwrap();
+    assert_eq!(cached(&mut conn), [false]);
+    let d = limiter.check("k", 2).await.unwrap();
+    assert!(d.allowed());
+    assert_eq!(d.remaining(), 1, "the count survived the flush");
+    assert_eq!(cached(&mut conn), [true], "loaded again");
+    let d = limiter.check("k", 2).await.unwrap();
+    assert!(!d.allowed(), "the sixth unit is refused");
+    assert!(libraries(&mut conn).is_empty());
 }
 
 #[tokio::test]
