@@ -807,9 +807,10 @@ async fn eval<T: redis::FromRedisValue>(
 /// `invocation`'s reply. By `FCALL`, its function is loaded (`FUNCTION LOAD
 /// REPLACE`, on every primary of a Cluster) when the server has none by its
 /// name, and the call sent again. A server without functions (`FCALL`
-/// unknown) or that answers the load with an error of its own (an ACL
-/// without `FUNCTION`, a proxy that refuses it) gets the call by `EVALSHA`,
-/// and so does every later call of the store (`functions` cleared).
+/// unknown) or that refuses the load for good ([`refuses`]: an ACL without
+/// `FUNCTION`, a proxy that does not know it) gets the call by `EVALSHA`,
+/// and so does every later call of the store (`functions` cleared); a load
+/// that fails for a while fails the call, as any other failure.
 async fn call_script<T: redis::FromRedisValue>(
     invocation: &Invocation,
     conn: &mut impl ConnectionLike,
@@ -824,7 +825,7 @@ async fn call_script<T: redis::FromRedisValue>(
             load.arg("LOAD").arg("REPLACE").arg(function.library.as_str());
             match load.query_async::<()>(conn).await {
                 Ok(()) => return invocation.cmd.query_async(conn).await,
-                Err(e) if matches!(e.kind(), ErrorKind::Server(_)) => {}
+                Err(e) if refuses(&e) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -833,6 +834,16 @@ async fn call_script<T: redis::FromRedisValue>(
     }
     functions.store(false, Ordering::Relaxed);
     eval(invocation.script, &invocation.by_evalsha(), conn).await
+}
+
+/// Whether the server refused a `FUNCTION LOAD` for good (an unknown
+/// command or subcommand, an ACL), not for a while (loading, a Cluster
+/// down or moving, a connection lost).
+fn refuses(e: &redis::RedisError) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::Server(ServerErrorKind::ResponseError | ServerErrorKind::NoPerm)
+    )
 }
 
 /// Whether a server's error says `words`.
