@@ -890,6 +890,39 @@ mod tests {
     }
 
     #[test]
+    fn only_a_lasting_refusal_of_functions_turns_to_evalsha() {
+        use super::{refuses, says};
+        use redis::{ErrorKind, RedisError, ServerErrorKind};
+        let server = |kind, detail: &str| RedisError::from((ErrorKind::Server(kind), "server", detail.to_owned()));
+        let unknown = server(
+            ServerErrorKind::ResponseError,
+            "unknown command 'FCALL', with args beginning with: ",
+        );
+        assert!(says(&unknown, "unknown command"));
+        assert!(!says(&unknown, "Function not found"));
+        assert!(says(
+            &server(ServerErrorKind::ResponseError, "Function not found"),
+            "Function not found"
+        ));
+        assert!(refuses(&server(
+            ServerErrorKind::NoPerm,
+            "no permissions to run 'function|load'"
+        )));
+        assert!(refuses(&unknown));
+        for passing in [
+            ServerErrorKind::BusyLoading,
+            ServerErrorKind::ClusterDown,
+            ServerErrorKind::TryAgain,
+            ServerErrorKind::MasterDown,
+            ServerErrorKind::ReadOnly,
+        ] {
+            assert!(!refuses(&server(passing, "for a while")), "{passing:?}");
+        }
+        let lost = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert!(!refuses(&lost) && !says(&lost, "unknown command"));
+    }
+
+    #[test]
     fn anything_else_is_an_error_that_shows_it() {
         let torn = Packed::from_redis_value(Value::BulkString(vec![1; 7])).err().unwrap();
         assert!(torn.to_string().contains("not its integers packed"), "{torn}");
