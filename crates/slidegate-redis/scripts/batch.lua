@@ -45,7 +45,9 @@
 -- decide.lua's `set_now`) or scratch (decide.lua's `args`).
 
 -- Shapes in order, and the numbers read so far by their text: a table
--- lookup costs far less than `tonumber` (a run's shape index among them).
+-- lookup costs far less than `tonumber` (a run's shape index, and the
+-- shapes' figures: a call over many keys of one limit sends the same
+-- figures for each key).
 local list = {}
 local numbers = {}
 local function number(text)
@@ -63,16 +65,16 @@ if ARGV[1] == '1' then
 end
 local a, key_at = 3, 1
 for s = 1, tonumber(ARGV[2]) do
-  local k = tonumber(ARGV[a + 1])
+  local k = number(ARGV[a + 1])
   local shape = { decides = ARGV[a] == 'd', k = k }
   a = a + 2
   for j = 1, k do
     local kind = ARGV[a]
     local q = {
       kind = kind,
-      f1 = tonumber(ARGV[a + 1]),
-      f2 = tonumber(ARGV[a + 2]),
-      f3 = tonumber(ARGV[a + 3]),
+      f1 = number(ARGV[a + 1]),
+      f2 = number(ARGV[a + 2]),
+      f3 = number(ARGV[a + 3]),
       f4 = ARGV[a + 4],
     }
     if kind == 'l' then
