@@ -24,7 +24,8 @@
 -- newest bucket, its own bucket's, judged at the newest's start where the
 -- oldest weighs whole, so a count anywhere in the ring takes as much off
 -- the remaining and adds as much to the estimate whole; gcra: the TAT,
--- c T later each): the i-th after it passes while, under every limit, its c i fits
+-- c T later each): the i-th after it passes while, under every limit,
+-- its c i fits
 -- the first's remaining (gcra: the backlog plus c T i fits the burst, and
 -- the first's remaining was not cut to the limit), with c i less
 -- remaining, c i more estimate whole (gcra: and its TAT, the reset, c T i

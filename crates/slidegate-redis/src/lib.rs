@@ -436,7 +436,7 @@ pub mod scripts {
 /// arguments): a library of its own whose code is the script's files, run
 /// once when the library is loaded, and whose one function's body is the
 /// script's last file. So a call no longer runs the files' definitions
-/// (about a dozen closures: 17,000–25,000 of a call's instructions inside
+/// (about a dozen closures: 15,000–29,000 of a call's instructions inside
 /// Redis, `BENCHMARKS.md`). The library and its function are both named
 /// `slidegate_<one|multi>_<the first 20 hex digits of the SHA-1 of the
 /// script>`: instances of other versions, whose scripts differ, load and
@@ -449,9 +449,9 @@ pub struct Function {
 }
 
 impl Function {
-    fn new(kind: &str, defs: &str, body: &str) -> Function {
-        let hash = Script::new(&format!("{defs}{body}")).get_hash().to_owned();
-        let name = format!("slidegate_{kind}_{}", &hash[..20]);
+    /// `script` (whose text is `defs` then `body`) as the library `kind`.
+    fn new(kind: &str, script: &Script, defs: &str, body: &str) -> Function {
+        let name = format!("slidegate_{kind}_{}", &script.get_hash()[..20]);
         // `redis` is the loader's while the library loads (it registers
         // the function), and the call's while the function runs.
         let library = format!(
@@ -463,10 +463,10 @@ impl Function {
 
 /// [`scripts::MULTI`] as a Redis function.
 pub static MULTI_FUNCTION: LazyLock<Function> =
-    LazyLock::new(|| Function::new("multi", multi_defs!(), include_str!("../scripts/batch.lua")));
+    LazyLock::new(|| Function::new("multi", &MULTI, multi_defs!(), include_str!("../scripts/batch.lua")));
 /// [`scripts::ONE`] as a Redis function.
 pub static ONE_FUNCTION: LazyLock<Function> =
-    LazyLock::new(|| Function::new("one", one_defs!(), include_str!("../scripts/one.lua")));
+    LazyLock::new(|| Function::new("one", &ONE, one_defs!(), include_str!("../scripts/one.lua")));
 
 static MULTI: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::MULTI));
 static ONE: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::ONE));
