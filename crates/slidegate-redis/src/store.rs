@@ -38,9 +38,10 @@ use std::time::{Duration, Instant};
 /// [`Store::decide`] is one request in a script call (`FCALL` of the
 /// script as a Redis function, or `EVALSHA`:
 /// [`RedisStore::uses_functions`]), for all the quotas of the key, alone
-/// or with the requests that waited together for a call in flight ([`Batching`], decided in arrival order): the script reads the
-/// time once (the server's `TIME`, or the client clock's
-/// time sent with the call), peeks every quota and charges them all or
+/// or with the requests that waited together for a call in flight
+/// ([`Batching`], decided in arrival order): the script reads the time
+/// once (the server's `TIME`, or the client clock's time sent with the
+/// call), peeks every quota and charges them all or
 /// none, by the rule of [`slidegate_store::decide_all`], so that it
 /// decides figure for figure as the in-memory store does (on
 /// [`microsecond_policy`] of each quota, at times in microseconds). A cost
