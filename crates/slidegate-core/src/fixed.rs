@@ -47,6 +47,16 @@ impl FixedWindow {
     }
 }
 
+impl FixedWindow {
+    /// [`LimitState::admit`] past its hot path (a new window, a late
+    /// request or a peek): out of line, so that the hot path's caller
+    /// keeps a small frame.
+    #[inline(never)]
+    fn admit_beyond(&mut self, policy: &Policy, now: u64, cost: u64) -> bool {
+        self.check(policy, now, cost).allowed()
+    }
+}
+
 /// The start of window `idx`, saturating.
 fn start(idx: u128, w: u64) -> u64 {
     saturate(idx * u128::from(w))
@@ -84,6 +94,23 @@ impl LimitState for FixedWindow {
             }
         });
         Decision::at(policy, now, allowed, remaining, reset_at, retry_at, (count, 0, 1))
+    }
+
+    /// [`LimitState::check`]'s decision and new state without the
+    /// headers, and without a division for a request in the window last
+    /// counted in.
+    #[inline]
+    fn admit(&mut self, policy: &Policy, now: u64, cost: u64) -> bool {
+        let w = policy.step_ns();
+        let start = self.window.saturating_mul(w);
+        if cost > 0 && now >= start && now - start < w {
+            let fits = self.count.checked_add(cost).is_some_and(|sum| sum <= policy.limit());
+            if fits {
+                self.count += cost;
+            }
+            return fits;
+        }
+        self.admit_beyond(policy, now, cost)
     }
 
     fn record(&mut self, policy: &Policy, now: u64, cost: u64) {

@@ -76,6 +76,22 @@ impl LimitState for Gcra {
         Decision::at(policy, now, allowed, remaining, self.tat, retry_at, (q, r, step.get()))
     }
 
+    /// [`LimitState::check`]'s decision and new state without working
+    /// out the headers.
+    #[inline]
+    fn admit(&mut self, policy: &Policy, now: u64, cost: u64) -> bool {
+        let t_ns = u128::from(policy.step_ns());
+        let burst = burst(policy);
+        let base = self.tat.max(now);
+        let backlog = u128::from(base - now);
+        let allowed =
+            cost <= burst.min(policy.limit()) && backlog + u128::from(cost) * t_ns <= u128::from(burst) * t_ns;
+        if allowed && cost > 0 {
+            self.tat = saturate(u128::from(base) + u128::from(cost) * t_ns);
+        }
+        allowed
+    }
+
     fn record(&mut self, policy: &Policy, now: u64, cost: u64) {
         let t_ns = u128::from(policy.step_ns());
         self.tat = saturate(u128::from(self.tat.max(now)).saturating_add(u128::from(cost) * t_ns));

@@ -106,15 +106,41 @@ macro_rules! each {
     };
 }
 
+impl State {
+    /// [`LimitState::check`] for the variants that `check` does not inline.
+    #[inline(never)]
+    fn check_rest(&mut self, policy: &Policy, now: u64, cost: u64) -> Decision {
+        each!(self, s => s.check(policy, now, cost))
+    }
+
+    /// [`LimitState::admit`] for the variants that `admit` does not inline.
+    #[inline(never)]
+    fn admit_rest(&mut self, policy: &Policy, now: u64, cost: u64) -> bool {
+        each!(self, s => s.admit(policy, now, cost))
+    }
+}
+
 impl LimitState for State {
     #[inline]
     fn check(&mut self, policy: &Policy, now: u64, cost: u64) -> Decision {
-        each!(self, s => s.check(policy, now, cost))
+        match self {
+            State::SlidingWindow(s) => s.check(policy, now, cost),
+            State::FixedWindow(s) => s.check(policy, now, cost),
+            State::Gcra(s) => s.check(policy, now, cost),
+            // Out of line, so that the states above inline into a small frame.
+            other => other.check_rest(policy, now, cost),
+        }
     }
 
     #[inline]
     fn admit(&mut self, policy: &Policy, now: u64, cost: u64) -> bool {
-        each!(self, s => s.admit(policy, now, cost))
+        match self {
+            State::SlidingWindow(s) => s.admit(policy, now, cost),
+            State::FixedWindow(s) => s.admit(policy, now, cost),
+            State::Gcra(s) => s.admit(policy, now, cost),
+            // Out of line, so that the states above inline into a small frame.
+            other => other.admit_rest(policy, now, cost),
+        }
     }
 
     fn record(&mut self, policy: &Policy, now: u64, cost: u64) {

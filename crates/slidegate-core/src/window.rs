@@ -462,6 +462,7 @@ impl<S: Slot, R: AsRef<[S]> + AsMut<[S]>> SlidingWindow<S, R> {
     /// The earliest instant at which `cost` units fit, if nothing else
     /// arrives, and a tighter `head` when the scan found one. Requires
     /// `cost ≤ limit`.
+    #[inline(never)]
     fn retry_at(&self, v: &View, weighting: Weighting, b: u64, limit: u64, cost: u64) -> (u64, Option<u16>) {
         let n = self.n();
         let fits_at = |rest: u64, oldest: u64, e_from: u64| -> Option<u64> {
@@ -746,7 +747,26 @@ impl<S: Slot, R: AsRef<[S]> + AsMut<[S]>> SlidingWindow<S, R> {
         }
     }
 
-    /// Any request: late or peeking.
+    /// [`LimitState::admit`] past its hot path (a bucket crossed, an
+    /// interpolated refusal, a late request or a peek): out of line, so
+    /// that the hot path's caller keeps a small frame.
+    #[inline(never)]
+    fn admit_beyond(&mut self, policy: &Policy, now: u64, cost: u64) -> bool {
+        let (own, rem) = self.locate(policy, now);
+        if cost > 0 && own >= self.newest {
+            let slot = self.advance_to(policy.ring(), own);
+            let allowed = self.judge(policy, weighting(policy), own, rem, slot, cost).allowed;
+            if allowed {
+                self.add(own, slot, cost);
+            }
+            return allowed;
+        }
+        self.check_any(policy, now, own, rem, cost).allowed()
+    }
+
+    /// Any request: late or peeking. Out of line, so that the in-order
+    /// path's caller keeps a small frame.
+    #[inline(never)]
     fn check_any(&mut self, policy: &Policy, now: u64, own: u64, rem: u64, cost: u64) -> Decision {
         let (step, ring) = (policy.step(), policy.ring());
         let b = step.get();
@@ -809,16 +829,26 @@ impl<S: Slot, R: AsRef<[S]> + AsMut<[S]>> LimitState for SlidingWindow<S, R> {
     /// for a request in time order.
     #[inline]
     fn admit(&mut self, policy: &Policy, now: u64, cost: u64) -> bool {
-        let (own, rem) = self.locate(policy, now);
-        if cost > 0 && own >= self.newest {
-            let slot = self.advance_to(policy.ring(), own);
-            let allowed = self.judge(policy, weighting(policy), own, rem, slot, cost).allowed;
+        // The hot path: a request in the newest bucket, which needs no
+        // advance. If it fits with every unit of the ring counted whole
+        // (the most any weighting counts), it is admitted; if it does not,
+        // conservative weighting (which counts the oldest bucket whole)
+        // refuses it, and interpolated weighting weighs the oldest bucket.
+        let b = policy.step_ns();
+        let start = self.newest.saturating_mul(b);
+        if cost > 0 && now >= start && now - start < b {
+            let (newest, slot) = (self.newest, usize::from(self.newest_slot));
+            let allowed = self.total.checked_add(cost).is_some_and(|all| all <= policy.limit())
+                || (weighting(policy) == Weighting::Interpolated
+                    && self
+                        .judge(policy, Weighting::Interpolated, newest, now - start, slot, cost)
+                        .allowed);
             if allowed {
-                self.add(own, slot, cost);
+                self.add(newest, slot, cost);
             }
             return allowed;
         }
-        self.check_any(policy, now, own, rem, cost).allowed()
+        self.admit_beyond(policy, now, cost)
     }
 
     fn record(&mut self, policy: &Policy, now: u64, cost: u64) {

@@ -5,7 +5,7 @@
 use proptest::prelude::*;
 use slidegate_conformance::oracle::{ExactLog, SeedCounter};
 use slidegate_conformance::strategy::{
-    CASES, Family, config, extreme_policy_in, extreme_steps, requests, ring, times, weighting,
+    CASES, Family, any_policy, config, extreme_policy_in, extreme_steps, requests, ring, steps, times, weighting,
 };
 use slidegate_core::{Algorithm, Clock, LimitState, Limiter, ManualClock, Policy, SlidingWindow, State, Weighting};
 use std::time::Duration;
@@ -147,6 +147,24 @@ proptest! {
             let _ = state.estimate(&policy, t);
             state.record(&policy, t, cost);
             let _ = state.expires_at(&policy);
+        }
+    }
+
+    /// The same on small policies, whose limits, buckets and windows the
+    /// requests reach: many requests in one bucket (the hot path of
+    /// `admit`, admitted and refused), bucket and window crossings, and
+    /// times going back.
+    #[test]
+    fn limiter_admit_is_check_without_headers_at_the_limit(
+        policy in any_policy(), reqs in requests(15, 6), back in steps(), start in 0u64..1_000,
+    ) {
+        let clock = ManualClock::new(0);
+        let mut checked = Limiter::new(policy, &clock);
+        let mut admitted = Limiter::new(policy, &clock);
+        for (t, cost) in times(&reqs, start).into_iter().chain(back) {
+            clock.set(t);
+            prop_assert_eq!(admitted.admit(cost), checked.check(cost).allowed(), "at {} cost {}", t, cost);
+            prop_assert_eq!(admitted.state(), checked.state());
         }
     }
 
