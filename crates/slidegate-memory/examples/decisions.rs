@@ -4,7 +4,7 @@
 //! that start-up cancels.
 //!
 //! ```text
-//! cargo run --release -p slidegate-memory --example decisions -- CASE COUNT [refused] [headers]
+//! cargo run --release -p slidegate-memory --example decisions -- CASE COUNT [refused] [headers] [busy]
 //! ```
 //!
 //! `CASE` is one of `governor`, `sw2` (`sliding_window` n=2 interpolated),
@@ -14,7 +14,11 @@
 //! (`quanta`) clock, slidegate `MonotonicClock`. `refused` sets a limit of
 //! 1, so that every decision after the first is a refusal; `headers` asks
 //! the direct limiters for the headers' figures (`Limiter::check`, and
-//! governor's `StateInformationMiddleware`). The case's decisions must all
+//! governor's `StateInformationMiddleware`); `busy` gives the direct
+//! limiters a window of 1 ms instead of a minute, so that a run crosses
+//! hundreds of windows and a sliding window's oldest bucket holds counts,
+//! as on a key busy for longer than its window (governor's state is one
+//! word either way; it ignores the word). The case's decisions must all
 //! be admitted, or all refused after the first: the example fails
 //! otherwise.
 
@@ -34,12 +38,13 @@ type Decide = Box<dyn FnMut() -> bool>;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (Some(case), Some(Ok(count))) = (args.first(), args.get(1).map(|c| c.parse::<u64>())) else {
-        eprintln!("usage: decisions CASE COUNT [refused] [headers]");
+        eprintln!("usage: decisions CASE COUNT [refused] [headers] [busy]");
         return ExitCode::FAILURE;
     };
     let refused = args.iter().any(|a| a == "refused");
     let headers = args.iter().any(|a| a == "headers");
-    let mut decide = match decider(case, refused, headers) {
+    let busy = args.iter().any(|a| a == "busy");
+    let mut decide = match decider(case, refused, headers, busy) {
         Ok(decide) => decide,
         Err(e) => {
             eprintln!("error: {e}");
@@ -56,10 +61,11 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn decider(case: &str, refused: bool, headers: bool) -> Result<Decide, String> {
+fn decider(case: &str, refused: bool, headers: bool, busy: bool) -> Result<Decide, String> {
     let per_minute = if refused { 1 } else { u32::MAX };
     let quota = Quota::per_minute(NonZeroU32::new(per_minute).ok_or("a zero quota")?);
-    let window = Duration::from_secs(60);
+    let minute = Duration::from_secs(60);
+    let window = if busy { Duration::from_millis(1) } else { minute };
     let n8 = Algorithm::SlidingWindow {
         buckets: 8,
         weighting: Weighting::Conservative,
@@ -89,7 +95,7 @@ fn decider(case: &str, refused: bool, headers: bool) -> Result<Decide, String> {
             return Ok(Box::new(move || limiter.check_key(&0u64).is_ok()));
         }
         "keyed" => {
-            let policy = Policy::new(u64::from(per_minute), window, n8).map_err(|e| e.to_string())?;
+            let policy = Policy::new(u64::from(per_minute), minute, n8).map_err(|e| e.to_string())?;
             let limiter: KeyedLimiter<u64, _> = KeyedLimiter::new(policy, MonotonicClock::new(), Budget::keys(2));
             return Ok(Box::new(move || limiter.admit(&0, 1).unwrap_or(false)));
         }
