@@ -21,7 +21,8 @@ if [ $# -eq 0 ]; then
     "governor refused" "sw2 refused" "sw8 refused" "gcra refused" \
     "governor headers" "sw2 headers" "sw8 headers" "fixed headers" "gcra headers" \
     "governor refused headers" "sw2 refused headers" "sw8 refused headers" "gcra refused headers" \
-    governor-keyed keyed "governor-keyed refused" "keyed refused"
+    governor-keyed keyed "governor-keyed refused" "keyed refused" \
+    "governor-keyed headers" "keyed headers" "governor-keyed refused headers" "keyed refused headers"
 fi
 # total COUNT CASE WORDS...: the instructions of one whole run.
 total() {

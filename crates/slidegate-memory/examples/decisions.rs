@@ -13,8 +13,8 @@
 //! limiter reads its real clock on every decision: governor its default
 //! (`quanta`) clock, slidegate `MonotonicClock`. `refused` sets a limit of
 //! 1, so that every decision after the first is a refusal; `headers` asks
-//! the direct limiters for the headers' figures (`Limiter::check`, and
-//! governor's `StateInformationMiddleware`); `busy` gives the direct
+//! for the headers' figures (`check`, and governor's
+//! `StateInformationMiddleware`); `busy` gives the direct
 //! limiters a window of 1 ms instead of a minute, so that a run crosses
 //! hundreds of windows and a sliding window's oldest bucket holds counts,
 //! as on a key busy for longer than its window (governor's state is one
@@ -90,6 +90,21 @@ fn decider(case: &str, refused: bool, headers: bool, busy: bool) -> Result<Decid
             let limiter = RateLimiter::direct(quota);
             return Ok(Box::new(move || limiter.check().is_ok()));
         }
+        "governor-keyed" if headers => {
+            let clock = DefaultClock::default();
+            let limiter =
+                RateLimiter::dashmap_with_clock(quota, clock.clone()).with_middleware::<StateInformationMiddleware>();
+            return Ok(Box::new(move || match limiter.check_key(&0u64) {
+                Ok(snapshot) => {
+                    black_box(snapshot.remaining_burst_capacity());
+                    true
+                }
+                Err(not_until) => {
+                    black_box(not_until.wait_time_from(clock.now()));
+                    false
+                }
+            }));
+        }
         "governor-keyed" => {
             let limiter = RateLimiter::dashmap(quota);
             return Ok(Box::new(move || limiter.check_key(&0u64).is_ok()));
@@ -97,6 +112,15 @@ fn decider(case: &str, refused: bool, headers: bool, busy: bool) -> Result<Decid
         "keyed" => {
             let policy = Policy::new(u64::from(per_minute), minute, n8).map_err(|e| e.to_string())?;
             let limiter: KeyedLimiter<u64, _> = KeyedLimiter::new(policy, MonotonicClock::new(), Budget::keys(2));
+            if headers {
+                return Ok(Box::new(move || {
+                    limiter.check(&0, 1).is_ok_and(|decision| {
+                        black_box(decision.remaining());
+                        black_box(decision.retry_after());
+                        decision.allowed()
+                    })
+                }));
+            }
             return Ok(Box::new(move || limiter.admit(&0, 1).unwrap_or(false)));
         }
         "sw2" => (u64::from(per_minute), Algorithm::TWO_BUCKETS),
