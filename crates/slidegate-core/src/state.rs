@@ -14,8 +14,8 @@ pub trait LimitState {
 
     /// [`LimitState::check`] without the headers: the same decision and the
     /// same new state, answering only whether the request was admitted. For
-    /// callers that send no rate-limit headers; `sliding_window` makes it
-    /// cheaper than a full check.
+    /// callers that send no rate-limit headers; `sliding_window`,
+    /// `fixed_window` and `gcra` make it cheaper than a full check.
     #[inline]
     fn admit(&mut self, policy: &Policy, now: u64, cost: u64) -> bool {
         self.check(policy, now, cost).allowed()
