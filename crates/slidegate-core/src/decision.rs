@@ -7,10 +7,9 @@ use core::time::Duration;
 /// headers need.
 ///
 /// Being refused is an outcome, not an error. A decision is a small snapshot
-/// of plain integers; the figures that need a division (the estimate, the
-/// durations) are worked out when asked for, so that deciding stays cheap.
-/// `remaining`, which every response's headers carry, is worked out when
-/// deciding, with the policy's divisor (multiplications, not a division).
+/// of plain integers; the figures that need a division (`remaining`, the
+/// estimate, the durations) are worked out when asked for, so that deciding
+/// stays cheap.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Decision {
     pub(crate) allowed: bool,
@@ -21,12 +20,13 @@ pub struct Decision {
     pub(crate) reset_at: u64,
     /// When the refused request would pass, ns.
     pub(crate) retry_at: Option<u64>,
-    /// `remaining`.
+    /// `remaining = free − ⌈debt / den⌉`.
     pub(crate) free: u64,
+    pub(crate) debt: u64,
     /// `estimate = used + frac / den`.
     pub(crate) used: u64,
     pub(crate) frac: u64,
-    /// Denominator of `frac`, at least 1.
+    /// Denominator of `debt` and `frac`, at least 1.
     pub(crate) den: u64,
 }
 
@@ -46,9 +46,12 @@ impl Decision {
     /// The largest cost that a request at the same instant could have and
     /// still be admitted, after this decision. For the sliding log this is
     /// the budget minus the log's length after the request.
-    #[inline]
     pub fn remaining(&self) -> u64 {
-        self.free
+        if self.debt == 0 {
+            self.free
+        } else {
+            self.free.saturating_sub(self.debt.div_ceil(self.den))
+        }
     }
 
     /// Time until all usage counted so far has expired, so that the full
@@ -114,6 +117,7 @@ impl Decision {
             reset_at,
             retry_at,
             free: remaining,
+            debt: 0,
             used: whole,
             frac: num,
             den: den.max(1),

@@ -710,25 +710,18 @@ impl<S: Slot, R: AsRef<[S]> + AsMut<[S]>> SlidingWindow<S, R> {
             rest,
             free,
         } = self.judge(policy, weighting, own, rem, slot, cost);
-        // estimate = rest + part / b is worked out when asked for (a part
-        // beyond u64 is reduced now); remaining = free − ⌈part / b⌉ now,
-        // with the policy's divisor, so that reading it divides nothing.
+        // remaining = free − ⌈part / b⌉ and estimate = rest + part / b are
+        // worked out when asked for; a part beyond u64 is reduced now.
         let (used, frac, free) = match u64::try_from(part) {
-            Ok(0) => (rest, 0, free),
-            Ok(part) => {
-                let (q, r) = policy.step().div_rem(part);
-                (rest, part, free.saturating_sub(q).saturating_sub(u64::from(r > 0)))
-            }
+            Ok(part) => (rest, part, free),
             Err(_) => {
                 let (q, r) = policy.step().div_rem_wide(part);
-                let free = free.saturating_sub(q).saturating_sub(u64::from(r > 0));
-                (rest.saturating_add(q), r, free)
+                (rest.saturating_add(q), r, free.saturating_sub(q))
             }
         };
         if allowed {
             // Counted in bucket `own`, the newest non-empty one now:
             // everything has expired once it leaves the ring, at (own + n)·b.
-            // Admitted, so part ≤ (free − cost)·b: ⌈part / b⌉ ≤ free − cost.
             self.add(own, slot, cost);
             let reset_at = saturate((u128::from(own) + u128::from(n)) * u128::from(b));
             let free = free - cost;
@@ -739,6 +732,7 @@ impl<S: Slot, R: AsRef<[S]> + AsMut<[S]>> SlidingWindow<S, R> {
                 reset_at,
                 retry_at: None,
                 free,
+                debt: frac,
                 used,
                 frac,
                 den: b,
@@ -770,6 +764,7 @@ impl<S: Slot, R: AsRef<[S]> + AsMut<[S]>> SlidingWindow<S, R> {
             reset_at,
             retry_at,
             free,
+            debt: frac,
             used,
             frac,
             den: b,
