@@ -22,14 +22,6 @@ pub trait Slot: Copy + Default + Debug + Eq + Send + Sync + 'static {
     fn get(self) -> u64;
     /// `self + v`, saturating at the slot's maximum.
     fn plus(self, v: u64) -> Self;
-
-    /// The sum of `slots`, saturating at `u64::MAX`. Slots of at most 32
-    /// bits cannot reach it (a ring holds at most 2¹⁶ of them), so they
-    /// add plainly, which the compiler can vectorise.
-    #[inline]
-    fn sum(slots: &[Self]) -> u64 {
-        slots.iter().fold(0u64, |t, s| t.saturating_add(s.get()))
-    }
 }
 
 impl Slot for u16 {
@@ -40,16 +32,6 @@ impl Slot for u16 {
     fn plus(self, v: u64) -> Self {
         u16::try_from(u64::from(self).saturating_add(v)).unwrap_or(u16::MAX)
     }
-    #[inline]
-    fn sum(slots: &[Self]) -> u64 {
-        // At most 2¹⁶ slots (`Policy::MAX_BUCKETS`) of at most 2³² − 1:
-        // below 2⁴⁸. A longer slice (no ring has one) saturates.
-        if slots.len() <= Policy::MAX_BUCKETS as usize {
-            slots.iter().map(|s| u64::from(*s)).sum()
-        } else {
-            slots.iter().fold(0u64, |t, s| t.saturating_add(u64::from(*s)))
-        }
-    }
 }
 
 impl Slot for u32 {
@@ -59,16 +41,6 @@ impl Slot for u32 {
     }
     fn plus(self, v: u64) -> Self {
         u32::try_from(u64::from(self).saturating_add(v)).unwrap_or(u32::MAX)
-    }
-    #[inline]
-    fn sum(slots: &[Self]) -> u64 {
-        // At most 2¹⁶ slots (`Policy::MAX_BUCKETS`) of at most 2³² − 1:
-        // below 2⁴⁸. A longer slice (no ring has one) saturates.
-        if slots.len() <= Policy::MAX_BUCKETS as usize {
-            slots.iter().map(|s| u64::from(*s)).sum()
-        } else {
-            slots.iter().fold(0u64, |t, s| t.saturating_add(u64::from(*s)))
-        }
     }
 }
 
@@ -313,7 +285,7 @@ impl<S: Slot, R: AsRef<[S]> + AsMut<[S]>> SlidingWindow<S, R> {
     pub fn admit_parts(policy: &Policy, newest: &mut u64, slots: R, now: u64, cost: u64) -> Option<bool> {
         let len = slots.as_ref().len();
         let mut window = Self::bare(*newest, slot_of(policy, *newest, len), slots)?;
-        window.total = S::sum(window.slots.as_ref());
+        window.total = sum_of(window.slots.as_ref());
         window.head = (len - 1) as u16;
         let allowed = window.admit(policy, now, cost);
         *newest = window.newest;
@@ -575,6 +547,19 @@ impl<S: Slot, R: AsRef<[S]> + AsMut<[S]>> SlidingWindow<S, R> {
             rest = rest.saturating_sub(oldest);
             e_from = 0;
         }
+    }
+}
+
+/// The sum of `slots`, saturating at `u64::MAX`. Slots of at most 32 bits
+/// cannot reach it in a ring (at most 2¹⁶ of them: below 2⁴⁸), so they add
+/// plainly, which the compiler can vectorise; a longer slice, which no
+/// ring has, and wider slots saturate.
+#[inline]
+fn sum_of<S: Slot>(slots: &[S]) -> u64 {
+    if S::MAX <= u64::from(u32::MAX) && slots.len() <= Policy::MAX_BUCKETS as usize {
+        slots.iter().map(|s| s.get()).sum()
+    } else {
+        slots.iter().fold(0u64, |t, s| t.saturating_add(s.get()))
     }
 }
 
@@ -928,16 +913,16 @@ mod tests {
     #[test]
     fn slot_sums() {
         let most = Policy::MAX_BUCKETS as usize;
-        assert_eq!(u32::sum(&vec![u32::MAX; most]), u64::from(u32::MAX) * most as u64);
-        assert_eq!(u16::sum(&vec![u16::MAX; most]), u64::from(u16::MAX) * most as u64);
+        assert_eq!(sum_of(&vec![u32::MAX; most]), u64::from(u32::MAX) * most as u64);
+        assert_eq!(sum_of(&vec![u16::MAX; most]), u64::from(u16::MAX) * most as u64);
         assert_eq!(
-            u32::sum(&vec![u32::MAX; most + 1]),
+            sum_of(&vec![u32::MAX; most + 1]),
             u64::from(u32::MAX) * (most as u64 + 1)
         );
-        assert_eq!(u32::sum(&[3, 0, 4]), 7);
-        assert_eq!(u32::sum(&[]), 0);
-        assert_eq!(u64::sum(&[u64::MAX - 1, 5, 1]), u64::MAX);
-        assert_eq!(u64::sum(&[2, 5]), 7);
+        assert_eq!(sum_of(&[3u32, 0, 4]), 7);
+        assert_eq!(sum_of::<u32>(&[]), 0);
+        assert_eq!(sum_of(&[u64::MAX - 1, 5, 1]), u64::MAX);
+        assert_eq!(sum_of(&[2u64, 5]), 7);
     }
 
     /// Every assert of seed 000's `main()`.

@@ -22,9 +22,9 @@
 //! be admitted, or all refused after the first: the example fails
 //! otherwise.
 
-use governor::clock::{Clock as _, DefaultClock};
-use governor::middleware::StateInformationMiddleware;
-use governor::{Quota, RateLimiter};
+use governor::clock::{Clock as _, DefaultClock, QuantaInstant};
+use governor::middleware::{StateInformationMiddleware, StateSnapshot};
+use governor::{NotUntil, Quota, RateLimiter};
 use slidegate_core::{Algorithm, Limiter, MonotonicClock, Policy, Weighting};
 use slidegate_memory::{Budget, KeyedLimiter};
 use std::hint::black_box;
@@ -75,16 +75,7 @@ fn decider(case: &str, refused: bool, headers: bool, busy: bool) -> Result<Decid
             let clock = DefaultClock::default();
             let limiter =
                 RateLimiter::direct_with_clock(quota, clock.clone()).with_middleware::<StateInformationMiddleware>();
-            return Ok(Box::new(move || match limiter.check() {
-                Ok(snapshot) => {
-                    black_box(snapshot.remaining_burst_capacity());
-                    true
-                }
-                Err(not_until) => {
-                    black_box(not_until.wait_time_from(clock.now()));
-                    false
-                }
-            }));
+            return Ok(Box::new(move || read_state(limiter.check(), &clock)));
         }
         "governor" => {
             let limiter = RateLimiter::direct(quota);
@@ -94,16 +85,7 @@ fn decider(case: &str, refused: bool, headers: bool, busy: bool) -> Result<Decid
             let clock = DefaultClock::default();
             let limiter =
                 RateLimiter::dashmap_with_clock(quota, clock.clone()).with_middleware::<StateInformationMiddleware>();
-            return Ok(Box::new(move || match limiter.check_key(&0u64) {
-                Ok(snapshot) => {
-                    black_box(snapshot.remaining_burst_capacity());
-                    true
-                }
-                Err(not_until) => {
-                    black_box(not_until.wait_time_from(clock.now()));
-                    false
-                }
-            }));
+            return Ok(Box::new(move || read_state(limiter.check_key(&0u64), &clock)));
         }
         "governor-keyed" => {
             let limiter = RateLimiter::dashmap(quota);
@@ -144,4 +126,19 @@ fn decider(case: &str, refused: bool, headers: bool, busy: bool) -> Result<Decid
     } else {
         Box::new(move || limiter.admit(1))
     })
+}
+
+/// Reads what governor's answer gives a response's headers (the remaining
+/// burst, or the wait), and says whether it admitted.
+fn read_state(answer: Result<StateSnapshot, NotUntil<QuantaInstant>>, clock: &DefaultClock) -> bool {
+    match answer {
+        Ok(snapshot) => {
+            black_box(snapshot.remaining_burst_capacity());
+            true
+        }
+        Err(not_until) => {
+            black_box(not_until.wait_time_from(clock.now()));
+            false
+        }
+    }
 }
