@@ -563,7 +563,6 @@ fn sum_of<S: Slot>(slots: &[S]) -> u64 {
     }
 }
 
-/// `x` as a `u16`, saturating.
 /// The slot of bucket `bucket` in a ring of `len ≥ 1` slots: with the
 /// policy's divisor when `len` is its number of buckets, else a division.
 #[inline]
@@ -576,6 +575,7 @@ fn slot_of(policy: &Policy, bucket: u64, len: usize) -> u64 {
     }
 }
 
+/// `x` as a `u16`, saturating.
 fn sat16(x: u64) -> u16 {
     u16::try_from(x).unwrap_or(u16::MAX)
 }
