@@ -45,9 +45,7 @@ impl FixedWindow {
             self.count = 0;
         }
     }
-}
 
-impl FixedWindow {
     /// [`LimitState::admit`] past its hot path (a new window, a late
     /// request or a peek): out of line, so that the hot path's caller
     /// keeps a small frame.

@@ -39,6 +39,22 @@ impl Gcra {
     pub fn tat(&self) -> u64 {
         self.tat
     }
+
+    /// Whether `cost` units conform at `now`, counted if they do and
+    /// `cost > 0`; and `max(TAT, now)` before them.
+    #[inline]
+    fn conform(&mut self, policy: &Policy, now: u64, cost: u64) -> (bool, u64) {
+        let t_ns = u128::from(policy.step_ns());
+        let burst = burst(policy);
+        let base = self.tat.max(now);
+        // Below 2¹²⁸: base − now < 2⁶⁴ and cost·T ≤ (2⁶⁴ − 1)².
+        let allowed = cost <= burst.min(policy.limit())
+            && u128::from(base - now) + u128::from(cost) * t_ns <= u128::from(burst) * t_ns;
+        if allowed && cost > 0 {
+            self.tat = saturate(u128::from(base) + u128::from(cost) * t_ns);
+        }
+        (allowed, base)
+    }
 }
 
 fn burst(policy: &Policy) -> u64 {
@@ -56,13 +72,8 @@ impl LimitState for Gcra {
         let burst = burst(policy);
         let most = burst.min(policy.limit());
         let cap = u128::from(burst) * t_ns;
-        let base = self.tat.max(now);
+        let (allowed, base) = self.conform(policy, now, cost);
         let backlog = base - now;
-        // Below 2¹²⁸: backlog < 2⁶⁴ and cost·T ≤ (2⁶⁴ − 1)².
-        let allowed = cost <= most && u128::from(backlog) + u128::from(cost) * t_ns <= cap;
-        if allowed && cost > 0 {
-            self.tat = saturate(u128::from(base) + u128::from(cost) * t_ns);
-        }
         // ⌊(burst·T − backlog) / T⌋ = burst − ⌈backlog / T⌉.
         let (q, r) = step.div_rem(self.tat.max(now) - now);
         let remaining = burst
@@ -80,16 +91,7 @@ impl LimitState for Gcra {
     /// out the headers.
     #[inline]
     fn admit(&mut self, policy: &Policy, now: u64, cost: u64) -> bool {
-        let t_ns = u128::from(policy.step_ns());
-        let burst = burst(policy);
-        let base = self.tat.max(now);
-        let backlog = u128::from(base - now);
-        let allowed =
-            cost <= burst.min(policy.limit()) && backlog + u128::from(cost) * t_ns <= u128::from(burst) * t_ns;
-        if allowed && cost > 0 {
-            self.tat = saturate(u128::from(base) + u128::from(cost) * t_ns);
-        }
-        allowed
+        self.conform(policy, now, cost).0
     }
 
     fn record(&mut self, policy: &Policy, now: u64, cost: u64) {

@@ -7,7 +7,7 @@ use slidegate_conformance::oracle::{ExactLog, SeedCounter};
 use slidegate_conformance::strategy::{
     CASES, Family, any_policy, config, extreme_policy_in, extreme_steps, requests, ring, steps, times, weighting,
 };
-use slidegate_core::{Algorithm, Clock, LimitState, Limiter, ManualClock, Policy, SlidingWindow, State, Weighting};
+use slidegate_core::{Algorithm, LimitState, Limiter, ManualClock, Policy, SlidingWindow, State, Weighting};
 use std::time::Duration;
 
 slidegate_conformance::suite! {
@@ -158,14 +158,7 @@ proptest! {
     fn limiter_admit_is_check_without_headers_at_the_limit(
         policy in any_policy(), reqs in requests(15, 6), back in steps(), start in 0u64..1_000,
     ) {
-        let clock = ManualClock::new(0);
-        let mut checked = Limiter::new(policy, &clock);
-        let mut admitted = Limiter::new(policy, &clock);
-        for (t, cost) in times(&reqs, start).into_iter().chain(back) {
-            clock.set(t);
-            prop_assert_eq!(admitted.admit(cost), checked.check(cost).allowed(), "at {} cost {}", t, cost);
-            prop_assert_eq!(admitted.state(), checked.state());
-        }
+        admits_as_it_checks(policy, times(&reqs, start).into_iter().chain(back))?;
     }
 
     /// `Limiter::admit` decides as `Limiter::check` does and leaves the
@@ -173,13 +166,27 @@ proptest! {
     /// one for yes or no, any policy, time (backwards too) and cost.
     #[test]
     fn limiter_admit_is_check_without_headers(policy in extreme_policy_in(&Family::Any), steps in extreme_steps()) {
-        let clock = ManualClock::new(0);
-        let mut checked = Limiter::new(policy, &clock);
-        let mut admitted = Limiter::new(policy, &clock);
-        for (t, cost) in steps {
-            clock.set(t);
-            prop_assert_eq!(admitted.admit(cost), checked.check(cost).allowed(), "at {} cost {}", clock.now(), cost);
-            prop_assert_eq!(admitted.state(), checked.state());
-        }
+        admits_as_it_checks(policy, steps)?;
     }
+}
+
+/// Two limiters of `policy` on one clock, one asked for headers and one for
+/// yes or no, at each `(time, cost)` of `steps`: the same answer and the
+/// same state after every request.
+fn admits_as_it_checks(policy: Policy, steps: impl IntoIterator<Item = (u64, u64)>) -> Result<(), TestCaseError> {
+    let clock = ManualClock::new(0);
+    let mut checked = Limiter::new(policy, &clock);
+    let mut admitted = Limiter::new(policy, &clock);
+    for (t, cost) in steps {
+        clock.set(t);
+        prop_assert_eq!(
+            admitted.admit(cost),
+            checked.check(cost).allowed(),
+            "at {} cost {}",
+            t,
+            cost
+        );
+        prop_assert_eq!(admitted.state(), checked.state());
+    }
+    Ok(())
 }
