@@ -3,7 +3,9 @@
 # throw-away redis-server this script starts on loopback: decisions/s,
 # latency, the server's CPU time per decision (utime + stime from
 # /proc/PID/stat over the calls answered) and redis-server's (used_cpu_user
-# + used_cpu_sys from INFO cpu over the same calls). Every run is bounded
+# + used_cpu_sys from INFO cpu over the same calls), and the machine's
+# (every process's busy time from /proc/stat, the load generator's among
+# them, with how many cores were busy on average). Every run is bounded
 # (100,000 gRPC calls, 5 s of wrk).
 #
 #   bench/load/redis.sh SLIDEGATE_BIN [ROUNDS] [LIMITADOR_BIN]
@@ -38,11 +40,17 @@ for _ in $(seq 100); do redis-cli -p $port PING >/dev/null 2>&1 && break; sleep 
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 redis_cpu() { redis-cli -p $port INFO cpu | awk -F: '/^used_cpu_(user|sys):/ { s += $2 } END { printf "%.6f", s }'; }
 
-# report LABEL LOAD CALLS RATE LATENCY SERVER_TICKS REDIS_SECONDS
+# The machine's busy and idle ticks so far, all CPUs (/proc/stat).
+machine_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9, $5 + $6 }' /proc/stat; }
+
+# report LABEL LOAD CALLS RATE LATENCY SERVER_TICKS REDIS_SECONDS BUSY_TICKS IDLE_TICKS:
+# the machine's line is every process's CPU over the load (the load
+# generator's among them), and how many of the cores were busy.
 report() {
-  awk -v l="$1" -v n="$2" -v c="$3" -v r="$4" -v lat="$5" -v t="$6" -v rs="$7" -v hz="$hz" 'BEGIN {
-    printf "%s %-8s %9.0f calls/s  %-14s  server %6.2f us/decision  redis %6.2f us/decision\n",
-      l, n, r, lat, t / hz * 1e6 / c, rs * 1e6 / c }'
+  awk -v l="$1" -v n="$2" -v c="$3" -v r="$4" -v lat="$5" -v t="$6" -v rs="$7" -v b="$8" -v i="$9" \
+    -v hz="$hz" -v cores="$(nproc)" 'BEGIN {
+    printf "%s %-8s %9.0f calls/s  %-14s  server %6.2f us/decision  redis %6.2f us/decision  machine %6.2f us/decision, %.2f of %d cores busy\n",
+      l, n, r, lat, t / hz * 1e6 / c, rs * 1e6 / c, b / hz * 1e6 / c, cores * b / (b + i), cores }'
 }
 
 source bench/load/common.sh
@@ -74,17 +82,18 @@ round() {
     exit 1
   fi
   local before after rbefore rafter out calls rate lat
-  before=$(cpu_ticks $server); rbefore=$(redis_cpu)
+  before=$(cpu_ticks $server); rbefore=$(redis_cpu); read -r mbusy midle < <(machine_ticks)
   out=$(h2load -n 100000 -c 64 -m 10 -t 2 -H 'content-type: application/grpc' -H 'te: trailers' \
     -d bench/load/grpc-hot.bin "http://$grpc/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
-  after=$(cpu_ticks $server); rafter=$(redis_cpu)
+  after=$(cpu_ticks $server); rafter=$(redis_cpu); read -r mbusy2 midle2 < <(machine_ticks)
   calls=$(echo "$out" | awk '/^requests:/ { print $8 }')
   rate=$(echo "$out" | awk '/^finished in/ { print $4 }')
   lat=$(echo "$out" | awk '/^time for request:/ { print $6 }')
-  report "$label" grpc "$calls" "$rate" "mean $lat" $((after - before)) "$(echo "$rafter - $rbefore" | bc -l)"
-  before=$(cpu_ticks $server); rbefore=$(redis_cpu)
+  report "$label" grpc "$calls" "$rate" "mean $lat" $((after - before)) "$(echo "$rafter - $rbefore" | bc -l)" \
+    $((mbusy2 - mbusy)) $((midle2 - midle))
+  before=$(cpu_ticks $server); rbefore=$(redis_cpu); read -r mbusy midle < <(machine_ticks)
   out=$(wrk -t2 -c64 -d5s --latency -s "$4" "http://$http$5")
-  after=$(cpu_ticks $server); rafter=$(redis_cpu)
+  after=$(cpu_ticks $server); rafter=$(redis_cpu); read -r mbusy2 midle2 < <(machine_ticks)
   if echo "$out" | grep -q "Non-2xx"; then
     echo "error: the $2 server answered non-2xx statuses" >&2
     exit 1
@@ -92,7 +101,8 @@ round() {
   calls=$(echo "$out" | awk '/ requests in / { print $1 }')
   rate=$(echo "$out" | awk '/Requests\/sec/ { print $2 }')
   lat=$(echo "$out" | awk '/^ +99%/ { print $2 }')
-  report "$label" "$3" "$calls" "$rate" "p99 $lat" $((after - before)) "$(echo "$rafter - $rbefore" | bc -l)"
+  report "$label" "$3" "$calls" "$rate" "p99 $lat" $((after - before)) "$(echo "$rafter - $rbefore" | bc -l)" \
+    $((mbusy2 - mbusy)) $((midle2 - midle))
   kill $server
   wait $server 2>/dev/null || true
 }
