@@ -847,7 +847,7 @@ impl<S: Slot, R: AsRef<[S]> + AsMut<[S]>> LimitState for SlidingWindow<S, R> {
         let start = self.newest.saturating_mul(b);
         if cost > 0 && now >= start && now - start < b {
             let (newest, slot) = (self.newest, usize::from(self.newest_slot));
-            let allowed = self.total.checked_add(cost).is_some_and(|all| all <= policy.limit())
+            let allowed = policy.limit().checked_sub(self.total).is_some_and(|room| cost <= room)
                 || (weighting(policy) == Weighting::Interpolated
                     && self
                         .judge(policy, Weighting::Interpolated, newest, now - start, slot, cost)
