@@ -151,6 +151,22 @@ pub(crate) fn saturating_sum(values: impl Iterator<Item = u64>) -> u64 {
     values.fold(0, u64::saturating_add)
 }
 
+/// `now − idx·width` when `now` falls in span `idx` of `width` ns (the
+/// spans `[idx·width, (idx + 1)·width)`), else `None`: the algorithms' hot
+/// paths ask it of the span they last counted in, without a division.
+#[inline]
+pub(crate) fn elapsed_in(idx: u64, width: u64, now: u64) -> Option<u64> {
+    let elapsed = now.checked_sub(idx.saturating_mul(width))?;
+    (elapsed < width).then_some(elapsed)
+}
+
+/// Whether `cost` more units fit beside `used` under `limit`, without
+/// overflow: `used + cost ≤ limit`.
+#[inline]
+pub(crate) fn fits(limit: u64, used: u64, cost: u64) -> bool {
+    used.checked_add(cost).is_some_and(|sum| sum <= limit)
+}
+
 /// Whole seconds, rounded up.
 pub(crate) fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)

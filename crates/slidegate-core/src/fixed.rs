@@ -1,6 +1,6 @@
 //! `fixed_window`: one counter per fixed window.
 
-use crate::decision::saturate;
+use crate::decision::{elapsed_in, fits, saturate};
 use crate::{Decision, LimitState, Policy};
 
 /// `fixed_window`: one counter for the current window `floor(t / W)`,
@@ -99,14 +99,12 @@ impl LimitState for FixedWindow {
     /// counted in.
     #[inline]
     fn admit(&mut self, policy: &Policy, now: u64, cost: u64) -> bool {
-        let w = policy.step_ns();
-        let start = self.window.saturating_mul(w);
-        if cost > 0 && now >= start && now - start < w {
-            let fits = self.count.checked_add(cost).is_some_and(|sum| sum <= policy.limit());
-            if fits {
+        if cost > 0 && elapsed_in(self.window, policy.step_ns(), now).is_some() {
+            let allowed = fits(policy.limit(), self.count, cost);
+            if allowed {
                 self.count += cost;
             }
-            return fits;
+            return allowed;
         }
         self.admit_beyond(policy, now, cost)
     }

@@ -1,7 +1,7 @@
 //! `sliding_window`: the ring of `n` sub-buckets of seed 000 with a running
 //! total.
 
-use crate::decision::saturate;
+use crate::decision::{elapsed_in, fits, saturate, saturating_sum};
 use crate::div::{Divisor, div_wide};
 use crate::{Algorithm, Decision, LimitState, Policy, Weighting};
 use alloc::boxed::Box;
@@ -559,7 +559,7 @@ fn sum_of<S: Slot>(slots: &[S]) -> u64 {
     if S::MAX <= u64::from(u32::MAX) && slots.len() <= Policy::MAX_BUCKETS as usize {
         slots.iter().map(|s| s.get()).sum()
     } else {
-        slots.iter().fold(0u64, |t, s| t.saturating_add(s.get()))
+        saturating_sum(slots.iter().map(|s| s.get()))
     }
 }
 
@@ -843,14 +843,14 @@ impl<S: Slot, R: AsRef<[S]> + AsMut<[S]>> LimitState for SlidingWindow<S, R> {
         // (the most any weighting counts), it is admitted; if it does not,
         // conservative weighting (which counts the oldest bucket whole)
         // refuses it, and interpolated weighting weighs the oldest bucket.
-        let b = policy.step_ns();
-        let start = self.newest.saturating_mul(b);
-        if cost > 0 && now >= start && now - start < b {
+        if cost > 0
+            && let Some(elapsed) = elapsed_in(self.newest, policy.step_ns(), now)
+        {
             let (newest, slot) = (self.newest, usize::from(self.newest_slot));
-            let allowed = policy.limit().checked_sub(self.total).is_some_and(|room| cost <= room)
+            let allowed = fits(policy.limit(), self.total, cost)
                 || (weighting(policy) == Weighting::Interpolated
                     && self
-                        .judge(policy, Weighting::Interpolated, newest, now - start, slot, cost)
+                        .judge(policy, Weighting::Interpolated, newest, elapsed, slot, cost)
                         .allowed);
             if allowed {
                 self.add(newest, slot, cost);
