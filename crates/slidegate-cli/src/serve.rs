@@ -9,7 +9,7 @@ use slidegate_memory::Budget;
 use slidegate_server::engine::{InputLimits, Settings};
 use slidegate_server::grpc::ResponseHeaderNames;
 use slidegate_server::redis_store::RedisOptions;
-use slidegate_server::server::{self, Endpoint, Options, StartError, Timeouts, TlsOptions};
+use slidegate_server::server::{self, ConnectionLimits, Endpoint, Options, StartError, Timeouts, TlsOptions};
 use slidegate_server::tls::TlsFile;
 use slidegate_server::trace::DECISION_TARGET;
 use slidegate_store::FailurePolicy;
@@ -89,15 +89,47 @@ pub(crate) struct Args {
     /// HTTP: the longest wait for a request's headers, from when the
     /// connection opens or the previous answer is sent (so also the longest
     /// a kept-alive connection may sit idle between requests); gRPC: the
-    /// longest wait for the HTTP/2 preface. With TLS, the handshake must
-    /// finish within it too (gRPC: the handshake and the preface together).
-    /// The connection is then closed.
+    /// longest wait for the HTTP/2 preface, and for the first call (then a
+    /// `GOAWAY`). With TLS, the handshake must finish within it too (gRPC:
+    /// the handshake and the preface together). The connection is then
+    /// closed.
     #[arg(long, env = "SLIDEGATE_HEADER_TIMEOUT", default_value = "10s", value_parser = parse_timeout, value_name = "DURATION")]
     header_timeout: Duration,
-    /// A connection (HTTP or gRPC) on which no byte is read or written for
-    /// this long is closed.
+    /// A connection (HTTP or gRPC) that starts no request or call for this
+    /// long, with none in flight, is asked to close (gRPC: a `GOAWAY`; a
+    /// client reconnects for its next call); bytes alone (HTTP/2 `PING`s
+    /// and `SETTINGS`, part of a request) do not keep it, and neither
+    /// does its first request not started within `--header-timeout`. One
+    /// on which no byte is read or written for this long is closed too.
     #[arg(long, env = "SLIDEGATE_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_timeout, value_name = "DURATION")]
     idle_timeout: Duration,
+    /// The most connections open at once, HTTP and gRPC together. When all
+    /// are taken, a new connection takes the place of the idlest one (one
+    /// that never made a request first, closed at once; else the one whose
+    /// last request is oldest, asked to close), or is closed at once when
+    /// every connection has a request in flight (counted in
+    /// `slidegate_connections_closed_total`) [default: from the file
+    /// descriptor limit: seven eighths of what is left after 32, at least
+    /// 8, at most 16384]
+    #[arg(long, env = "SLIDEGATE_MAX_CONNECTIONS", value_name = "N")]
+    max_connections: Option<usize>,
+    /// The most concurrent HTTP/2 streams (gRPC calls) on one connection;
+    /// a client that wants more opens another connection, as Envoy and
+    /// gRPC clients do.
+    #[arg(long, env = "SLIDEGATE_MAX_CONCURRENT_STREAMS", default_value_t = slidegate_server::admission::DEFAULT_MAX_STREAMS, value_name = "N")]
+    max_concurrent_streams: u32,
+    /// The most requests and calls in flight at once over every
+    /// connection; past it a new one is answered at once, HTTP 503 with
+    /// `Retry-After: 1` or gRPC `RESOURCE_EXHAUSTED`, and counted
+    /// (`slidegate_calls_shed_total`), rather than queued.
+    #[arg(long, env = "SLIDEGATE_MAX_IN_FLIGHT", default_value_t = slidegate_server::admission::DEFAULT_MAX_IN_FLIGHT, value_name = "N")]
+    max_in_flight: usize,
+    /// A connection this old is asked to close (gRPC: a `GOAWAY`, its
+    /// calls in flight finishing within `--request-timeout`), as gRPC's
+    /// `max_connection_age`; clients reconnect, so that load spreads anew
+    /// over instances. Unset: no maximum age.
+    #[arg(long, env = "SLIDEGATE_MAX_CONNECTION_AGE", value_parser = parse_timeout, value_name = "DURATION")]
+    max_connection_age: Option<Duration>,
     /// HTTP: the longest wait for a request body (then 408); gRPC: the
     /// longest a call may take (then `CANCELLED`), or the client's
     /// `grpc-timeout` if shorter.
@@ -345,6 +377,9 @@ impl Args {
             );
         }
         for (flag, value) in [
+            ("--max-connections", self.max_connections.unwrap_or(1)),
+            ("--max-concurrent-streams", self.max_concurrent_streams as usize),
+            ("--max-in-flight", self.max_in_flight),
             ("--max-body", self.max_body),
             ("--max-descriptors", self.max_descriptors),
             ("--max-entries", self.max_entries),
@@ -390,7 +425,15 @@ impl Args {
             bounded: self.redis_bounded,
             batching: self.redis_batching == Switch::On,
         });
+        let mut connections = ConnectionLimits::default();
+        if let Some(n) = self.max_connections {
+            connections.max_connections = n;
+        }
+        connections.max_streams = self.max_concurrent_streams;
+        connections.max_in_flight = self.max_in_flight;
+        connections.max_age = self.max_connection_age;
         Ok(Options {
+            connections,
             redis,
             config: self.config.clone(),
             http: self.http.clone(),
@@ -515,8 +558,12 @@ fn init_log(format: LogFormat, otlp: Option<&Otlp>) -> anyhow::Result<()> {
 fn subscriber(format: LogFormat, otlp: Option<&Otlp>) -> anyhow::Result<Box<dyn tracing::Subscriber + Send + Sync>> {
     use tracing_subscriber::Layer as _;
     use tracing_subscriber::layer::SubscriberExt as _;
+    // h2 warns once per connection it closes for a flood of resets or
+    // frames (an attack makes thousands a second): the server counts those
+    // and logs one line per 10 s instead, so h2's own are off unless
+    // `RUST_LOG` names them.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| "info".into())
+        .unwrap_or_else(|_| "info,h2=error".into())
         // The decision spans carry what a request does: never in the log
         // (and, without `--otlp-endpoint`, never made at all).
         .add_directive(format!("{DECISION_TARGET}=off").parse()?);

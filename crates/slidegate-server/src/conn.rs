@@ -5,7 +5,9 @@
 //! gRPC) and the socket wrapper that closes a connection that says nothing
 //! in time.
 
+use crate::admission::{Admission, Close, Ticket, is_protocol_error};
 use crate::listen::{Listener, Stream};
+use crate::log_limit::LogLimit;
 use crate::tls::{Alpn, Tls};
 use crate::workers::Workers;
 use hyper_util::server::graceful::GracefulConnection;
@@ -187,23 +189,29 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
 
 /// Accepts on `listener` until `stopped` turns true, then closes it (a
 /// Unix socket's file is removed) and returns the connections' tasks still
-/// running. Each connection gets a task of its own, in which it is opened
-/// (the TLS handshake, with `tls`, on TCP only, within the header timeout
-/// from when it was accepted; one that fails or is late is dropped) and
-/// then handed to `serve`, guarded: its first `opening` bytes within the
-/// header timeout of its acceptance, never the idle timeout without a
-/// byte.
+/// running. Each connection is first admitted (`admission`: under the cap
+/// on open connections, making room or shed at once as
+/// [`crate::admission`] says), then gets a task of its own, in which it is
+/// opened (the TLS handshake, with `tls`, on TCP only, within the header
+/// timeout from when it was accepted; one that fails or is late is
+/// dropped) and handed to `serve` with its ticket, guarded: its first
+/// `opening` bytes within the header timeout of its acceptance, never the
+/// idle timeout without a byte. When `accept` fails (out of descriptors,
+/// most often) the loop backs off, 10 ms doubling to 1 s, the connections
+/// already open served meanwhile, and logs one line per 10 s at most.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn accept<F, Fut>(
     listener: Listener,
     tls: Option<(Arc<Tls>, Alpn)>,
     opening: usize,
     timeouts: Timeouts,
+    admission: Arc<Admission>,
     mut stopped: watch::Receiver<bool>,
     workers: Option<Arc<Workers>>,
     serve: F,
 ) -> JoinSet<()>
 where
-    F: Fn(Guarded<Stream>) -> Fut + Clone + Send + 'static,
+    F: Fn(Guarded<Stream>, Ticket) -> Fut + Clone + Send + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
     let mut connections = JoinSet::new();
@@ -211,17 +219,26 @@ where
         let _ = stopped.wait_for(|&s| s).await;
     };
     let mut stop = std::pin::pin!(stop);
+    let mut backoff = ACCEPT_BACKOFF_FIRST;
+    let accept_log = LogLimit::new(ACCEPT_LOG_EVERY);
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(stream) => {
+                    backoff = ACCEPT_BACKOFF_FIRST;
                     let opened = Instant::now();
+                    let Some(ticket) = admission.admit(opened) else {
+                        // Every place is taken by a connection with a call
+                        // in flight: closed at once (counted).
+                        drop(stream);
+                        continue;
+                    };
                     let acceptor = tls.as_ref().map(|(tls, alpn)| tls.acceptor(*alpn));
                     let serve = serve.clone();
                     let connection = move |stream| async move {
                         let deadline = opened.checked_add(timeouts.header).unwrap_or(opened);
                         match open(stream, acceptor, deadline).await {
-                            Ok(stream) => serve(Guarded::new(stream, opening, timeouts, opened)).await,
+                            Ok(stream) => serve(Guarded::new(stream, opening, timeouts, opened), ticket).await,
                             // A client's business, as in serving.
                             Err(e) => tracing::debug!(error = %e, "a TLS handshake failed"),
                         }
@@ -256,10 +273,21 @@ where
                     }
                 }
                 Err(e) => {
-                    // Out of file descriptors, most likely: wait a little
-                    // rather than spin, as axum::serve does.
-                    tracing::warn!(error = %e, "cannot accept a connection");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    // Out of file descriptors, most likely: wait rather
+                    // than spin, longer each time, the open connections
+                    // served meanwhile.
+                    admission.accept_error();
+                    if let Some(more) = accept_log.hit(Instant::now().into_std()) {
+                        tracing::warn!(error = %e, failed_since_last_line = more, "cannot accept connections; backing off");
+                    }
+                    let resume = Instant::now() + backoff;
+                    backoff = (backoff * 2).min(ACCEPT_BACKOFF_MOST);
+                    loop {
+                        tokio::select! {
+                            () = tokio::time::sleep_until(resume) => break,
+                            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                        }
+                    }
                 }
             },
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
@@ -269,6 +297,13 @@ where
     drop(listener);
     connections
 }
+
+/// The first wait after a failed `accept`.
+const ACCEPT_BACKOFF_FIRST: Duration = Duration::from_millis(10);
+/// The longest wait after failed `accept`s.
+const ACCEPT_BACKOFF_MOST: Duration = Duration::from_secs(1);
+/// At most one log line per this long for failed `accept`s.
+const ACCEPT_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// Aborts a task (on another runtime) when dropped.
 struct AbortOnDrop(tokio::task::AbortHandle);
@@ -297,47 +332,71 @@ async fn open(stream: Stream, acceptor: Option<tokio_rustls::TlsAcceptor>, deadl
 /// Serves HTTP/1.1 on `listener` until `stopped` turns true, then stops
 /// accepting (the listener is closed at once) and lets every connection
 /// finish the request in flight.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn serve_http(
     listener: Listener,
     tls: Option<Arc<Tls>>,
     routes: crate::http::Routes,
     timeouts: Timeouts,
+    admission: Arc<Admission>,
     stopped: watch::Receiver<bool>,
     workers: Option<Arc<Workers>>,
 ) {
     let connection_stop = stopped.clone();
-    let serve = move |stream| {
+    let serve = move |stream, ticket: Ticket| {
         let io = hyper_util::rt::TokioIo::new(crate::canned::ProblemAnswers::new(stream));
         let mut builder = hyper::server::conn::http1::Builder::new();
         builder
             .timer(hyper_util::rt::TokioTimer::new())
             .header_read_timeout(timeouts.header);
-        serve_connection(builder.serve_connection(io, routes.clone()), connection_stop.clone())
+        let service = ticket.track(routes.clone(), crate::http::overloaded);
+        serve_connection(
+            builder.serve_connection(io, service),
+            connection_stop.clone(),
+            ticket,
+            timeouts,
+        )
     };
     let tls = tls.map(|tls| (tls, Alpn::Http1));
-    serve_listener("HTTP", listener, tls, 0, timeouts, stopped, workers, serve).await;
+    serve_listener("HTTP", listener, tls, 0, timeouts, admission, stopped, workers, serve).await;
 }
 
-/// Serves gRPC (HTTP/2 only, on hyper's connection builder with tonic's
-/// settings: no limit on concurrent streams, hyper's defaults otherwise)
-/// on `listener` until `stopped` turns true, then stops accepting and
-/// lets every connection finish the calls in flight (a `GOAWAY` first).
+/// The flow-control window of each HTTP/2 stream: HTTP/2's own default
+/// (hyper's is 1 MiB). A stream's unread data is bounded by it, and a
+/// `ShouldRateLimit` request is a few hundred bytes.
+const STREAM_WINDOW: u32 = 65_535;
+
+/// Serves gRPC (HTTP/2 only, on hyper's connection builder, with
+/// `max_streams` concurrent streams a connection and a 64 KiB window a
+/// stream, hyper's defaults otherwise) on `listener` until `stopped` turns
+/// true, then stops accepting and lets every connection finish the calls
+/// in flight (a `GOAWAY` first).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn serve_grpc<C: slidegate_core::Clock + Send + Sync + 'static>(
     listener: Listener,
     tls: Option<Arc<Tls>>,
     routes: crate::grpc_routes::GrpcRoutes<C>,
     timeouts: Timeouts,
+    admission: Arc<Admission>,
     stopped: watch::Receiver<bool>,
     workers: Option<Arc<Workers>>,
 ) {
     let connection_stop = stopped.clone();
-    let serve = move |stream| {
+    let max_streams = admission.limits().max_streams;
+    let serve = move |stream, ticket: Ticket| {
         let io = hyper_util::rt::TokioIo::new(stream);
         let mut builder = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new());
         builder
             .timer(hyper_util::rt::TokioTimer::new())
-            .max_concurrent_streams(None);
-        serve_connection(builder.serve_connection(io, routes.clone()), connection_stop.clone())
+            .max_concurrent_streams(max_streams)
+            .initial_stream_window_size(STREAM_WINDOW);
+        let service = ticket.track(routes.clone(), crate::grpc_routes::overloaded);
+        serve_connection(
+            builder.serve_connection(io, service),
+            connection_stop.clone(),
+            ticket,
+            timeouts,
+        )
     };
     let tls = tls.map(|tls| (tls, Alpn::H2));
     serve_listener(
@@ -346,6 +405,7 @@ pub(crate) async fn serve_grpc<C: slidegate_core::Clock + Send + Sync + 'static>
         tls,
         HTTP2_PREFACE_LEN,
         timeouts,
+        admission,
         stopped,
         workers,
         serve,
@@ -362,16 +422,17 @@ async fn serve_listener<F, Fut>(
     tls: Option<(Arc<Tls>, Alpn)>,
     opening: usize,
     timeouts: Timeouts,
+    admission: Arc<Admission>,
     stopped: watch::Receiver<bool>,
     workers: Option<Arc<Workers>>,
     serve: F,
 ) where
-    F: Fn(Guarded<Stream>) -> Fut + Clone + Send + 'static,
+    F: Fn(Guarded<Stream>, Ticket) -> Fut + Clone + Send + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
     // The workers run until the connections on them are done.
     let keep = workers.clone();
-    let mut connections = accept(listener, tls, opening, timeouts, stopped, workers, serve).await;
+    let mut connections = accept(listener, tls, opening, timeouts, admission, stopped, workers, serve).await;
     tracing::info!(
         connections = connections.len(),
         "the {name} listener is closed: its open connections finish their requests"
@@ -381,25 +442,54 @@ async fn serve_listener<F, Fut>(
 }
 
 /// Drives `connection` until it ends, asking it to finish and close once
-/// `stopped` turns true.
-async fn serve_connection<G>(connection: G, mut stopped: watch::Receiver<bool>)
+/// `stopped` turns true, or once its ticket's connection must close (no
+/// call started in time, its place wanted, its maximum age: see
+/// [`crate::admission`]); a connection asked to close gracefully that has
+/// not within the request timeout is dropped. A connection that ends with
+/// an HTTP/2 protocol error is counted, and logged at warn at most once
+/// per 10 s for them all.
+async fn serve_connection<G>(connection: G, mut stopped: watch::Receiver<bool>, ticket: Ticket, timeouts: Timeouts)
 where
     G: GracefulConnection,
-    G::Error: std::fmt::Display,
+    G::Error: std::error::Error + 'static,
 {
     let mut connection = std::pin::pin!(connection);
+    let admission = Arc::clone(ticket.admission());
+    let conn = Arc::clone(ticket.conn());
     let stop = async move {
         let _ = stopped.wait_for(|&s| s).await;
     };
+    let watch = conn.watch(timeouts.header, timeouts.idle, admission.limits().max_age);
     let result = tokio::select! {
         result = connection.as_mut() => result,
         () = stop => {
             connection.as_mut().graceful_shutdown();
             connection.await
         }
+        how = watch => {
+            admission.closed(how);
+            if how == Close::Now {
+                return;
+            }
+            connection.as_mut().graceful_shutdown();
+            match tokio::time::timeout(timeouts.request, connection).await {
+                Ok(result) => result,
+                Err(_) => return,
+            }
+        }
     };
     if let Err(e) = result {
+        if is_protocol_error(&e) {
+            if let Some(more) = admission.protocol_error() {
+                tracing::warn!(
+                    error = %e,
+                    connections_since_last_line = more,
+                    "HTTP/2 connections closed for protocol errors (a client breaking the protocol or flooding frames); counted in slidegate_connections_closed_total"
+                );
+            }
+        }
         // Timeouts, resets, malformed requests: the client's business.
         tracing::debug!(error = %e, "a connection ended with an error");
     }
+    drop(ticket);
 }

@@ -125,6 +125,15 @@ impl<C: Clock + Send + Sync + 'static> hyper::service::Service<http::Request<Inc
     }
 }
 
+/// The answer to a call that comes when the in-flight budget is spent
+/// (`--max-in-flight`, [`crate::admission`]): `RESOURCE_EXHAUSTED`, as
+/// gRPC servers answer an overload.
+pub(crate) fn overloaded() -> Answered {
+    tonic::Status::resource_exhausted("the service has as many calls in flight as it takes (--max-in-flight)")
+        .into_http::<tonic::body::Body>()
+        .map(Answer::Tonic)
+}
+
 /// A tonic service's answer to `request`, as the routes answer.
 fn tonic_call<S>(
     mut service: S,

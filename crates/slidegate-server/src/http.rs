@@ -4,7 +4,8 @@
 
 use crate::engine::{AdHoc, Answer, Code, EngineError, Request as EngineRequest};
 use crate::grpc::{answer_headers, answer_to_wire, decide, request_from_wire};
-use crate::metrics::{Api, Outcome};
+use crate::log_limit::LogLimit;
+use crate::metrics::{Api, AuthFailure, Outcome};
 use crate::proto::descriptor::RateLimitDescriptor;
 use crate::proto::rls::RateLimitRequest;
 use crate::server::Shared;
@@ -30,10 +31,15 @@ use tower::ServiceExt;
 
 /// The routes, over `shared`.
 pub(crate) fn router<C: Clock + Send + Sync + 'static>(shared: Arc<Shared<C>>) -> Router {
+    // One for the router: its every request shares it.
+    let admin_log = Arc::new(LogLimit::new(ADMIN_LOG_EVERY));
     Router::new()
         .route("/json", post(json::<C>))
         .route("/v1/check", post(check::<C>))
-        .route("/v1/reset", post(reset::<C>))
+        .route(
+            "/v1/reset",
+            post(move |state, request| reset::<C>(state, request, admin_log)),
+        )
         .route("/healthz", get(|| async { "OK\n" }))
         // envoyproxy/ratelimit's health check path.
         .route("/healthcheck", get(|| async { "OK\n" }))
@@ -211,6 +217,21 @@ impl IntoResponse for Problem {
     }
 }
 
+/// The answer to a request that comes when the in-flight budget is spent
+/// (`--max-in-flight`, [`crate::admission`]): 503 with a problem
+/// document, to retry in a second.
+pub(crate) fn overloaded() -> Response {
+    let mut response = Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the service has as many requests in flight as it takes (--max-in-flight); retry shortly",
+    )
+    .into_response();
+    response
+        .headers_mut()
+        .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
+}
+
 /// Reads the whole body, refusing one over the limit with 413 and one that
 /// does not arrive within `timeout` with 408.
 async fn read_body(body: Body, headers: &HeaderMap, limit: usize, timeout: Duration) -> Result<bytes::Bytes, Problem> {
@@ -266,6 +287,31 @@ fn authorize(admin_token: Option<&[u8]>, headers: &HeaderMap, endpoint: &str) ->
         )),
         Some(given) if same_bytes(given, token) => Ok(()),
         Some(_) => Err(Problem::new(StatusCode::FORBIDDEN, "the admin token is wrong")),
+    }
+}
+
+/// The shortest time between two log lines about refused admin tokens.
+const ADMIN_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// Counts a request refused by [`authorize`] (401 or 403; a 404, the
+/// endpoint off, is no token attempt) and logs it at warn, at most once
+/// each [`ADMIN_LOG_EVERY`], saying how many were refused since the last
+/// line. Nothing the request carried is logged (not its token, nor its
+/// address): a client must not be able to write into the log.
+fn admin_refused<C: Clock>(shared: &Shared<C>, log: &LogLimit, status: StatusCode) {
+    let reason = match status {
+        StatusCode::UNAUTHORIZED => AuthFailure::Missing,
+        StatusCode::FORBIDDEN => AuthFailure::Wrong,
+        _ => return,
+    };
+    shared.metrics.admin_auth_failure(reason);
+    if let Some(held) = log.hit(tokio::time::Instant::now().into_std()) {
+        tracing::warn!(
+            refused = held.saturating_add(1),
+            last = reason.as_str(),
+            "POST /v1/reset refused requests for a missing or wrong admin token: `refused` since the last such line (at most one each {} s; slidegate_admin_auth_failures_total counts them by reason)",
+            log.interval().as_secs(),
+        );
     }
 }
 
@@ -630,14 +676,17 @@ async fn check<C: Clock + Send + Sync + 'static>(
 
 /// `POST /v1/reset`: forgets the counts of an ad-hoc key, or of every limit
 /// the descriptors match; answers how many counters were held. Off unless
-/// an admin token is configured; then the request must carry it.
+/// an admin token is configured; then the request must carry it, and a
+/// refusal is counted and logged within `admin_log` ([`admin_refused`]).
 async fn reset<C: Clock + Send + Sync + 'static>(
     State(shared): State<Arc<Shared<C>>>,
     request: axum::extract::Request,
+    admin_log: Arc<LogLimit>,
 ) -> Result<Response, Problem> {
     // The headers taken, not copied (axum's `HeaderMap` extractor clones them).
     let (http::request::Parts { headers, .. }, body) = request.into_parts();
-    authorize(shared.admin_token.as_deref(), &headers, "POST /v1/reset")?;
+    authorize(shared.admin_token.as_deref(), &headers, "POST /v1/reset")
+        .inspect_err(|refused| admin_refused(&shared, &admin_log, refused.status))?;
     let bytes = read_body(body, &headers, shared.body_limit, shared.body_timeout).await?;
     let held = match parse_check_body(&bytes)? {
         CheckBody::Descriptors(request) => {

@@ -10,11 +10,14 @@
 //! - [`grpc`] and [`http`](mod@http): the front ends; [`proto`]: the wire types;
 //! - [`metrics`]: the Prometheus registry;
 //! - [`server`]: starting, reloading and graceful shutdown; [`conn`]: the
-//!   connections' timeouts; [`listen`]: TCP addresses and Unix sockets;
+//!   connections' timeouts; [`admission`]: the caps on connections,
+//!   streams and calls in flight; [`listen`]: TCP addresses and Unix sockets;
 //!   [`tls`]: TLS and mutual TLS with rustls, reloaded when the files
 //!   change;
 //! - [`trace`]: each decision's span, continued from the W3C or B3 trace
-//!   context of the request.
+//!   context of the request;
+//! - [`log_limit`]: one log line per interval for events a client can
+//!   repeat.
 #![deny(unsafe_code)]
 // No panics on the request path: the lints are off in unit tests only.
 #![cfg_attr(
@@ -30,6 +33,7 @@
     )
 )]
 
+pub mod admission;
 mod canned;
 pub mod config;
 pub mod conn;
@@ -38,6 +42,7 @@ pub mod grpc;
 mod grpc_routes;
 pub mod http;
 pub mod listen;
+pub mod log_limit;
 pub mod metrics;
 pub mod proto;
 pub mod redis_store;

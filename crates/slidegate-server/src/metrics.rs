@@ -8,6 +8,7 @@
 //! ([`Match::metric_key`](crate::config::Match::metric_key), sanitized by
 //! [`stat_name`]).
 
+use crate::admission::AdmissionStats;
 use crate::engine::{Answer, Code, Request, Status};
 use parking_lot::Mutex;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
@@ -183,6 +184,7 @@ pub struct Metrics {
     /// non-zero estimate: a bound on those refused early.
     false_seed: Gauge<f64, std::sync::atomic::AtomicU64>,
     store_errors: Counter,
+    admin_auth: AdminAuthMetrics,
     reloads: Family<ReloadLabels, Counter>,
     redis_errors: Counter,
     redis_fallbacks: Family<FallbackLabels, Counter>,
@@ -195,6 +197,7 @@ pub struct Metrics {
     /// The Redis store's figures at the last scrape.
     redis_seen: Mutex<Seen>,
     in_flight: Gauge,
+    connections: ConnectionMetrics,
     rules: Family<RuleLabels, Counter>,
     rule_hits: RuleHitFamilies,
     /// The near-limit ratio, as envoyproxy/ratelimit keeps it (`float32`).
@@ -403,6 +406,7 @@ impl Metrics {
             "Decisions the store could not make",
             store_errors.clone(),
         );
+        let admin_auth = AdminAuthMetrics::new(&mut registry);
         let reloads = Family::<ReloadLabels, Counter>::default();
         registry.register("config_reloads", "Config reloads by result", reloads.clone());
         let redis_errors = Counter::default();
@@ -453,6 +457,7 @@ impl Metrics {
             "Hybrid mode: keys whose counts wait for the next sync",
             redis_pending_keys.clone(),
         );
+        let connections = ConnectionMetrics::new(&mut registry);
         let in_flight = Gauge::default();
         registry.register(
             "http_requests_in_flight",
@@ -460,6 +465,7 @@ impl Metrics {
             in_flight.clone(),
         );
         Metrics {
+            connections,
             rules,
             rule_hits,
             near_limit_ratio,
@@ -484,6 +490,7 @@ impl Metrics {
             summary_fill,
             false_seed,
             store_errors,
+            admin_auth,
             reloads,
             redis_errors,
             redis_fallbacks,
@@ -630,6 +637,11 @@ impl Metrics {
             .or_default()
             .insert(rule.to_owned(), series);
         known.len += 1;
+    }
+
+    /// Takes in the connections' figures (at each scrape).
+    pub fn connections(&self, now: &AdmissionStats) {
+        self.connections.observe(now);
     }
 
     /// An HTTP request started; it ends when the guard drops.
@@ -941,6 +953,67 @@ label_values! {
     DecisionOutcome { Admitted => "admitted", Refused => "refused" }
 }
 
+/// Why a request to an admin endpoint (`POST /v1/reset`) was refused for
+/// its token.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub(crate) enum AuthFailure {
+    /// No `Authorization: Bearer` token: 401.
+    Missing,
+    /// Another token than the admin token: 403.
+    Wrong,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AuthFailureLabels {
+    reason: AuthFailure,
+}
+
+label_values! {
+    AuthFailure { Missing => "missing", Wrong => "wrong" }
+}
+
+/// `slidegate_admin_auth_failures_total{reason}`: both series made at
+/// once, so that they show 0 before the first failure (an alert on their
+/// rate sees it).
+struct AdminAuthMetrics {
+    missing: Counter,
+    wrong: Counter,
+}
+
+impl AdminAuthMetrics {
+    fn new(registry: &mut Registry) -> Self {
+        let family = Family::<AuthFailureLabels, Counter>::default();
+        registry.register(
+            "admin_auth_failures",
+            "Requests to POST /v1/reset refused for their admin token, by reason: missing (no Authorization: Bearer, 401) or wrong (another token, 403)",
+            family.clone(),
+        );
+        // One statement each: `get_or_create` holds the family's lock until
+        // its guard drops.
+        let missing = family
+            .get_or_create(&AuthFailureLabels {
+                reason: AuthFailure::Missing,
+            })
+            .clone();
+        let wrong = family
+            .get_or_create(&AuthFailureLabels {
+                reason: AuthFailure::Wrong,
+            })
+            .clone();
+        AdminAuthMetrics { missing, wrong }
+    }
+}
+
+impl Metrics {
+    /// Counts a request to an admin endpoint refused for its token.
+    pub(crate) fn admin_auth_failure(&self, reason: AuthFailure) {
+        match reason {
+            AuthFailure::Missing => self.admin_auth.missing.inc(),
+            AuthFailure::Wrong => self.admin_auth.wrong.inc(),
+        };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1048,5 +1121,101 @@ mod tests {
                 "{e}"
             );
         }
+    }
+}
+
+/// Why connections were closed by the server's defences.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+enum CloseReason {
+    Shed,
+    Evicted,
+    Idle,
+    Age,
+    ProtocolError,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CloseLabels {
+    reason: CloseReason,
+}
+
+label_values! {
+    CloseReason { Shed => "shed", Evicted => "evicted", Idle => "idle", Age => "age", ProtocolError => "protocol_error" }
+}
+
+/// The connections' and the in-flight budget's figures
+/// ([`crate::admission`]), taken in at each scrape.
+struct ConnectionMetrics {
+    open: Gauge,
+    in_flight: Gauge,
+    closed: Family<CloseLabels, Counter>,
+    calls_shed: Counter,
+    accept_errors: Counter,
+    seen: Mutex<AdmissionStats>,
+}
+
+impl ConnectionMetrics {
+    fn new(registry: &mut Registry) -> Self {
+        let open = Gauge::default();
+        registry.register(
+            "connections_open",
+            "Connections open, HTTP and gRPC (at most --max-connections, but for those closing)",
+            open.clone(),
+        );
+        let in_flight = Gauge::default();
+        registry.register(
+            "calls_in_flight",
+            "Calls (HTTP requests and gRPC calls) in flight, at most --max-in-flight",
+            in_flight.clone(),
+        );
+        let closed = Family::<CloseLabels, Counter>::default();
+        registry.register(
+            "connections_closed",
+            "Connections the server closed by its defences: shed (new, every place busy), evicted (to make room), idle (no call started in time), age (--max-connection-age), protocol_error (HTTP/2 errors and floods)",
+            closed.clone(),
+        );
+        let calls_shed = Counter::default();
+        registry.register(
+            "calls_shed",
+            "Calls answered at once with HTTP 503 or gRPC RESOURCE_EXHAUSTED because --max-in-flight were in flight",
+            calls_shed.clone(),
+        );
+        let accept_errors = Counter::default();
+        registry.register(
+            "accept_errors",
+            "Failed accepts (out of file descriptors, most often)",
+            accept_errors.clone(),
+        );
+        ConnectionMetrics {
+            open,
+            in_flight,
+            closed,
+            calls_shed,
+            accept_errors,
+            seen: Mutex::new(AdmissionStats::default()),
+        }
+    }
+
+    fn observe(&self, now: &AdmissionStats) {
+        let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        self.open.set(gauge(now.open));
+        self.in_flight.set(gauge(now.in_flight));
+        let mut guard = self.seen.lock();
+        let seen = &mut *guard;
+        let add = |counter: &Counter, now: u64, seen: &mut u64| {
+            counter.inc_by(now.saturating_sub(*seen));
+            *seen = (*seen).max(now);
+        };
+        for (reason, now, seen) in [
+            (CloseReason::Shed, now.shed, &mut seen.shed),
+            (CloseReason::Evicted, now.evicted, &mut seen.evicted),
+            (CloseReason::Idle, now.idle, &mut seen.idle),
+            (CloseReason::Age, now.aged, &mut seen.aged),
+            (CloseReason::ProtocolError, now.protocol_errors, &mut seen.protocol_errors),
+        ] {
+            add(&self.closed.get_or_create(&CloseLabels { reason }), now, seen);
+        }
+        add(&self.calls_shed, now.calls_shed, &mut seen.calls_shed);
+        add(&self.accept_errors, now.accept_errors, &mut seen.accept_errors);
     }
 }

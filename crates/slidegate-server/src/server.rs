@@ -1,6 +1,8 @@
 //! Starting, reloading and stopping the service.
 
 use crate::config::{Config, ConfigError, LoadOptions};
+pub use crate::admission::ConnectionLimits;
+use crate::admission::Admission;
 pub use crate::conn::Timeouts;
 use crate::engine::Settings;
 use crate::engine::{Engine, InputLimits};
@@ -61,6 +63,9 @@ pub struct Options {
     pub admin_token: Option<String>,
     /// How long connections may take and stay silent.
     pub timeouts: Timeouts,
+    /// Caps on open connections, HTTP/2 streams and calls in flight, and
+    /// connections' maximum age.
+    pub connections: ConnectionLimits,
     /// How requests are decided (envoyproxy/ratelimit's
     /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`, `SHADOW_MODE`,
     /// `QUOTA_MODE`, `RESPONSE_DYNAMIC_METADATA`).
@@ -113,6 +118,7 @@ impl Default for Options {
             redis: None,
             admin_token: None,
             timeouts: Timeouts::default(),
+            connections: ConnectionLimits::default(),
             settings: Settings::default(),
             response_headers: None,
             near_limit_ratio: crate::metrics::DEFAULT_NEAR_LIMIT_RATIO,
@@ -184,6 +190,8 @@ pub struct Shared<C> {
     reloads: watch::Sender<u64>,
     /// TLS, when on.
     tls: Option<Arc<Tls>>,
+    /// The open connections and calls in flight of both front ends.
+    pub(crate) admission: Arc<Admission>,
 }
 
 impl<C: Clock> Shared<C> {
@@ -215,6 +223,7 @@ impl<C: Clock> Shared<C> {
             redis_down: std::sync::atomic::AtomicBool::new(false),
             reloads: watch::Sender::new(0),
             tls: None,
+            admission: Admission::new(options.connections),
         }
     }
 
@@ -309,6 +318,7 @@ impl<C: Clock> Shared<C> {
 
     /// The metrics in text form.
     pub fn metrics_text(&self) -> String {
+        self.metrics.connections(&self.admission.stats());
         self.metrics.render(&self.engine.stats(), self.engine.shared_store())
     }
 }
@@ -461,6 +471,7 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
         tls.clone(),
         routes,
         timeouts,
+        Arc::clone(&shared.admission),
         stopped.clone(),
         workers.clone(),
     )));
@@ -487,6 +498,7 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
         tls.clone(),
         routes,
         timeouts,
+        Arc::clone(&shared.admission),
         stopped.clone(),
         workers.clone(),
     )));

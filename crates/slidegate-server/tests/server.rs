@@ -964,8 +964,8 @@ async fn silent_and_slow_http_connections_are_closed() {
 }
 
 /// gRPC: a connection that sends nothing, or only part of the HTTP/2
-/// preface, is closed after the header timeout; one that opens HTTP/2 and
-/// then says nothing, after the idle timeout.
+/// preface, is closed after the header timeout; so is one that opens HTTP/2
+/// and starts no call (with a `GOAWAY`), even while it trickles `PING`s.
 #[tokio::test]
 async fn silent_and_idle_grpc_connections_are_closed() {
     let mut h = Harness::start_with(BASIC, short_timeouts).await;
@@ -996,10 +996,44 @@ async fn silent_and_idle_grpc_connections_are_closed() {
         .await
         .expect("an idle connection stays open");
     assert!(!sent.is_empty(), "the server never answered the preface");
+    assert!(frame_types(&sent).contains(&GOAWAY), "closed without a GOAWAY");
     assert!(
-        opened.elapsed() >= Duration::from_millis(900),
-        "closed before the idle timeout"
+        opened.elapsed() >= Duration::from_millis(150),
+        "closed before the header timeout"
     );
+
+    // PINGs every 50 ms, and no call: bytes alone do not keep it.
+    let mut pinging = TcpStream::connect(addr).await.unwrap();
+    pinging.write_all(PREFACE).await.unwrap();
+    pinging.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap();
+    let until = tokio::time::Instant::now() + bound;
+    let mut buf = [0u8; 4096];
+    loop {
+        assert!(tokio::time::Instant::now() < until, "a pinging connection stays open");
+        let ping = [0, 0, 8, 6, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8];
+        if pinging.write_all(&ping).await.is_err() {
+            break;
+        }
+        if let Ok(Ok(0) | Err(_)) = tokio::time::timeout(Duration::from_millis(50), pinging.read(&mut buf)).await {
+            break;
+        }
+    }
+}
+
+/// The frame type of a `GOAWAY`.
+const GOAWAY: u8 = 7;
+
+/// The types of the whole HTTP/2 frames in `bytes` (a server's, from the
+/// start of a connection).
+fn frame_types(bytes: &[u8]) -> Vec<u8> {
+    let mut types = Vec::new();
+    let mut rest = bytes;
+    while rest.len() >= 9 {
+        let len = usize::from(rest[0]) << 16 | usize::from(rest[1]) << 8 | usize::from(rest[2]);
+        types.push(rest[3]);
+        rest = &rest[(9 + len).min(rest.len())..];
+    }
+    types
 }
 
 /// A gRPC client on a fresh connection to `h`'s server that calls any

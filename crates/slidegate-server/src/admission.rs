@@ -1,0 +1,655 @@
+//! What the service lets in, so that an attacker or a fault costs only
+//! itself: open connections under a cap, calls under an in-flight budget,
+//! and each connection kept only while it makes progress.
+//!
+//! - **Connections**: at most [`ConnectionLimits::max_connections`] open
+//!   at once, over both listeners. A connection that comes when they are
+//!   all taken takes the place of the idlest one without a call in flight:
+//!   first one that never started a call (oldest first, closed at once),
+//!   else the one whose last call started longest ago (asked to close with
+//!   a `GOAWAY`, or closed after its answer on HTTP/1.1). When every open
+//!   connection has a call in flight, the new one is closed at once
+//!   (shed). A client that makes calls therefore keeps its connection
+//!   while connections that only trickle bytes come and go.
+//! - **Progress**: a connection must start its first call within the
+//!   header timeout of opening, and then another within the idle timeout
+//!   of the last one started (unless one is in flight); bytes alone (HTTP/2
+//!   `PING`s, `SETTINGS`, half a request) do not keep it. It is then asked
+//!   to close (`GOAWAY`), and dropped if it has not within the request
+//!   timeout. With [`ConnectionLimits::max_age`] a connection is also
+//!   asked to close at that age, as gRPC's `max_connection_age` does.
+//! - **Calls**: at most [`ConnectionLimits::max_in_flight`] calls in
+//!   flight over every connection; past it a new call is answered at once
+//!   (HTTP 503, gRPC `RESOURCE_EXHAUSTED`) and counted, rather than
+//!   queued without bound.
+//!
+//! Per connection, HTTP/2 allows [`ConnectionLimits::max_streams`]
+//! concurrent streams, each with a 64 KiB flow-control window (see
+//! `crate::conn::serve_grpc`), so that what one connection can make the
+//! process hold is bounded too.
+//!
+//! # Concurrency
+//!
+//! The table of connections is one mutex, taken when a connection opens
+//! or closes (and scanned only when full); a call touches only its own
+//! connection's atomics and the global in-flight count.
+
+use crate::log_limit::LogLimit;
+use parking_lot::Mutex;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// The default cap on concurrent HTTP/2 streams per connection (hyper's
+/// own default is 200; gRPC clients and Envoy open another connection
+/// when one is full).
+pub const DEFAULT_MAX_STREAMS: u32 = 100;
+
+/// The default budget of calls in flight, over every connection.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 4096;
+
+/// The most connections the default cap allows, whatever the descriptor
+/// limit.
+const MOST_DEFAULT_CONNECTIONS: usize = 16_384;
+
+/// Descriptors kept for everything but client connections (listeners,
+/// the runtime's, Redis, config files, logs), and the least cap derived.
+const RESERVED_DESCRIPTORS: u64 = 32;
+
+/// Bounds on what connections and calls may hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConnectionLimits {
+    /// The most connections open at once, HTTP and gRPC together.
+    pub max_connections: usize,
+    /// The most concurrent streams of one HTTP/2 (gRPC) connection.
+    pub max_streams: u32,
+    /// The most calls in flight at once, HTTP and gRPC together.
+    pub max_in_flight: usize,
+    /// A connection this old is asked to close (`GOAWAY`), its calls in
+    /// flight finishing; `None` never.
+    pub max_age: Option<Duration>,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            max_connections: default_max_connections(descriptor_limit()),
+            max_streams: DEFAULT_MAX_STREAMS,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            max_age: None,
+        }
+    }
+}
+
+/// The process's limit on open file descriptors (the soft limit of
+/// `RLIMIT_NOFILE`, as `/proc/self/limits` gives it); `None` where it
+/// cannot be read, or is unlimited.
+pub fn descriptor_limit() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line.trim_start_matches("Max open files").split_whitespace().next()?.parse().ok()
+}
+
+/// The default connection cap for a descriptor limit: what is left after
+/// a reserve of 32 descriptors and an eighth of the rest (connections
+/// being made, files, Redis), at least 8 and at most 16,384; 1,024
+/// connections when the limit is unknown.
+pub fn default_max_connections(descriptors: Option<u64>) -> usize {
+    let Some(limit) = descriptors else {
+        return 1024;
+    };
+    let usable = limit.saturating_sub(RESERVED_DESCRIPTORS);
+    let cap = usable - usable / 8;
+    usize::try_from(cap).unwrap_or(usize::MAX).clamp(8, MOST_DEFAULT_CONNECTIONS)
+}
+
+/// How a connection is to close.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Close {
+    /// At once: it never started a call, and its place is wanted.
+    Now,
+    /// Gracefully (`GOAWAY`; HTTP/1.1: after the answer in flight), then
+    /// dropped if it has not closed within the grace.
+    Graceful(Reason),
+}
+
+/// Why a connection was asked to close.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reason {
+    /// No call started in time.
+    Idle,
+    /// Its place was wanted by a new connection.
+    Evicted,
+    /// It reached the maximum age.
+    Age,
+}
+
+/// One open connection's progress.
+pub(crate) struct Conn {
+    opened: Instant,
+    /// When the last call started, in nanoseconds after `opened`, plus 1
+    /// (0: none yet).
+    last_call: AtomicU64,
+    in_flight: AtomicU32,
+    /// Chosen to make room: how (`CLOSE_*`).
+    doomed: AtomicU32,
+    wake: Notify,
+}
+
+const CLOSE_NONE: u32 = 0;
+const CLOSE_NOW: u32 = 1;
+const CLOSE_GRACEFUL: u32 = 2;
+
+impl Conn {
+    fn new(opened: Instant) -> Self {
+        Conn {
+            opened,
+            last_call: AtomicU64::new(0),
+            in_flight: AtomicU32::new(0),
+            doomed: AtomicU32::new(CLOSE_NONE),
+            wake: Notify::new(),
+        }
+    }
+
+    /// A call starts.
+    fn begin(&self) {
+        let since = Instant::now().saturating_duration_since(self.opened);
+        let nanos = u64::try_from(since.as_nanos()).unwrap_or(u64::MAX - 1);
+        self.last_call.store(nanos + 1, Ordering::Relaxed);
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn end(&self) {
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// When the last call started, if one has.
+    fn last_call(&self) -> Option<Instant> {
+        match self.last_call.load(Ordering::Relaxed) {
+            0 => None,
+            n => self.opened.checked_add(Duration::from_nanos(n - 1)),
+        }
+    }
+
+    fn idle(&self) -> bool {
+        self.in_flight.load(Ordering::Relaxed) == 0
+    }
+
+    /// Resolves when the connection must close, and how: made room for,
+    /// no call started in time (its first within `first` of opening, then
+    /// each within `idle` of the last, none in flight), or `max_age`.
+    pub(crate) async fn watch(&self, first: Duration, idle: Duration, max_age: Option<Duration>) -> Close {
+        let aged = max_age.and_then(|age| self.opened.checked_add(age));
+        loop {
+            let wake = self.wake.notified();
+            match self.doomed.load(Ordering::Acquire) {
+                CLOSE_NOW => return Close::Now,
+                CLOSE_GRACEFUL => return Close::Graceful(Reason::Evicted),
+                _ => {}
+            }
+            let now = Instant::now();
+            if aged.is_some_and(|at| at <= now) {
+                return Close::Graceful(Reason::Age);
+            }
+            let quiet_until = match self.last_call() {
+                None => self.opened.checked_add(first),
+                Some(last) => last.checked_add(idle),
+            };
+            let quiet_until = quiet_until.unwrap_or(now + idle);
+            let next = if quiet_until > now {
+                quiet_until
+            } else if self.idle() {
+                return Close::Graceful(Reason::Idle);
+            } else {
+                // A call in flight: look again after another idle period
+                // (calls are bounded by the request timeout).
+                now + idle
+            };
+            let next = aged.map_or(next, |at| at.min(next));
+            tokio::select! {
+                () = tokio::time::sleep_until(next) => {}
+                () = wake => {}
+            }
+        }
+    }
+}
+
+/// What the admission control counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AdmissionStats {
+    /// Connections open now.
+    pub open: u64,
+    /// Connections accepted, ever.
+    pub accepted: u64,
+    /// New connections closed at once: the cap was reached and every open
+    /// connection had a call in flight.
+    pub shed: u64,
+    /// Connections closed to make room for a new one.
+    pub evicted: u64,
+    /// Connections closed for starting no call in time.
+    pub idle: u64,
+    /// Connections closed at the maximum age.
+    pub aged: u64,
+    /// Connections that ended with an HTTP/2 protocol error, the server's
+    /// defences included (too many resets, a flood of frames).
+    pub protocol_errors: u64,
+    /// Calls in flight now.
+    pub in_flight: u64,
+    /// Calls answered at once because the in-flight budget was spent.
+    pub calls_shed: u64,
+    /// `accept` failures (out of descriptors, most often).
+    pub accept_errors: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    accepted: AtomicU64,
+    shed: AtomicU64,
+    evicted: AtomicU64,
+    idle: AtomicU64,
+    aged: AtomicU64,
+    protocol_errors: AtomicU64,
+    calls_shed: AtomicU64,
+    accept_errors: AtomicU64,
+}
+
+fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The open connections and the calls in flight, shared by both
+/// listeners (see the module's docs).
+pub(crate) struct Admission {
+    limits: ConnectionLimits,
+    table: Mutex<Table>,
+    in_flight: AtomicUsize,
+    counters: Counters,
+    protocol_log: LogLimit,
+}
+
+#[derive(Default)]
+struct Table {
+    next: u64,
+    open: foldhash::HashMap<u64, Arc<Conn>>,
+    /// Open connections already asked to make room (not counted against
+    /// the cap while they close).
+    doomed: usize,
+}
+
+impl Admission {
+    pub(crate) fn new(limits: ConnectionLimits) -> Arc<Self> {
+        Arc::new(Admission {
+            limits,
+            table: Mutex::new(Table::default()),
+            in_flight: AtomicUsize::new(0),
+            counters: Counters::default(),
+            protocol_log: LogLimit::new(Duration::from_secs(10)),
+        })
+    }
+
+    pub(crate) fn limits(&self) -> ConnectionLimits {
+        self.limits
+    }
+
+    /// A connection just accepted, opened at `opened`: its ticket if it
+    /// may stay, room made for it as the module's docs say; `None` if it
+    /// is to be closed at once (counted as shed).
+    pub(crate) fn admit(self: &Arc<Self>, opened: Instant) -> Option<Ticket> {
+        let mut table = self.table.lock();
+        if table.open.len().saturating_sub(table.doomed) >= self.limits.max_connections.max(1) {
+            let victim = table
+                .open
+                .values()
+                .filter(|c| c.doomed.load(Ordering::Relaxed) == CLOSE_NONE && c.idle())
+                .min_by_key(|c| match c.last_call() {
+                    // Never called first, oldest first; then the longest
+                    // since its last call.
+                    None => (0, c.opened),
+                    Some(last) => (1, last),
+                })
+                .cloned();
+            let Some(victim) = victim else {
+                drop(table);
+                bump(&self.counters.shed);
+                return None;
+            };
+            let how = if victim.last_call().is_none() {
+                CLOSE_NOW
+            } else {
+                CLOSE_GRACEFUL
+            };
+            victim.doomed.store(how, Ordering::Release);
+            victim.wake.notify_one();
+            table.doomed += 1;
+            bump(&self.counters.evicted);
+        }
+        let id = table.next;
+        table.next += 1;
+        let conn = Arc::new(Conn::new(opened));
+        table.open.insert(id, Arc::clone(&conn));
+        drop(table);
+        bump(&self.counters.accepted);
+        Some(Ticket {
+            admission: Arc::clone(self),
+            id,
+            conn,
+        })
+    }
+
+    /// Counts how a connection was asked to close (eviction is counted
+    /// when chosen).
+    pub(crate) fn closed(&self, how: Close) {
+        match how {
+            Close::Graceful(Reason::Idle) => bump(&self.counters.idle),
+            Close::Graceful(Reason::Age) => bump(&self.counters.aged),
+            Close::Now | Close::Graceful(Reason::Evicted) => {}
+        }
+    }
+
+    /// Counts a connection ended by an HTTP/2 protocol error; `Some(n)`
+    /// when a line is to be logged (one per 10 s at most), `n` such
+    /// connections not logged since the last.
+    pub(crate) fn protocol_error(&self) -> Option<u64> {
+        bump(&self.counters.protocol_errors);
+        self.protocol_log.hit(Instant::now().into_std())
+    }
+
+    /// Counts a failed `accept`.
+    pub(crate) fn accept_error(&self) {
+        bump(&self.counters.accept_errors);
+    }
+
+    /// What was counted, and what is open and in flight now.
+    pub(crate) fn stats(&self) -> AdmissionStats {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let c = &self.counters;
+        let open = self.table.lock().open.len();
+        AdmissionStats {
+            open: open as u64,
+            accepted: get(&c.accepted),
+            shed: get(&c.shed),
+            evicted: get(&c.evicted),
+            idle: get(&c.idle),
+            aged: get(&c.aged),
+            protocol_errors: get(&c.protocol_errors),
+            in_flight: self.in_flight.load(Ordering::Relaxed) as u64,
+            calls_shed: get(&c.calls_shed),
+            accept_errors: get(&c.accept_errors),
+        }
+    }
+
+    /// Takes a place in the in-flight budget, if one is left.
+    fn try_begin(&self) -> bool {
+        let before = self.in_flight.fetch_add(1, Ordering::Relaxed);
+        if before < self.limits.max_in_flight {
+            true
+        } else {
+            self.in_flight.fetch_sub(1, Ordering::Relaxed);
+            bump(&self.counters.calls_shed);
+            false
+        }
+    }
+
+    fn end(&self) {
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// An admitted connection's place in the table, given back on drop.
+pub(crate) struct Ticket {
+    admission: Arc<Admission>,
+    id: u64,
+    conn: Arc<Conn>,
+}
+
+impl Ticket {
+    pub(crate) fn conn(&self) -> &Arc<Conn> {
+        &self.conn
+    }
+
+    pub(crate) fn admission(&self) -> &Arc<Admission> {
+        &self.admission
+    }
+
+    /// `service`, each of its calls counted on this connection and in the
+    /// in-flight budget; past the budget a call is answered `overloaded()`.
+    pub(crate) fn track<S, R>(&self, service: S, overloaded: fn() -> R) -> Tracked<S, R> {
+        Tracked {
+            inner: service,
+            conn: Arc::clone(&self.conn),
+            admission: Arc::clone(&self.admission),
+            overloaded,
+        }
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut table = self.admission.table.lock();
+        if table.open.remove(&self.id).is_some() && self.conn.doomed.load(Ordering::Relaxed) != CLOSE_NONE {
+            table.doomed = table.doomed.saturating_sub(1);
+        }
+    }
+}
+
+/// A connection's service, its calls counted (see [`Ticket::track`]).
+pub(crate) struct Tracked<S, R> {
+    inner: S,
+    conn: Arc<Conn>,
+    admission: Arc<Admission>,
+    overloaded: fn() -> R,
+}
+
+impl<S, R: Unpin, B> hyper::service::Service<http::Request<B>> for Tracked<S, R>
+where
+    S: hyper::service::Service<http::Request<B>, Response = R>,
+    S::Future: Unpin,
+{
+    type Response = R;
+    type Error = S::Error;
+    type Future = Counted<S::Future, R>;
+
+    fn call(&self, request: http::Request<B>) -> Self::Future {
+        if !self.admission.try_begin() {
+            return Counted::Refused(Some((self.overloaded)()));
+        }
+        self.conn.begin();
+        Counted::Running {
+            call: self.inner.call(request),
+            _guard: CallGuard {
+                conn: Arc::clone(&self.conn),
+                admission: Arc::clone(&self.admission),
+            },
+        }
+    }
+}
+
+/// Ends a call's count when dropped (answered, or the stream reset).
+pub(crate) struct CallGuard {
+    conn: Arc<Conn>,
+    admission: Arc<Admission>,
+}
+
+impl Drop for CallGuard {
+    fn drop(&mut self) {
+        self.conn.end();
+        self.admission.end();
+    }
+}
+
+/// A counted call, or the answer to one refused for want of budget.
+pub(crate) enum Counted<F, R> {
+    Running { call: F, _guard: CallGuard },
+    Refused(Option<R>),
+}
+
+impl<F, R: Unpin, E> Future for Counted<F, R>
+where
+    F: Future<Output = Result<R, E>> + Unpin,
+{
+    type Output = Result<R, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<R, E>> {
+        match self.get_mut() {
+            Counted::Running { call, .. } => Pin::new(call).poll(cx),
+            Counted::Refused(answer) => match answer.take() {
+                Some(answer) => Poll::Ready(Ok(answer)),
+                None => Poll::Pending,
+            },
+        }
+    }
+}
+
+/// Whether `error` (a connection's, from hyper) is an HTTP/2 protocol
+/// error: the peer broke the protocol, or tripped one of h2's defences
+/// (too many resets, `ENHANCE_YOUR_CALM`).
+pub(crate) fn is_protocol_error(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(error);
+    while let Some(e) = source {
+        if let Some(h2) = e.downcast_ref::<h2::Error>() {
+            return h2.reason().is_some_and(|r| r != h2::Reason::NO_ERROR && r != h2::Reason::CANCEL);
+        }
+        source = e.source();
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(max_connections: usize, max_in_flight: usize) -> ConnectionLimits {
+        ConnectionLimits {
+            max_connections,
+            max_streams: DEFAULT_MAX_STREAMS,
+            max_in_flight,
+            max_age: None,
+        }
+    }
+
+    #[test]
+    fn the_default_cap_follows_the_descriptor_limit() {
+        assert_eq!(default_max_connections(Some(64)), 28);
+        assert_eq!(default_max_connections(Some(1024)), 868);
+        assert_eq!(default_max_connections(Some(10)), 8);
+        assert_eq!(default_max_connections(Some(1 << 20)), MOST_DEFAULT_CONNECTIONS);
+        assert_eq!(default_max_connections(None), 1024);
+        // This process's limit is readable here (Linux).
+        assert!(descriptor_limit().is_some_and(|n| n > 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_table_closes_a_connection_that_never_called_first() {
+        let admission = Admission::new(limits(2, 10));
+        let t0 = Instant::now();
+        let caller = admission.admit(t0).unwrap();
+        caller.conn().begin();
+        caller.conn().end();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let silent = admission.admit(Instant::now()).unwrap();
+        // Full: the silent one (never called) makes room, though it is
+        // newer than the caller.
+        let third = admission.admit(Instant::now()).unwrap();
+        assert_eq!(silent.conn().doomed.load(Ordering::Relaxed), CLOSE_NOW);
+        assert_eq!(caller.conn().doomed.load(Ordering::Relaxed), CLOSE_NONE);
+        let closing = silent.conn().watch(Duration::from_secs(10), Duration::from_secs(60), None);
+        assert_eq!(closing.await, Close::Now);
+        drop(silent);
+        // Full again, and both left have called: the one whose last call
+        // is oldest is asked to close gracefully.
+        third.conn().begin();
+        third.conn().end();
+        let _fourth = admission.admit(Instant::now()).unwrap();
+        assert_eq!(caller.conn().doomed.load(Ordering::Relaxed), CLOSE_GRACEFUL);
+        assert_eq!(admission.stats().evicted, 2);
+        assert_eq!(admission.stats().open, 3, "the doomed one counts as open until it closes");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_table_of_busy_connections_sheds_the_new_one() {
+        let admission = Admission::new(limits(1, 10));
+        let busy = admission.admit(Instant::now()).unwrap();
+        busy.conn().begin();
+        assert!(admission.admit(Instant::now()).is_none());
+        assert_eq!(admission.stats().shed, 1);
+        busy.conn().end();
+        let _next = admission.admit(Instant::now()).expect("idle now: it makes room");
+        assert_eq!(busy.conn().doomed.load(Ordering::Relaxed), CLOSE_GRACEFUL);
+        drop(busy);
+        assert_eq!(admission.stats().open, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_must_start_calls_in_time() {
+        let admission = Admission::new(limits(10, 10));
+        let (first, idle) = (Duration::from_secs(10), Duration::from_secs(60));
+        let ticket = admission.admit(Instant::now()).unwrap();
+        let conn = Arc::clone(ticket.conn());
+        let start = Instant::now();
+        // No call: closed at the first-call deadline.
+        assert_eq!(conn.watch(first, idle, None).await, Close::Graceful(Reason::Idle));
+        assert_eq!(start.elapsed(), first);
+        // A call at 10 s: the next deadline is 60 s after it.
+        conn.begin();
+        conn.end();
+        assert_eq!(conn.watch(first, idle, None).await, Close::Graceful(Reason::Idle));
+        assert_eq!(start.elapsed(), first + idle);
+        // A call in flight keeps it open past the idle timeout.
+        conn.begin();
+        let watching = tokio::spawn({
+            let conn = Arc::clone(&conn);
+            async move { conn.watch(first, idle, None).await }
+        });
+        tokio::time::advance(idle * 3).await;
+        assert!(!watching.is_finished());
+        conn.end();
+        tokio::time::advance(idle).await;
+        assert_eq!(watching.await.unwrap(), Close::Graceful(Reason::Idle));
+        // The maximum age comes first when it is shorter.
+        let young = admission.admit(Instant::now()).unwrap();
+        young.conn().begin();
+        let aged = young
+            .conn()
+            .watch(first, idle, Some(Duration::from_secs(5)))
+            .await;
+        assert_eq!(aged, Close::Graceful(Reason::Age));
+    }
+
+    /// A service whose calls never end.
+    struct Pending;
+
+    impl hyper::service::Service<http::Request<()>> for Pending {
+        type Response = u8;
+        type Error = ();
+        type Future = std::future::Pending<Result<u8, ()>>;
+
+        fn call(&self, _: http::Request<()>) -> Self::Future {
+            std::future::pending()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn calls_past_the_budget_are_answered_at_once() {
+        use hyper::service::Service as _;
+        let admission = Admission::new(limits(10, 2));
+        let ticket = admission.admit(Instant::now()).unwrap();
+        let service = ticket.track(Pending, || 7);
+        let a = service.call(http::Request::new(()));
+        let b = service.call(http::Request::new(()));
+        assert_eq!(admission.stats().in_flight, 2);
+        assert_eq!(service.call(http::Request::new(())).await, Ok(7));
+        assert_eq!(admission.stats().calls_shed, 1);
+        drop(a);
+        assert_eq!(admission.stats().in_flight, 1);
+        drop(b);
+        assert_eq!(admission.stats().in_flight, 0);
+        assert_eq!(ticket.conn().in_flight.load(Ordering::Relaxed), 0);
+    }
+}
