@@ -249,14 +249,29 @@ pub(crate) struct Args {
     /// What a decision does when Redis fails or does not answer within
     /// `--redis-timeout`. After a failure Redis is skipped for 100 ms, then
     /// tried again.
+    ///
+    /// With `local`, N instances (`--redis-instances N`) on a limit L admit
+    /// together in one window at most L × (1 + R) + Σᵢ (⌈L/N⌉ − ⌈uᵢ/N⌉),
+    /// where uᵢ is the largest count Redis reported to instance i for the
+    /// key in the window before it first fell back there (for one outage,
+    /// the count it last saw before it; 0 if none) and R how many times
+    /// Redis came back empty in the window (0 through a pause or an outage
+    /// that keeps its data, 1 through a restart without persistence): L
+    /// through a pause and 2L through an empty restart when every instance
+    /// saw the key at its limit; at most 2L + N − 1 and 3L + N − 1 when
+    /// none did.
     #[arg(long, env = "SLIDEGATE_REDIS_FAILURE", value_enum, default_value_t = Failure::Open)]
     redis_failure: Failure,
     /// How many instances share the limits. With `--redis-failure local`
     /// each counts alone on the limit divided by this (rounded up) while
-    /// Redis is down; in hybrid mode (`--redis-sync-interval`) a key this
-    /// instance has not yet synced is decided on that share, so that a
-    /// flood of a new key on every instance admits about the limit in all
-    /// (with `--redis-bounded` a key is decided on its lease instead).
+    /// Redis is down, starting from its share of the count Redis last
+    /// reported to it for the key (that count divided by this, rounded
+    /// up); the bound of `--redis-failure` holds while no more instances
+    /// than this share the limit (each one more adds a share). In hybrid
+    /// mode (`--redis-sync-interval`) a key this instance has not yet
+    /// synced is decided on that share, so that a flood of a new key on
+    /// every instance admits about the limit in all (with
+    /// `--redis-bounded` a key is decided on its lease instead).
     #[arg(long, env = "SLIDEGATE_REDIS_INSTANCES", default_value_t = 1, value_name = "N")]
     redis_instances: u64,
     /// The longest wait for Redis per call (one decision of one limit).
@@ -285,7 +300,13 @@ pub(crate) struct Args {
     /// admit more than the limit, up to about (instances − 1) × rate ×
     /// interval (two intervals at worst; see the README). Other algorithms
     /// stay script decisions (see `--redis-batching`). Syncs failing for 4 intervals (at
-    /// least 200 ms) hand decisions to `--redis-failure`.
+    /// least 200 ms) hand decisions to `--redis-failure`. SIGTERM sends
+    /// the counts not yet synced; a process killed (SIGKILL, a crash)
+    /// cannot, and those it admitted since its last sync are lost (about
+    /// an interval's while Redis answers; while syncs fail, up to an
+    /// interval's and the 4 intervals' before `--redis-failure` decides),
+    /// so the instances may admit them again in the window (measured: 100
+    /// in a window of 50).
     #[arg(long, env = "SLIDEGATE_REDIS_SYNC_INTERVAL", value_parser = parse_timeout, value_name = "DURATION", requires = "redis")]
     redis_sync_interval: Option<Duration>,
     /// The hybrid mode's bounded form: each sync is also granted a lease,
@@ -324,7 +345,8 @@ enum Failure {
     Open,
     /// Refuse (OVER_LIMIT, HTTP 429), retry after 100 ms: nothing passes.
     Closed,
-    /// Count in this process, on the limit divided by `--redis-instances`.
+    /// Count in this process, on the limit divided by `--redis-instances`,
+    /// from this instance's share of what Redis last counted for the key.
     Local,
 }
 

@@ -78,6 +78,17 @@ pub struct StaleSyncs(pub Duration);
 /// holds [`max_pending_keys`](HybridOptions::max_pending_keys) keys is
 /// [`StoreError::KeyRefused`].
 ///
+/// No count is lost while the process lives: counts leave the outbox only
+/// into a sync, a failed sync puts them back, and [`Store::flush`] (at
+/// shutdown) sends what waits. A process that dies without it (SIGKILL, a
+/// crash) loses the counts it admitted since its last successful sync —
+/// about one [`interval`](HybridOptions::interval)'s admissions while
+/// Redis answers; while the syncs fail, up to an interval's and
+/// [`stale_after`](HybridOptions::stale_after)'s — and the instances may
+/// admit them again in the window: an instance killed after admitting a
+/// key's limit of 50 before its next sync, then another, admitted 100 in
+/// one window of 50.
+///
 /// # Concurrency
 ///
 /// A decision takes the lock of its key's stripe (one of 1024, by a hash

@@ -16,6 +16,7 @@
 //! limits (every key under the counter key's hash tag), so two instances
 //! deciding the same descriptor at once never both get the last room.
 
+use ::redis::AsyncConnectionConfig;
 use ::redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use ::redis::cluster::ClusterClientBuilder;
 use ::redis::cluster_async::ClusterConnection;
@@ -43,6 +44,24 @@ pub const DEFAULT_PREFIX: &str = "slidegate:";
 /// How long the service waits for Redis at start before giving up.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The least the Redis client waits for an answer or a connection (its
+/// own bounds, under the store's): the hybrid mode's sync bound.
+const MIN_CLIENT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The Redis client's own bounds for `--redis-timeout` `timeout`: its
+/// response timeout and the bound of each connection attempt, the timeout
+/// but at least [`MIN_CLIENT_TIMEOUT`]. The store bounds each decision by
+/// `timeout` itself, the hybrid mode each sync by
+/// `max(1 s, timeout)` and readiness each `PING` by `max(100 ms,
+/// timeout)`; the client's bounds are a backstop that must never cut a
+/// call before its caller's own bound does (redis-rs's default, 500 ms,
+/// answered every call of a paused Redis at 0.5 s whatever the timeout).
+/// A connection attempt runs apart from the decisions, which wait for it
+/// within their own timeout.
+fn client_timeout(timeout: Duration) -> Duration {
+    timeout.max(MIN_CLIENT_TIMEOUT)
+}
+
 /// The most calls in flight on the connection to one server: beyond it a
 /// call waits for room, within its timeout (then the failure policy
 /// answers), so a slow Redis meets a bounded queue, not an unbounded one.
@@ -61,7 +80,10 @@ pub struct RedisOptions {
     /// instance has not yet synced is decided on the limit divided by it
     /// (see [`HybridOptions::instances`]).
     pub instances: u64,
-    /// The timeout of each call.
+    /// The timeout of each call: a decision waits at most this for Redis
+    /// (then the failure policy answers), whatever its value; the Redis
+    /// client's own bounds follow it (at least 1 s, so that they never cut
+    /// a call first).
     pub timeout: Duration,
     /// What every key starts with; no `{` or `}`.
     pub prefix: String,
@@ -230,12 +252,16 @@ pub async fn connect_probed(options: &RedisOptions) -> Result<(Arc<dyn DynStore>
     };
     let urls = options.urls.join(", ");
     let cluster = options.cluster || options.urls.len() > 1;
+    let client_timeout = client_timeout(options.timeout);
     let conn = if cluster {
         for url in &options.urls {
             check_url(url)?;
         }
+        // The response timeout bounds each attempt and, by default, the
+        // whole call with its redirections and retries.
         let client = ClusterClientBuilder::new(options.urls.clone())
-            .connection_timeout(Duration::from_secs(1))
+            .connection_timeout(client_timeout)
+            .response_timeout(client_timeout)
             .build()
             .map_err(|source| RedisConnectError::Url {
                 url: urls.clone(),
@@ -254,8 +280,13 @@ pub async fn connect_probed(options: &RedisOptions) -> Result<(Arc<dyn DynStore>
         // A plain connection first, for the reason when Redis is not
         // there (the manager would retry it for seconds).
         let probe = client.clone();
+        let probe_config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(client_timeout))
+            .set_response_timeout(Some(client_timeout));
         bounded(&urls, async move {
-            let mut conn = probe.get_multiplexed_async_connection().await?;
+            let mut conn = probe
+                .get_multiplexed_async_connection_with_config(&probe_config)
+                .await?;
             ::redis::cmd("PING").query_async::<String>(&mut conn).await?;
             Ok(())
         })
@@ -267,7 +298,8 @@ pub async fn connect_probed(options: &RedisOptions) -> Result<(Arc<dyn DynStore>
             .set_number_of_retries(2)
             .set_min_delay(Duration::from_millis(20))
             .set_max_delay(Duration::from_millis(500))
-            .set_connection_timeout(Some(Duration::from_secs(1)));
+            .set_connection_timeout(Some(client_timeout))
+            .set_response_timeout(Some(client_timeout));
         bounded(
             &urls,
             async move { client.get_connection_manager_with_config(config).await },
@@ -299,8 +331,12 @@ pub async fn connect_probed(options: &RedisOptions) -> Result<(Arc<dyn DynStore>
             } else {
                 HybridOptions::every(interval)
             };
+            // A sync is on no request's path: it keeps its own bound (1 s)
+            // unless the timeout is longer (a Redis that slow answers
+            // decisions, so it must answer syncs too).
             let hybrid_options = HybridOptions {
                 instances: options.instances,
+                sync_timeout: base.sync_timeout.max(options.timeout),
                 ..base
             };
             let hybrid = HybridStore::new(
