@@ -131,17 +131,34 @@ pub struct Applied {
     pub unit: Option<Unit>,
     /// Its policy; `None` for a limit of 0, which refuses everything.
     pub policy: Option<Policy>,
-    /// The decision; `None` for a limit of 0.
+    /// The decision, as made (before a refused cost was charged all the
+    /// same); `None` for a limit of 0.
     pub decision: Option<Decision>,
+    /// What a refused cost that was charged all the same (a descriptor's
+    /// own `hits_addend`, or every hit with
+    /// [`Settings::stop_increment_when_over_limit`] off) left: a peek
+    /// after the charge, its count now past the limit (0 remaining, the
+    /// wait until it is back within the limit, its reset). The answer
+    /// shows it ([`Applied::shown`]); `None` otherwise.
+    pub left: Option<Decision>,
 }
 
 impl Applied {
+    /// Whether the limit admitted the request (as decided: a refused cost
+    /// charged all the same stays refused).
     fn allowed(&self) -> bool {
         self.decision.as_ref().is_some_and(Decision::allowed)
     }
 
+    /// The decision whose figures (remaining, reset, retry) the answer
+    /// shows: what a refused cost charged all the same left, else the
+    /// decision.
+    pub fn shown(&self) -> Option<&Decision> {
+        self.left.as_ref().or(self.decision.as_ref())
+    }
+
     fn remaining(&self) -> u64 {
-        self.decision.as_ref().map_or(0, Decision::remaining)
+        self.shown().map_or(0, Decision::remaining)
     }
 }
 
@@ -462,7 +479,9 @@ impl<C: Clock> Engine<C> {
     ///   "peek, then debit" with `apply_on_stream_done`) is always
     ///   counted, taking the count over the limit when it must, so that
     ///   the next peek (a `hits_addend` of 0, OK while the count is at
-    ///   most the limit) is refused.
+    ///   most the limit) is refused. Such a refusal is answered with what
+    ///   the charge left (0 remaining, the wait until the count is back
+    ///   within the limit), as a peek after it sees it.
     ///
     /// # Errors
     ///
@@ -581,7 +600,9 @@ impl<C: Clock> Engine<C> {
     /// of the store: every limit is charged, or none is. A limit of 0
     /// refuses everything: the others are then only peeked. With
     /// `record_refused`, a refused cost is charged after all (it takes the
-    /// counts over their limits).
+    /// counts over their limits), and then peeked, so that the answer
+    /// says what the charge left ([`Applied::left`]) rather than the
+    /// figures of before it.
     async fn charge(
         &self,
         index: usize,
@@ -607,21 +628,34 @@ impl<C: Clock> Engine<C> {
         let zero_limit = limits.iter().any(|l| l.quota.is_none());
         let cost = if zero_limit { 0 } else { hits };
         let mut out = Decisions::new();
+        let mut left = Decisions::new();
         if !quotas.is_empty() {
             self.decide_in_store(counter, quotas, cost, &mut out).await?;
             if record_refused && cost > 0 && out.iter().any(|d| !d.allowed()) {
                 self.store.charge(counter, quotas, cost).await.map_err(store_error)?;
+                // A peek changes nothing. Should it fail, or find the
+                // counts back within their limits already (a reset between
+                // the two calls), the answer keeps the refusal's figures.
+                if self.decide_in_store(counter, quotas, 0, &mut left).await.is_err()
+                    || left.len() != out.len()
+                    || left.iter().all(Decision::allowed)
+                {
+                    left.clear();
+                }
             }
         }
         let applied = limits
             .iter()
             .enumerate()
             .map(|(j, l)| {
-                let decision = l.quota.as_ref().and_then(|quota| {
-                    let k = quotas.iter().position(|q| q == quota)?;
-                    out.get(k).copied()
-                });
-                applied(index, j, limits.len(), l, decision)
+                let k = l
+                    .quota
+                    .as_ref()
+                    .and_then(|quota| quotas.iter().position(|q| q == quota));
+                let decision = k.and_then(|k| out.get(k).copied());
+                let mut applied = applied(index, j, limits.len(), l, decision);
+                applied.left = k.and_then(|k| left.get(k).copied());
+                applied
             })
             .collect();
         Ok(status_of(applied))
@@ -722,6 +756,7 @@ fn applied(index: usize, j: usize, of: usize, l: &Limit, decision: Option<Decisi
         unit: l.unit,
         policy: l.policy,
         decision,
+        left: None,
     }
 }
 
@@ -742,8 +777,7 @@ fn status_of(applied: Vec<Applied>) -> Status {
             .enumerate()
             .filter(|(_, a)| !a.allowed())
             .max_by_key(|(_, a)| {
-                a.decision
-                    .as_ref()
+                a.shown()
                     .map_or(Duration::MAX, |d| d.retry_after().unwrap_or(Duration::MAX))
             })
             .map(|(j, _)| j)
@@ -751,7 +785,7 @@ fn status_of(applied: Vec<Applied>) -> Status {
     let (remaining, until_reset) = match tightest.and_then(|j| applied.get(j)) {
         Some(a) => (
             a.remaining(),
-            a.decision.as_ref().map(|d| {
+            a.shown().map(|d| {
                 if d.allowed() {
                     d.reset_after()
                 } else {
@@ -940,4 +974,116 @@ fn ad_hoc_name(key: &str) -> String {
     name.push_str("adhoc:");
     name.push_str(key);
     name
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use slidegate_core::ManualClock;
+
+    /// An engine on `yaml` (one domain) at a manual clock, with `settings`.
+    fn engine(yaml: &str, settings: Settings) -> (Engine<ManualClock>, ManualClock) {
+        let domain = Config::parse_domain("test.yaml", yaml).unwrap();
+        let config = Config::from_domains(vec![domain]).unwrap();
+        let clock = ManualClock::new(1_000_000_000_000);
+        let engine = Engine::new(
+            config,
+            clock.clone(),
+            Budget::keys(64),
+            Budget::keys(64),
+            InputLimits::default(),
+        )
+        .with_settings(settings);
+        (engine, clock)
+    }
+
+    /// One descriptor `k=v` of domain `d`, with its own `hits_addend` if
+    /// given.
+    fn request(hits_addend: Option<u64>) -> Request {
+        Request {
+            domain: "d".to_owned(),
+            descriptors: vec![Descriptor {
+                entries: vec![("k".to_owned(), "v".to_owned())],
+                limit: None,
+                hits_addend,
+            }],
+            hits_addend: 0,
+        }
+    }
+
+    const LOG: &str = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: minute, requests_per_unit: 5, algorithm: sliding_log }\n";
+    const SECOND: Duration = Duration::from_secs(1);
+
+    /// A debit larger than the limit (a descriptor's own `hits_addend`,
+    /// charged though refused) answers what it leaves: 0 remaining, and
+    /// the wait until the count is back within the limit (when the
+    /// debit's own hits leave the window), not the remaining count and
+    /// the reset of before the debit. The limit's decision as made (for
+    /// the metrics' hit counts) is kept beside it.
+    #[tokio::test]
+    async fn a_refused_debit_answers_what_it_leaves() {
+        let (engine, clock) = engine(LOG, Settings::default());
+        let first = engine.decide(&request(None)).await.unwrap();
+        assert_eq!((first.overall, first.statuses[0].remaining), (Code::Ok, 4));
+        clock.advance(30 * SECOND);
+        let debit = engine.decide(&request(Some(10))).await.unwrap();
+        let status = &debit.statuses[0];
+        assert_eq!(debit.overall, Code::OverLimit);
+        assert_eq!(status.remaining, 0, "{status:?}");
+        assert_eq!(status.until_reset, Some(60 * SECOND), "{status:?}");
+        let applied = &status.applied[0];
+        assert_eq!(applied.decision.map(|d| (d.allowed(), d.remaining())), Some((false, 4)));
+        let left = applied.left.unwrap();
+        assert_eq!((left.remaining(), left.retry_after()), (0, Some(60 * SECOND)));
+        // What a peek sees now, and once the debit has left the window.
+        let peek = engine.decide(&request(Some(0))).await.unwrap();
+        assert_eq!((peek.overall, peek.statuses[0].remaining), (Code::OverLimit, 0));
+        assert_eq!(peek.statuses[0].until_reset, status.until_reset);
+        clock.advance(60 * SECOND - Duration::from_nanos(1));
+        assert_eq!(engine.decide(&request(Some(0))).await.unwrap().overall, Code::OverLimit);
+        clock.advance(Duration::from_nanos(1));
+        assert_eq!(engine.decide(&request(Some(0))).await.unwrap().overall, Code::Ok);
+    }
+
+    /// A debit that fits in what remains is an ordinary admitted request:
+    /// no peek after it (`left` is none).
+    #[tokio::test]
+    async fn an_admitted_debit_is_its_decision() {
+        let (engine, _) = engine(LOG, Settings::default());
+        let debit = engine.decide(&request(Some(3))).await.unwrap();
+        let status = &debit.statuses[0];
+        assert_eq!((debit.overall, status.remaining), (Code::Ok, 2));
+        assert_eq!(status.applied[0].left, None);
+    }
+
+    /// With `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` off, a refused
+    /// request is counted all the same, and answered with what it leaves:
+    /// 4 hits at 0 s, a request of 3 at 30 s takes the count to 7 (0
+    /// remaining, not the 1 of before it), back within the limit when the
+    /// first four leave at 60 s.
+    #[tokio::test]
+    async fn a_refused_request_counted_with_the_stop_setting_off_answers_what_it_leaves() {
+        let settings = Settings {
+            stop_increment_when_over_limit: false,
+            ..Settings::default()
+        };
+        let (engine, clock) = engine(LOG, settings);
+        for _ in 0..4 {
+            assert_eq!(engine.decide(&request(None)).await.unwrap().overall, Code::Ok);
+        }
+        clock.advance(30 * SECOND);
+        let three = Request {
+            hits_addend: 3,
+            ..request(None)
+        };
+        let refused = engine.decide(&three).await.unwrap();
+        let status = &refused.statuses[0];
+        assert_eq!((refused.overall, status.remaining), (Code::OverLimit, 0), "{status:?}");
+        assert_eq!(status.until_reset, Some(30 * SECOND), "{status:?}");
+        assert_eq!(status.applied[0].decision.map(|d| d.remaining()), Some(1));
+        clock.advance(30 * SECOND);
+        // 3 left of 7: within the limit again.
+        let peek = engine.decide(&request(Some(0))).await.unwrap();
+        assert_eq!((peek.overall, peek.statuses[0].remaining), (Code::Ok, 2));
+    }
 }

@@ -12,6 +12,7 @@ use crate::proto::rls::{RateLimitRequest, RateLimitResponse};
 use crate::server::Shared;
 use crate::trace::DecisionSpan;
 use http::HeaderMap;
+use prost::Message;
 use slidegate_core::Clock;
 use slidegate_tower::{LegacyReset, LimitOutcome};
 use std::sync::Arc;
@@ -147,7 +148,7 @@ pub(crate) fn answer_headers(answer: &Answer, options: &HeaderOptions) -> Header
             Some(LimitOutcome {
                 name: &a.name,
                 policy: a.policy.as_ref()?,
-                decision: a.decision.as_ref()?,
+                decision: a.shown()?,
             })
         })
         .collect();
@@ -388,6 +389,82 @@ pub(crate) async fn respond<C: Clock>(
         )),
         Err(e) => Err(grpc_status(e)),
     }
+}
+
+/// `ShouldRateLimit` answered by tonic's server (`tonic::server::Grpc`,
+/// as the generated [`RateLimitServiceServer`] serves it, messages of at
+/// most `limit` bytes, no compression taken) but with [`RequestCodec`]:
+/// a request whose message does not decode, or whose body ends inside a
+/// message (the error of `crate::grpc_routes`'s replayed body), is
+/// `INVALID_ARGUMENT`; anything else tonic refuses is answered as tonic
+/// answers it.
+pub(crate) async fn tonic_unary<C, B>(
+    shared: Arc<Shared<C>>,
+    limit: usize,
+    request: http::Request<B>,
+) -> http::Response<tonic::body::Body>
+where
+    C: Clock + Send + Sync + 'static,
+    B: hyper::body::Body + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send,
+{
+    let mut grpc = tonic::server::Grpc::new(RequestCodec).apply_max_message_size_config(Some(limit), None);
+    grpc.unary(ShouldRateLimit(shared), request).await
+}
+
+/// `ShouldRateLimit` as tonic's server calls it: [`respond`].
+struct ShouldRateLimit<C>(Arc<Shared<C>>);
+
+impl<C: Clock + Send + Sync + 'static> tonic::server::UnaryService<RateLimitRequest> for ShouldRateLimit<C> {
+    type Response = RateLimitResponse;
+    type Future = tonic::codegen::BoxFuture<tonic::Response<RateLimitResponse>, tonic::Status>;
+
+    fn call(&mut self, request: tonic::Request<RateLimitRequest>) -> Self::Future {
+        let shared = Arc::clone(&self.0);
+        Box::pin(async move {
+            let (metadata, _, message) = request.into_parts();
+            respond(&shared, message, metadata.as_ref())
+                .await
+                .map(tonic::Response::new)
+        })
+    }
+}
+
+/// `ShouldRateLimit`'s messages as prost encodes and decodes them, but a
+/// request that does not decode is the client's fault: `INVALID_ARGUMENT`
+/// ([`undecodable`]), where prost's codec answers `INTERNAL`.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct RequestCodec;
+
+impl tonic::codec::Codec for RequestCodec {
+    type Encode = RateLimitResponse;
+    type Decode = RateLimitRequest;
+    type Encoder = tonic_prost::ProstEncoder<RateLimitResponse>;
+    type Decoder = RequestCodec;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        tonic_prost::ProstEncoder::default()
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        RequestCodec
+    }
+}
+
+impl tonic::codec::Decoder for RequestCodec {
+    type Item = RateLimitRequest;
+    type Error = tonic::Status;
+
+    fn decode(&mut self, buf: &mut tonic::codec::DecodeBuf<'_>) -> Result<Option<RateLimitRequest>, tonic::Status> {
+        RateLimitRequest::decode(buf).map(Some).map_err(undecodable)
+    }
+}
+
+/// A request message that does not decode as a `RateLimitRequest`:
+/// `INVALID_ARGUMENT`, with prost's reason (which names no byte of the
+/// message).
+pub(crate) fn undecodable(e: prost::DecodeError) -> tonic::Status {
+    tonic::Status::invalid_argument(format!("the request message is not a RateLimitRequest: {e}"))
 }
 
 /// A request that could not be decided, as gRPC says it: a bad request is

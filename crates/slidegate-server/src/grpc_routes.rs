@@ -1,19 +1,31 @@
 //! The service a gRPC connection serves (`crate::conn::serve_grpc`, on
 //! hyper's HTTP/2 connection): `ShouldRateLimit` answered straight when
-//! its request is plain, tonic's generated servers otherwise.
+//! its request is plain, by tonic's server otherwise.
 //!
 //! A plain request is the common one: no `grpc-encoding` (or `identity`),
 //! a body that ends without trailers and holds exactly one uncompressed
 //! message within `--max-request-bytes` that decodes. Its message is
 //! decoded with prost and answered with one data frame and the trailer
 //! `grpc-status: 0`, as tonic answers, without tonic's streaming decoder,
-//! its encoder body or its boxed handler. Any other request (compressed,
-//! malformed, too large, several messages, trailers, a body that fails)
-//! is handed to tonic's generated server with the bytes read so far put
-//! back in front, so that it answers it exactly as before: the fast path
-//! never decides anything tonic would refuse.
+//! its encoder body or its boxed handler; such a message that does not
+//! decode is answered `INVALID_ARGUMENT` straight, as tonic's path answers
+//! it. Any other request (compressed, cut short, too large, several
+//! messages, trailers, a body that fails) is handed to tonic's server
+//! (`crate::grpc::tonic_unary`) with the bytes read so far put back in
+//! front, so that it answers it as tonic does: the fast path never decides
+//! anything tonic would refuse.
+//!
+//! A request is the client's fault when it cannot be decoded: a message
+//! that is not a `RateLimitRequest`, or a body that ends inside a message
+//! (the replayed body, [`Replay`], follows the messages' framing and fails
+//! with `INVALID_ARGUMENT` there, where tonic's decoder would answer
+//! `INTERNAL`, "Unexpected EOF"), are `INVALID_ARGUMENT` on both paths; a
+//! message over the size limit stays `OUT_OF_RANGE`, and the rest as tonic
+//! answers it (a compressed flag without `grpc-encoding`, `INTERNAL`, as
+//! gRPC's compression spec asks; an encoding not taken, `UNIMPLEMENTED`;
+//! no message, `INTERNAL`).
 
-use crate::grpc::{Grpc, respond};
+use crate::grpc::{Grpc, respond, tonic_unary, undecodable};
 use crate::proto::rls::RateLimitRequest;
 use crate::proto::rls::rate_limit_service_server::RateLimitServiceServer;
 use crate::server::Shared;
@@ -35,6 +47,9 @@ type Answered = http::Response<Answer>;
 type Call = tonic::codegen::BoxFuture<Answered, Infallible>;
 /// tonic's answers.
 type TonicAnswered = http::Response<tonic::body::Body>;
+/// A request body's error, as tonic takes it: hyper's, or the
+/// `tonic::Status` of a body that ends inside a message.
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// The health service, boxed: its type is tonic-health's own, and it is
 /// called rarely.
 type Health = tower::util::BoxCloneSyncService<http::Request<Replay>, TonicAnswered, Infallible>;
@@ -106,8 +121,12 @@ impl<C: Clock + Send + Sync + 'static> hyper::service::Service<http::Request<Inc
         let routes = &self.0;
         let limit = client_timeout(request.headers()).map_or(routes.timeout, |t| t.min(routes.timeout));
         let path = request.uri().path();
-        let call: Call = if path == SHOULD_RATE_LIMIT && identity(request.headers()) {
-            Box::pin(unary(Arc::clone(routes), request))
+        let call: Call = if path == SHOULD_RATE_LIMIT {
+            if identity(request.headers()) {
+                Box::pin(unary(Arc::clone(routes), request))
+            } else {
+                Box::pin(tonic_should_rate_limit(Arc::clone(routes), request.map(Replay::from)))
+            }
         } else if path.starts_with(RLS_PATH) {
             Box::pin(tonic_call(routes.rls.clone(), request.map(Replay::from)))
         } else if path.starts_with(HEALTH_PATH) {
@@ -147,6 +166,15 @@ where
     async move { answer.await.map(|answer| answer.map(Answer::Tonic)) }
 }
 
+/// `ShouldRateLimit` answered by tonic's server ([`tonic_unary`]).
+async fn tonic_should_rate_limit<C: Clock + Send + Sync + 'static>(
+    routes: Arc<Routes<C>>,
+    request: http::Request<Replay>,
+) -> Result<Answered, Infallible> {
+    let answer = tonic_unary(Arc::clone(&routes.shared), routes.limit, request).await;
+    Ok(answer.map(Answer::Tonic))
+}
+
 /// Whether a request's messages are uncompressed: no `grpc-encoding`, or
 /// `identity`.
 fn identity(headers: &HeaderMap) -> bool {
@@ -154,7 +182,7 @@ fn identity(headers: &HeaderMap) -> bool {
 }
 
 /// `ShouldRateLimit` on hyper's request: read the body; answered here when
-/// plain, by tonic's generated server otherwise (the bytes read put back).
+/// plain, by tonic's server otherwise (the bytes read put back).
 async fn unary<C: Clock + Send + Sync + 'static>(
     routes: Arc<Routes<C>>,
     request: http::Request<Incoming>,
@@ -196,8 +224,14 @@ async fn unary<C: Clock + Send + Sync + 'static>(
             read: Some(read.freeze()).filter(|r| !r.is_empty()),
             stop,
             rest,
+            framing: Framing::default(),
+            ended: false,
         };
-        return tonic_call(routes.rls.clone(), http::Request::from_parts(parts, replay)).await;
+        return tonic_should_rate_limit(routes, http::Request::from_parts(parts, replay)).await;
+    };
+    let message = match message {
+        Ok(message) => message,
+        Err(e) => return Ok(undecodable(e).into_http::<tonic::body::Body>().map(Answer::Tonic)),
     };
     let answer = match respond(&routes.shared, message, &parts.headers).await {
         Ok(answer) => answer,
@@ -222,16 +256,17 @@ async fn unary<C: Clock + Send + Sync + 'static>(
 }
 
 /// The one message of a whole body `read`, when it is exactly one
-/// uncompressed message of at most `limit` bytes that decodes; none
-/// otherwise (tonic then answers).
-fn plain(read: &[u8], limit: usize) -> Option<RateLimitRequest> {
+/// uncompressed message of at most `limit` bytes: decoded, or why it does
+/// not decode (answered `INVALID_ARGUMENT`, as tonic's path answers it);
+/// none for any other body (tonic then answers).
+fn plain(read: &[u8], limit: usize) -> Option<Result<RateLimitRequest, prost::DecodeError>> {
     let (prefix, message) = read.split_first_chunk::<PREFIX>()?;
     let [flag, len @ ..] = *prefix;
     let len = usize::try_from(u32::from_be_bytes(len)).ok()?;
     if flag != 0 || len != message.len() || len > limit {
         return None;
     }
-    RateLimitRequest::decode(message).ok()
+    Some(RateLimitRequest::decode(message))
 }
 
 /// Where reading a body stopped short of its end.
@@ -245,11 +280,17 @@ enum Stop {
 }
 
 /// A request body for tonic: what was read already, then where reading
-/// stopped (a frame, an error), then the rest of the body.
+/// stopped (a frame, an error), then the rest of the body. It follows the
+/// gRPC messages' framing as it goes, and a body that ends (or sends its
+/// trailers) inside a message fails with `INVALID_ARGUMENT`
+/// ([`Framing::cut`]) instead, which tonic answers as it is.
 pub(crate) struct Replay {
     read: Option<Bytes>,
     stop: Option<Stop>,
     rest: Option<Incoming>,
+    framing: Framing,
+    /// The body has failed or ended: nothing more comes.
+    ended: bool,
 }
 
 impl From<Incoming> for Replay {
@@ -258,35 +299,140 @@ impl From<Incoming> for Replay {
             read: None,
             stop: None,
             rest: Some(body),
+            framing: Framing::default(),
+            ended: false,
+        }
+    }
+}
+
+impl Replay {
+    /// `frame` as it goes to tonic: a data frame counted in the framing;
+    /// the trailers, or the end (`None`), when the bytes so far end
+    /// between messages, else the error of a body cut short (once: then
+    /// the body has ended).
+    fn pass(&mut self, frame: Option<Frame<Bytes>>) -> Option<Result<Frame<Bytes>, BoxError>> {
+        if let Some(data) = frame.as_ref().and_then(Frame::data_ref) {
+            self.framing.feed(data);
+            return frame.map(Ok);
+        }
+        self.ended = true;
+        self.rest = None;
+        match self.framing.cut() {
+            Some(status) => Some(Err(Box::new(status))),
+            None => frame.map(Ok),
         }
     }
 }
 
 impl Body for Replay {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
+        if this.ended {
+            return Poll::Ready(None);
+        }
         if let Some(read) = this.read.take() {
-            return Poll::Ready(Some(Ok(Frame::data(read))));
+            return Poll::Ready(this.pass(Some(Frame::data(read))));
         }
         match this.stop.take() {
-            Some(Stop::Frame(frame)) => return Poll::Ready(Some(Ok(frame))),
+            Some(Stop::Frame(frame)) => return Poll::Ready(this.pass(Some(frame))),
             Some(Stop::Failed(e)) => {
+                this.ended = true;
                 this.rest = None;
-                return Poll::Ready(Some(Err(e)));
+                return Poll::Ready(Some(Err(Box::new(e))));
             }
             Some(Stop::Rest) | None => {}
         }
-        match &mut this.rest {
-            Some(rest) => Pin::new(rest).poll_frame(cx),
-            None => Poll::Ready(None),
-        }
+        let frame = match &mut this.rest {
+            Some(rest) => match std::task::ready!(Pin::new(rest).poll_frame(cx)) {
+                Some(Err(e)) => {
+                    this.ended = true;
+                    this.rest = None;
+                    return Poll::Ready(Some(Err(Box::new(e))));
+                }
+                Some(Ok(frame)) => Some(frame),
+                None => None,
+            },
+            None => None,
+        };
+        Poll::Ready(this.pass(frame))
     }
 
     fn is_end_stream(&self) -> bool {
-        self.read.is_none() && self.stop.is_none() && self.rest.as_ref().is_none_or(Body::is_end_stream)
+        self.ended
+            || self.read.is_none()
+                && self.stop.is_none()
+                && self.framing.between()
+                && self.rest.as_ref().is_none_or(Body::is_end_stream)
+    }
+}
+
+/// Where a body's bytes are in its gRPC messages (each a 5-byte prefix,
+/// the compressed flag and the length, then that many bytes).
+#[derive(Default)]
+struct Framing {
+    /// The bytes of the next message's prefix seen so far.
+    prefix: [u8; PREFIX],
+    /// How many of them.
+    filled: usize,
+    /// The current message's length.
+    len: u64,
+    /// Its bytes still to come.
+    left: u64,
+}
+
+impl Framing {
+    /// Follows `data`, the body's next bytes.
+    fn feed(&mut self, mut data: &[u8]) {
+        while !data.is_empty() {
+            if self.left > 0 {
+                let n = usize::try_from(self.left).map_or(data.len(), |left| left.min(data.len()));
+                self.left -= n as u64;
+                data = data.get(n..).unwrap_or_default();
+                continue;
+            }
+            let n = (PREFIX - self.filled).min(data.len());
+            if let (Some(to), Some(from)) = (self.prefix.get_mut(self.filled..self.filled + n), data.get(..n)) {
+                to.copy_from_slice(from);
+            }
+            self.filled += n;
+            data = data.get(n..).unwrap_or_default();
+            if self.filled == PREFIX {
+                let [_, len @ ..] = self.prefix;
+                self.len = u64::from(u32::from_be_bytes(len));
+                self.left = self.len;
+                self.filled = 0;
+            }
+        }
+    }
+
+    /// Whether the bytes so far end between two messages.
+    fn between(&self) -> bool {
+        self.filled == 0 && self.left == 0
+    }
+
+    /// If the body ended here, inside a message: the client's fault,
+    /// `INVALID_ARGUMENT`, saying how much of the message came (tonic's
+    /// decoder would answer `INTERNAL`, "Unexpected EOF"). None when the
+    /// bytes so far end between messages.
+    fn cut(&self) -> Option<tonic::Status> {
+        let message = if self.filled > 0 {
+            format!(
+                "the request body ends inside a message's prefix: {} of its {PREFIX} bytes came",
+                self.filled
+            )
+        } else if self.left > 0 {
+            format!(
+                "the request body ends inside a message: {} of the {} bytes its prefix gives came",
+                self.len - self.left,
+                self.len
+            )
+        } else {
+            return None;
+        };
+        Some(tonic::Status::invalid_argument(message))
     }
 }
 
@@ -404,5 +550,45 @@ mod tests {
             assert_eq!(read(bad), None, "{bad:?}");
         }
         assert_eq!(client_timeout(&HeaderMap::new()), None);
+    }
+
+    /// The framing follows messages however the body is split: between
+    /// messages after each whole one (an empty one too), inside a prefix
+    /// or a message otherwise, saying how much came.
+    #[test]
+    fn framing_follows_messages_in_any_pieces() {
+        let body = [
+            &[0u8, 0, 0, 0, 3, 7, 8, 9][..],
+            &[0, 0, 0, 0, 0],
+            &[1, 0, 0, 0, 2, 5, 5],
+        ]
+        .concat();
+        for split in 0..=body.len() {
+            let mut framing = Framing::default();
+            let (a, b) = body.split_at(split);
+            framing.feed(a);
+            framing.feed(b);
+            assert!(framing.between(), "split at {split}");
+            assert!(framing.cut().is_none());
+        }
+        let cut = |bytes: &[u8]| {
+            let mut framing = Framing::default();
+            for byte in bytes {
+                framing.feed(std::slice::from_ref(byte));
+            }
+            framing.cut().map(|s| (s.code(), s.message().to_owned()))
+        };
+        assert_eq!(cut(&[]), None);
+        let prefix = cut(&body[..2]).unwrap();
+        assert_eq!(prefix.0, tonic::Code::InvalidArgument);
+        assert!(prefix.1.contains("prefix: 2 of its 5 bytes came"), "{prefix:?}");
+        let message = cut(&body[..6]).unwrap();
+        assert!(message.1.contains("1 of the 3 bytes"), "{message:?}");
+        let next = cut(&body[..9]).unwrap();
+        assert!(next.1.contains("prefix: 1 of its 5 bytes"), "{next:?}");
+        // A length of 2³² − 1: counted, not allocated.
+        let mut framing = Framing::default();
+        framing.feed(&[0, 0xff, 0xff, 0xff, 0xff, 1, 2]);
+        assert!(framing.cut().unwrap().message().contains("2 of the 4294967295 bytes"));
     }
 }

@@ -309,7 +309,7 @@ fn admin_refused<C: Clock>(shared: &Shared<C>, log: &LogLimit, status: StatusCod
         tracing::warn!(
             refused = held.saturating_add(1),
             last = reason.as_str(),
-            "POST /v1/reset refused requests for a missing or wrong admin token: `refused` since the last such line (at most one each {} s; slidegate_admin_auth_failures_total counts them by reason)",
+            "POST /v1/reset refused requests without the right admin token: `refused` of them since the last such line (this line at most once each {} s; slidegate_admin_auth_failures_total counts each, by reason)",
             log.interval().as_secs(),
         );
     }
@@ -493,7 +493,7 @@ fn answer_json(answer: &Answer) -> Value {
                         limit.insert("window_ms".into(), json!(millis(p.window())));
                         limit.insert("algorithm".into(), json!(p.algorithm().to_string()));
                     }
-                    if let Some(d) = &a.decision {
+                    if let Some(d) = a.shown() {
                         limit.insert("remaining".into(), json!(d.remaining()));
                         limit.insert("reset_after_ms".into(), json!(millis(d.reset_after())));
                         if let Some(retry) = d.retry_after() {

@@ -780,6 +780,102 @@ async fn reset_needs_the_admin_token() {
     assert!(empty.err().unwrap().to_string().contains("admin token is empty"));
 }
 
+/// What a test's tracing subscriber writes, kept for it to read.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    /// The lines written so far.
+    fn lines(&self) -> Vec<String> {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+/// Refused admin tokens are counted by reason
+/// (`slidegate_admin_auth_failures_total`, 0 before the first) and logged
+/// at warn once for a burst, saying how many: never the token, the body
+/// or the client's address. The log is this test's thread's (the server
+/// runs on the test's runtime); the burst is well within the 10 s between
+/// two lines, which `log_limit`'s tests check on a manual clock.
+#[tokio::test]
+async fn refused_admin_tokens_are_counted_and_logged_once_a_burst() {
+    let log = Captured::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    // With one dispatcher alive, tracing caches a callsite's interest as
+    // the first thread to reach it sees it (another test's, without a
+    // subscriber: never). A second one, alive throughout, makes every
+    // callsite ask each thread's own.
+    let _second = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default());
+    let _log = tracing::subscriber::set_default(subscriber);
+    let h = Harness::start("").await;
+    let missing = "slidegate_admin_auth_failures_total{reason=\"missing\"}";
+    let wrong = "slidegate_admin_auth_failures_total{reason=\"wrong\"}";
+    assert_eq!((h.metric(missing).await, h.metric(wrong).await), (Some(0.0), Some(0.0)));
+    let body = r#"{"key":"needle-4b1d","limit":1,"window":"1m"}"#;
+    for _ in 0..7 {
+        assert_eq!(h.post("/v1/reset", body).await.0, StatusCode::UNAUTHORIZED);
+    }
+    for wrong in ["Bearer guess-9c2e", "Bearer ", "Basic Z3Vlc3M="] {
+        http_post_with(h.http_addr(), "/v1/reset", body, &[("authorization", wrong)]).await;
+    }
+    for _ in 0..5 {
+        let (status, _, _) = http_post_with(
+            h.http_addr(),
+            "/v1/reset",
+            body,
+            &[("authorization", "Bearer guess-9c2e")],
+        )
+        .await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+    }
+    // `Bearer ` and `Basic` carry no bearer token: missing.
+    assert_eq!((h.metric(missing).await, h.metric(wrong).await), (Some(9.0), Some(6.0)));
+    // The right token is no failure.
+    let (status, _, _) = http_post_with(
+        h.http_addr(),
+        "/v1/reset",
+        body,
+        &[("authorization", &format!("Bearer {ADMIN}"))],
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(h.metric(wrong).await, Some(6.0));
+    let lines = log.lines();
+    // The server's own lines are there: the log is this test's.
+    assert!(lines.iter().any(|l| l.contains("serving")), "{lines:#?}");
+    let refused: Vec<&String> = lines.iter().filter(|l| l.contains("POST /v1/reset refused")).collect();
+    assert_eq!(refused.len(), 1, "{lines:#?}");
+    assert!(
+        refused[0].contains("WARN") && refused[0].contains("refused=1"),
+        "{refused:?}"
+    );
+    for secret in ["guess-9c2e", "Z3Vlc3M", "needle-4b1d", ADMIN] {
+        assert!(
+            !lines.iter().any(|l| l.contains(secret)),
+            "{secret} in the log: {lines:#?}"
+        );
+    }
+}
+
 /// Oversized input over HTTP, each refused with the limit named: a key or
 /// value over `max_text` and too many descriptors or entries are 400, a body
 /// over the limit 413.
@@ -1166,6 +1262,16 @@ impl RawAnswer {
 /// `ShouldRateLimit` called over a raw HTTP/2 connection, the body sent as
 /// `chunks` (each its own data frame), with `headers` beside gRPC's own.
 async fn raw_should_rate_limit(h: &Harness, headers: &[(&str, &str)], chunks: Vec<Vec<u8>>) -> RawAnswer {
+    raw_call(h, headers, chunks, None).await
+}
+
+/// [`raw_should_rate_limit`], the body ending with `trailers` if given.
+async fn raw_call(
+    h: &Harness,
+    headers: &[(&str, &str)],
+    chunks: Vec<Vec<u8>>,
+    trailers: Option<http::HeaderMap>,
+) -> RawAnswer {
     let tcp = TcpStream::connect(h.running.grpc_addr().unwrap()).await.unwrap();
     let (mut sender, connection) =
         hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), TokioIo::new(tcp))
@@ -1174,7 +1280,9 @@ async fn raw_should_rate_limit(h: &Harness, headers: &[(&str, &str)], chunks: Ve
     tokio::spawn(connection);
     let frames = chunks
         .into_iter()
-        .map(|c| Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(Bytes::from(c))));
+        .map(|c| hyper::body::Frame::data(Bytes::from(c)))
+        .chain(trailers.map(hyper::body::Frame::trailers))
+        .map(Ok::<_, std::convert::Infallible>);
     let body = http_body_util::StreamBody::new(tokio_stream::iter(frames));
     let mut request = Request::post(format!(
         "http://{}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
@@ -1216,9 +1324,12 @@ fn framed(flag: u8, message: &[u8]) -> Vec<u8> {
 /// 0`) however its message is split into data frames; bodies that are not
 /// plain get tonic's own answers: a compressed flag without
 /// `grpc-encoding`, an invalid flag, an encoding the server does not take,
-/// no message, a message cut short or longer than the body, bytes that
-/// are not the message, a message over the size limit; a body of two
-/// messages is decided on the first. The server answers plainly after each.
+/// no message, a message over the size limit; a body of two messages is
+/// decided on the first. A body that cannot be decoded is the client's
+/// fault, `INVALID_ARGUMENT` (not tonic's `INTERNAL`): bytes that are not
+/// the message, a message cut short, a length prefix longer than the body,
+/// bytes after the message that are no whole message. The server answers
+/// plainly after each.
 #[tokio::test]
 async fn should_rate_limit_bodies_plain_or_not_get_tonics_answers() {
     use prost::Message;
@@ -1254,8 +1365,10 @@ async fn should_rate_limit_bodies_plain_or_not_get_tonics_answers() {
     assert_eq!(undated(&plain), undated(&two));
 
     let internal = "13".to_owned();
+    let invalid = "3".to_owned();
     // A case: its name, headers, body, and the answer's status and words.
     type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], Vec<u8>, String, &'a str);
+    let cut_message = format!("{} of the 256 bytes its prefix gives came", message.len());
     let cases: Vec<Case> = vec![
         (
             "compressed flag",
@@ -1289,17 +1402,58 @@ async fn should_rate_limit_bodies_plain_or_not_get_tonics_answers() {
             "cut short",
             &[],
             whole[..whole.len() - 1].to_vec(),
-            internal.clone(),
-            "Unexpected EOF",
+            invalid.clone(),
+            "ends inside a message",
+        ),
+        (
+            "cut in the prefix",
+            &[],
+            whole[..3].to_vec(),
+            invalid.clone(),
+            "prefix: 3 of its 5 bytes came",
+        ),
+        (
+            "a length longer than the body",
+            &[],
+            [&[0, 0, 0, 1, 0][..], &message].concat(),
+            invalid.clone(),
+            &cut_message,
+        ),
+        (
+            "a length over the limit, the body short",
+            &[],
+            [&[0, 0, 1, 0, 1][..], &message].concat(),
+            "11".to_owned(),
+            "65536",
         ),
         (
             "trailing bytes",
             &[],
             [whole.clone(), vec![0, 0]].concat(),
-            internal.clone(),
-            "Unexpected EOF",
+            invalid.clone(),
+            "ends inside a message's prefix",
         ),
-        ("not the message", &[], framed(0, &[0xff; 8]), internal.clone(), ""),
+        (
+            "not the message",
+            &[],
+            framed(0, &[0xff; 8]),
+            invalid.clone(),
+            "not a RateLimitRequest",
+        ),
+        (
+            "garbage in a message",
+            &[],
+            framed(0, b"GET / HTTP/1.1\r\n\r\n"),
+            invalid.clone(),
+            "not a RateLimitRequest",
+        ),
+        (
+            "garbage unframed: its first byte an invalid flag, as gRPC's protocol error",
+            &[],
+            b"GET / HTTP/1.1\r\n\r\n".to_vec(),
+            internal.clone(),
+            "invalid compression flag",
+        ),
         (
             "over the limit",
             &[],
@@ -1317,6 +1471,41 @@ async fn should_rate_limit_bodies_plain_or_not_get_tonics_answers() {
         let after = raw_should_rate_limit(&h, &[], vec![whole.clone()]).await;
         assert_eq!(decoded(&after), answer, "{name}");
     }
+
+    // Trailers send a body to tonic's path: its answers are the same.
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert("x-note", http::HeaderValue::from_static("1"));
+    let tonic_cases: Vec<(&str, Vec<u8>, &str, &str)> = vec![
+        ("whole", whole.clone(), "0", ""),
+        ("not the message", framed(0, &[0xff; 8]), "3", "not a RateLimitRequest"),
+        (
+            "cut short",
+            whole[..whole.len() - 1].to_vec(),
+            "3",
+            "ends inside a message",
+        ),
+        (
+            "trailing bytes",
+            [whole.clone(), vec![0, 0]].concat(),
+            "3",
+            "ends inside a message's prefix",
+        ),
+        ("over the limit", framed(0, &vec![0; 70_000]), "11", "65536"),
+        ("no message", Vec::new(), "13", "Missing request message."),
+    ];
+    for (name, body, code, message) in tonic_cases {
+        let answer = raw_call(&h, &[], vec![body], Some(trailers.clone())).await;
+        let (got, said) = answer.status();
+        assert_eq!(got, code, "{name} with trailers: {said}");
+        assert!(said.contains(message), "{name} with trailers: {said}");
+    }
+    // Past the size limit, the rest is tonic's to read: a first message
+    // that does not decode is INVALID_ARGUMENT there too.
+    let long = [framed(0, &[0xff; 8]), framed(0, &vec![0; 70_000])].concat();
+    let refused = raw_should_rate_limit(&h, &[], vec![long]).await;
+    let (got, said) = refused.status();
+    assert_eq!(got, "3", "{said}");
+    assert!(said.contains("not a RateLimitRequest"), "{said}");
 }
 
 /// A path that is no endpoint (404) and an endpoint asked with the wrong
