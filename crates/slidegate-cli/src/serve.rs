@@ -104,10 +104,11 @@ pub(crate) struct Args {
     #[arg(long, env = "SLIDEGATE_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_timeout, value_name = "DURATION")]
     idle_timeout: Duration,
     /// The most connections open at once, HTTP and gRPC together. When all
-    /// are taken, a new connection takes the place of the idlest one (one
-    /// that never made a request first, closed at once; else the one whose
-    /// last request is oldest, asked to close), or is closed at once when
-    /// every connection has a request in flight (counted in
+    /// are taken, a new connection takes the place of one without a
+    /// request in flight (first one that never made a request, the oldest,
+    /// closed at once; else the newest of the others, asked to close, so
+    /// that established clients keep their place), or is closed at once
+    /// when every connection has a request in flight (counted in
     /// `slidegate_connections_closed_total`) [default: from the file
     /// descriptor limit: seven eighths of what is left after 32, at least
     /// 8, at most 16384]
@@ -584,8 +585,12 @@ fn subscriber(format: LogFormat, otlp: Option<&Otlp>) -> anyhow::Result<Box<dyn 
     // frames (an attack makes thousands a second): the server counts those
     // and logs one line per 10 s instead, so h2's own are off unless
     // `RUST_LOG` names them.
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| "info,h2=error".into())
+    let from_env = std::env::var("RUST_LOG").unwrap_or_default();
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    if !from_env.contains("h2") {
+        filter = filter.add_directive("h2=error".parse()?);
+    }
+    let filter = filter
         // The decision spans carry what a request does: never in the log
         // (and, without `--otlp-endpoint`, never made at all).
         .add_directive(format!("{DECISION_TARGET}=off").parse()?);

@@ -4,13 +4,17 @@
 //!
 //! - **Connections**: at most [`ConnectionLimits::max_connections`] open
 //!   at once, over both listeners. A connection that comes when they are
-//!   all taken takes the place of the idlest one without a call in flight:
-//!   first one that never started a call (oldest first, closed at once),
-//!   else the one whose last call started longest ago (asked to close with
-//!   a `GOAWAY`, or closed after its answer on HTTP/1.1). When every open
-//!   connection has a call in flight, the new one is closed at once
-//!   (shed). A client that makes calls therefore keeps its connection
-//!   while connections that only trickle bytes come and go.
+//!   all taken takes the place of one without a call in flight, from the
+//!   peer address (an IPv6 /64) holding most connections, and never from a
+//!   peer holding fewer than its own: first one that never started a call
+//!   (the oldest first, closed at once), else the newest of those that did (asked to close with a `GOAWAY`, or closed
+//!   after its answer on HTTP/1.1), so that established clients (Envoy's
+//!   channels, kept-alive connections) keep their place against a crowd
+//!   that reconnects. When every open connection has a call in flight, or
+//!   those asked to close have not yet and the cap and an eighth more are
+//!   open, the new one is closed at once (shed). Connections that only
+//!   trickle bytes therefore come and go while clients that make calls
+//!   stay.
 //! - **Progress**: a connection must start its first call within the
 //!   header timeout of opening, and then another within the idle timeout
 //!   of the last one started (unless one is in flight); bytes alone (HTTP/2
@@ -37,6 +41,7 @@
 use crate::log_limit::LogLimit;
 use parking_lot::Mutex;
 use std::future::Future;
+use std::net::{IpAddr, Ipv6Addr};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -93,7 +98,11 @@ impl Default for ConnectionLimits {
 pub fn descriptor_limit() -> Option<u64> {
     let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
     let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
-    line.trim_start_matches("Max open files").split_whitespace().next()?.parse().ok()
+    line.trim_start_matches("Max open files")
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// The default connection cap for a descriptor limit: what is left after
@@ -106,7 +115,9 @@ pub fn default_max_connections(descriptors: Option<u64>) -> usize {
     };
     let usable = limit.saturating_sub(RESERVED_DESCRIPTORS);
     let cap = usable - usable / 8;
-    usize::try_from(cap).unwrap_or(usize::MAX).clamp(8, MOST_DEFAULT_CONNECTIONS)
+    usize::try_from(cap)
+        .unwrap_or(usize::MAX)
+        .clamp(8, MOST_DEFAULT_CONNECTIONS)
 }
 
 /// How a connection is to close.
@@ -133,6 +144,8 @@ pub(crate) enum Reason {
 /// One open connection's progress.
 pub(crate) struct Conn {
     opened: Instant,
+    /// Where it comes from (an IPv6 address's /64), if known.
+    peer: Option<IpAddr>,
     /// When the last call started, in nanoseconds after `opened`, plus 1
     /// (0: none yet).
     last_call: AtomicU64,
@@ -147,9 +160,10 @@ const CLOSE_NOW: u32 = 1;
 const CLOSE_GRACEFUL: u32 = 2;
 
 impl Conn {
-    fn new(opened: Instant) -> Self {
+    fn new(opened: Instant, peer: Option<IpAddr>) -> Self {
         Conn {
             opened,
+            peer,
             last_call: AtomicU64::new(0),
             in_flight: AtomicU32::new(0),
             doomed: AtomicU32::new(CLOSE_NONE),
@@ -298,41 +312,35 @@ impl Admission {
         self.limits
     }
 
-    /// A connection just accepted, opened at `opened`: its ticket if it
-    /// may stay, room made for it as the module's docs say; `None` if it
-    /// is to be closed at once (counted as shed).
-    pub(crate) fn admit(self: &Arc<Self>, opened: Instant) -> Option<Ticket> {
+    /// A connection just accepted, opened at `opened`, from `peer`: its
+    /// ticket if it may stay, room made for it as the module's docs say;
+    /// `None` if it is to be closed at once (counted as shed).
+    pub(crate) fn admit(self: &Arc<Self>, opened: Instant, peer: Option<IpAddr>) -> Option<Ticket> {
+        let peer = peer.map(group);
+        let max = self.limits.max_connections.max(1);
         let mut table = self.table.lock();
-        if table.open.len().saturating_sub(table.doomed) >= self.limits.max_connections.max(1) {
-            let victim = table
-                .open
-                .values()
-                .filter(|c| c.doomed.load(Ordering::Relaxed) == CLOSE_NONE && c.idle())
-                .min_by_key(|c| match c.last_call() {
-                    // Never called first, oldest first; then the longest
-                    // since its last call.
-                    None => (0, c.opened),
-                    Some(last) => (1, last),
-                })
-                .cloned();
-            let Some(victim) = victim else {
-                drop(table);
-                bump(&self.counters.shed);
-                return None;
-            };
-            let how = if victim.last_call().is_none() {
-                CLOSE_NOW
-            } else {
-                CLOSE_GRACEFUL
-            };
-            victim.doomed.store(how, Ordering::Release);
-            victim.wake.notify_one();
-            table.doomed += 1;
-            bump(&self.counters.evicted);
+        // Those asked to make room may not have closed yet: past the cap
+        // and an eighth, no more descriptors are taken but for a peer
+        // holding fewer than another (which then closes one at once).
+        let hard = table.open.len() >= max.saturating_add(max / 8).saturating_add(2);
+        if hard || table.open.len().saturating_sub(table.doomed) >= max {
+            match Self::victim(&table, peer, opened, hard) {
+                Some((victim, how)) => {
+                    victim.doomed.store(how, Ordering::Release);
+                    victim.wake.notify_one();
+                    table.doomed += 1;
+                    bump(&self.counters.evicted);
+                }
+                None => {
+                    drop(table);
+                    bump(&self.counters.shed);
+                    return None;
+                }
+            }
         }
         let id = table.next;
         table.next += 1;
-        let conn = Arc::new(Conn::new(opened));
+        let conn = Arc::new(Conn::new(opened, peer));
         table.open.insert(id, Arc::clone(&conn));
         drop(table);
         bump(&self.counters.accepted);
@@ -341,6 +349,59 @@ impl Admission {
             id,
             conn,
         })
+    }
+
+    /// The connection to close for one from `peer` opened at `opened`, and
+    /// how. Only from a peer holding at least as many connections as
+    /// `peer` (a crowd from one address takes its own places, never those
+    /// of a peer holding fewer), the peer holding most first; then one
+    /// without a call in flight, never called (the oldest first: it had the
+    /// longest to start one, closed at once), else the newest of those that
+    /// called (established clients keep their place against a crowd that
+    /// reconnects; asked to close). When `peer` holds fewer than the
+    /// heaviest peer and that peer's connections are all busy, or `hard`
+    /// (no descriptor to spare), the heaviest peer's newest connection is
+    /// closed at once, its call in flight with it: its crowd pays, not the
+    /// newcomer. Otherwise, with none idle, none (the newcomer is shed).
+    fn victim(table: &Table, peer: Option<IpAddr>, opened: Instant, hard: bool) -> Option<(Arc<Conn>, u32)> {
+        let live = || {
+            table
+                .open
+                .values()
+                .filter(|c| c.doomed.load(Ordering::Relaxed) == CLOSE_NONE)
+        };
+        let mut held = foldhash::HashMap::<Option<IpAddr>, usize>::default();
+        for c in live() {
+            *held.entry(c.peer).or_default() += 1;
+        }
+        let count = |c: &Conn| held.get(&c.peer).copied().unwrap_or(0);
+        let own = held.get(&peer).copied().unwrap_or(0);
+        let heaviest = held.values().copied().max().unwrap_or(0);
+        let age = |c: &Conn| i128::try_from(opened.saturating_duration_since(c.opened).as_nanos()).unwrap_or(i128::MAX);
+        let lighter = own < heaviest;
+        if !hard {
+            let idle = live()
+                .filter(|c| c.idle() && count(c) >= own)
+                .min_by_key(|c| match c.last_call() {
+                    None => (std::cmp::Reverse(count(c)), 0, -age(c)),
+                    Some(_) => (std::cmp::Reverse(count(c)), 1, age(c)),
+                });
+            if let Some(c) = idle.filter(|c| !lighter || count(c) > own) {
+                let how = if c.last_call().is_none() {
+                    CLOSE_NOW
+                } else {
+                    CLOSE_GRACEFUL
+                };
+                return Some((Arc::clone(c), how));
+            }
+        }
+        if !lighter {
+            return None;
+        }
+        live()
+            .filter(|c| count(c) == heaviest)
+            .min_by_key(|c| age(c))
+            .map(|c| (Arc::clone(c), CLOSE_NOW))
     }
 
     /// Counts how a connection was asked to close (eviction is counted
@@ -507,6 +568,18 @@ where
     }
 }
 
+/// A peer's address as connections are counted by: an IPv4 address
+/// whole, an IPv6 address by its /64 (what one host is usually given).
+fn group(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & !((1u128 << 64) - 1))),
+        },
+    }
+}
+
 /// Whether `error` (a connection's, from hyper) is an HTTP/2 protocol
 /// error: the peer broke the protocol, or tripped one of h2's defences
 /// (too many resets, `ENHANCE_YOUR_CALM`).
@@ -514,7 +587,9 @@ pub(crate) fn is_protocol_error(error: &(dyn std::error::Error + 'static)) -> bo
     let mut source = Some(error);
     while let Some(e) = source {
         if let Some(h2) = e.downcast_ref::<h2::Error>() {
-            return h2.reason().is_some_and(|r| r != h2::Reason::NO_ERROR && r != h2::Reason::CANCEL);
+            return h2
+                .reason()
+                .is_some_and(|r| r != h2::Reason::NO_ERROR && r != h2::Reason::CANCEL);
         }
         source = e.source();
     }
@@ -549,38 +624,106 @@ mod tests {
     async fn a_full_table_closes_a_connection_that_never_called_first() {
         let admission = Admission::new(limits(2, 10));
         let t0 = Instant::now();
-        let caller = admission.admit(t0).unwrap();
+        let caller = admission.admit(t0, None).unwrap();
         caller.conn().begin();
         caller.conn().end();
         tokio::time::advance(Duration::from_secs(1)).await;
-        let silent = admission.admit(Instant::now()).unwrap();
+        let silent = admission.admit(Instant::now(), None).unwrap();
         // Full: the silent one (never called) makes room, though it is
         // newer than the caller.
-        let third = admission.admit(Instant::now()).unwrap();
+        let third = admission.admit(Instant::now(), None).unwrap();
         assert_eq!(silent.conn().doomed.load(Ordering::Relaxed), CLOSE_NOW);
         assert_eq!(caller.conn().doomed.load(Ordering::Relaxed), CLOSE_NONE);
-        let closing = silent.conn().watch(Duration::from_secs(10), Duration::from_secs(60), None);
+        let closing = silent
+            .conn()
+            .watch(Duration::from_secs(10), Duration::from_secs(60), None);
         assert_eq!(closing.await, Close::Now);
         drop(silent);
-        // Full again, and both left have called: the one whose last call
-        // is oldest is asked to close gracefully.
+        // Full again, and both left have called: the newest is asked to
+        // close gracefully, the established one keeps its place.
         third.conn().begin();
         third.conn().end();
-        let _fourth = admission.admit(Instant::now()).unwrap();
-        assert_eq!(caller.conn().doomed.load(Ordering::Relaxed), CLOSE_GRACEFUL);
+        let _fourth = admission.admit(Instant::now(), None).unwrap();
+        assert_eq!(third.conn().doomed.load(Ordering::Relaxed), CLOSE_GRACEFUL);
+        assert_eq!(caller.conn().doomed.load(Ordering::Relaxed), CLOSE_NONE);
         assert_eq!(admission.stats().evicted, 2);
-        assert_eq!(admission.stats().open, 3, "the doomed one counts as open until it closes");
+        assert_eq!(
+            admission.stats().open,
+            3,
+            "the doomed one counts as open until it closes"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_more_than_the_cap_and_an_eighth_stay_open_while_closing() {
+        let admission = Admission::new(limits(8, 10));
+        let tickets: Vec<_> = (0..11).map(|_| admission.admit(Instant::now(), None)).collect();
+        // 8, then 3 more making room (1 + 8 / 8 + 2 = 11 open at most).
+        assert!(tickets.iter().all(Option::is_some));
+        assert!(admission.admit(Instant::now(), None).is_none());
+        assert_eq!((admission.stats().evicted, admission.stats().shed), (3, 1));
+        drop(tickets);
+        assert_eq!(admission.stats().open, 0);
+        assert!(admission.admit(Instant::now(), None).is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_crowd_from_one_address_takes_only_its_own_places() {
+        let admission = Admission::new(limits(5, 10));
+        let (client, crowd) = (Some(IpAddr::from([10, 0, 0, 1])), Some(IpAddr::from([10, 0, 0, 2])));
+        let kept = admission.admit(Instant::now(), client).unwrap();
+        kept.conn().begin();
+        kept.conn().end();
+        let mut tickets = Vec::new();
+        for _ in 0..20 {
+            tokio::time::advance(Duration::from_millis(1)).await;
+            if let Some(t) = admission.admit(Instant::now(), crowd) {
+                tickets.push(t);
+            }
+            // Those asked to make room close.
+            tickets.retain(|t: &Ticket| t.conn().doomed.load(Ordering::Relaxed) == CLOSE_NONE);
+        }
+        assert_eq!(kept.conn().doomed.load(Ordering::Relaxed), CLOSE_NONE);
+        // A newcomer from the client's address makes room in the crowd's,
+        // though the client's connection is the oldest idle one.
+        let second = admission.admit(Instant::now(), client).unwrap();
+        assert_eq!(kept.conn().doomed.load(Ordering::Relaxed), CLOSE_NONE);
+        tickets.retain(|t: &Ticket| t.conn().doomed.load(Ordering::Relaxed) == CLOSE_NONE);
+        // The crowd's connections all busy, and no descriptor to spare:
+        // the newcomer from the lighter address still gets in, one of the
+        // crowd's closed at once.
+        for t in &tickets {
+            t.conn().begin();
+        }
+        let crowded: Vec<_> = (0..3).filter_map(|_| admission.admit(Instant::now(), crowd)).collect();
+        assert!(crowded.is_empty(), "the crowd's own newcomers are shed");
+        let third = admission.admit(Instant::now(), client).unwrap();
+        assert_eq!(
+            tickets
+                .iter()
+                .filter(|t| t.conn().doomed.load(Ordering::Relaxed) == CLOSE_NOW)
+                .count(),
+            1
+        );
+        for c in [&kept, &second, &third] {
+            assert_eq!(c.conn().doomed.load(Ordering::Relaxed), CLOSE_NONE);
+        }
+        // IPv6 peers count by their /64.
+        let a = group("2001:db8::1".parse().unwrap());
+        assert_eq!(a, group("2001:db8::ffff:1".parse().unwrap()));
+        assert_ne!(a, group("2001:db8:0:1::1".parse().unwrap()));
+        assert_eq!(group("::ffff:10.0.0.1".parse().unwrap()), IpAddr::from([10, 0, 0, 1]));
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_full_table_of_busy_connections_sheds_the_new_one() {
         let admission = Admission::new(limits(1, 10));
-        let busy = admission.admit(Instant::now()).unwrap();
+        let busy = admission.admit(Instant::now(), None).unwrap();
         busy.conn().begin();
-        assert!(admission.admit(Instant::now()).is_none());
+        assert!(admission.admit(Instant::now(), None).is_none());
         assert_eq!(admission.stats().shed, 1);
         busy.conn().end();
-        let _next = admission.admit(Instant::now()).expect("idle now: it makes room");
+        let _next = admission.admit(Instant::now(), None).expect("idle now: it makes room");
         assert_eq!(busy.conn().doomed.load(Ordering::Relaxed), CLOSE_GRACEFUL);
         drop(busy);
         assert_eq!(admission.stats().open, 1);
@@ -590,7 +733,7 @@ mod tests {
     async fn a_connection_must_start_calls_in_time() {
         let admission = Admission::new(limits(10, 10));
         let (first, idle) = (Duration::from_secs(10), Duration::from_secs(60));
-        let ticket = admission.admit(Instant::now()).unwrap();
+        let ticket = admission.admit(Instant::now(), None).unwrap();
         let conn = Arc::clone(ticket.conn());
         let start = Instant::now();
         // No call: closed at the first-call deadline.
@@ -613,12 +756,9 @@ mod tests {
         tokio::time::advance(idle).await;
         assert_eq!(watching.await.unwrap(), Close::Graceful(Reason::Idle));
         // The maximum age comes first when it is shorter.
-        let young = admission.admit(Instant::now()).unwrap();
+        let young = admission.admit(Instant::now(), None).unwrap();
         young.conn().begin();
-        let aged = young
-            .conn()
-            .watch(first, idle, Some(Duration::from_secs(5)))
-            .await;
+        let aged = young.conn().watch(first, idle, Some(Duration::from_secs(5))).await;
         assert_eq!(aged, Close::Graceful(Reason::Age));
     }
 
@@ -639,7 +779,7 @@ mod tests {
     async fn calls_past_the_budget_are_answered_at_once() {
         use hyper::service::Service as _;
         let admission = Admission::new(limits(10, 2));
-        let ticket = admission.admit(Instant::now()).unwrap();
+        let ticket = admission.admit(Instant::now(), None).unwrap();
         let service = ticket.track(Pending, || 7);
         let a = service.call(http::Request::new(()));
         let b = service.call(http::Request::new(()));

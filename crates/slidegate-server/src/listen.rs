@@ -115,18 +115,19 @@ impl Listener {
         }
     }
 
-    /// The next connection.
-    pub(crate) async fn accept(&self) -> io::Result<Stream> {
+    /// The next connection, and the address of its peer (a TCP client's
+    /// IP; none on a Unix socket).
+    pub(crate) async fn accept(&self) -> io::Result<(Stream, Option<std::net::IpAddr>)> {
         match self {
-            Listener::Tcp(listener) => listener.accept().await.map(|(stream, _)| {
+            Listener::Tcp(listener) => listener.accept().await.map(|(stream, peer)| {
                 // An answer goes out when written, not after the client's
                 // delayed ACK (Nagle's algorithm): without this, a head and
                 // a body written apart wait up to 40 ms.
                 let _ = stream.set_nodelay(true);
-                Stream::Tcp(stream)
+                (Stream::Tcp(stream), Some(peer.ip()))
             }),
             #[cfg(unix)]
-            Listener::Unix(listener, _) => listener.accept().await.map(|(stream, _)| Stream::Unix(stream)),
+            Listener::Unix(listener, _) => listener.accept().await.map(|(stream, _)| (Stream::Unix(stream), None)),
         }
     }
 }

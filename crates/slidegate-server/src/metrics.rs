@@ -1211,7 +1211,11 @@ impl ConnectionMetrics {
             (CloseReason::Evicted, now.evicted, &mut seen.evicted),
             (CloseReason::Idle, now.idle, &mut seen.idle),
             (CloseReason::Age, now.aged, &mut seen.aged),
-            (CloseReason::ProtocolError, now.protocol_errors, &mut seen.protocol_errors),
+            (
+                CloseReason::ProtocolError,
+                now.protocol_errors,
+                &mut seen.protocol_errors,
+            ),
         ] {
             add(&self.closed.get_or_create(&CloseLabels { reason }), now, seen);
         }

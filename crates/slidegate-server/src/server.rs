@@ -1,8 +1,8 @@
 //! Starting, reloading and stopping the service.
 
-use crate::config::{Config, ConfigError, LoadOptions};
-pub use crate::admission::ConnectionLimits;
 use crate::admission::Admission;
+pub use crate::admission::ConnectionLimits;
+use crate::config::{Config, ConfigError, LoadOptions};
 pub use crate::conn::Timeouts;
 use crate::engine::Settings;
 use crate::engine::{Engine, InputLimits};
