@@ -11,7 +11,9 @@ use std::path::PathBuf;
 #[derive(ClapArgs, Debug)]
 pub(crate) struct Args {
     /// A YAML config file or a folder of them, as `serve --config` takes;
-    /// repeat for more. In the environment, separate paths with `:`.
+    /// repeat for more. A folder without a config file, or an empty file,
+    /// is an error, as it is for `serve`. In the environment, separate
+    /// paths with `:`.
     #[arg(long, env = "SLIDEGATE_CONFIG", value_delimiter = ':', required = true)]
     config: Vec<PathBuf>,
     /// Check too that every limit has a Redis form, as `serve --redis`

@@ -76,6 +76,16 @@ pub(crate) struct Args {
     /// How often the config files are checked for changes (`0s` never).
     #[arg(long, env = "SLIDEGATE_RELOAD_EVERY", default_value = "1s", value_parser = parse_interval)]
     reload_every: Duration,
+    /// Accept a reload (on a change or SIGHUP) that empties the config: a
+    /// `--config` folder left with no config file, or a domain whose file
+    /// still names it but no limit, where the config in force has some (a
+    /// file caught half written: `domain: NAME` alone). Without it such a
+    /// reload is refused with one error line, counted as failed, and the
+    /// config in force keeps serving; changes are read only once the files
+    /// have stayed alike for one more look. An empty file is refused
+    /// either way, and so, at start, is a folder without a config file.
+    #[arg(long, env = "SLIDEGATE_ALLOW_EMPTY_RELOAD", action = clap::ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
+    allow_empty_reload: bool,
     /// Largest HTTP request body, and largest gRPC request message, in
     /// bytes: larger ones are refused (HTTP 413, gRPC `OUT_OF_RANGE`).
     #[arg(long, env = "SLIDEGATE_MAX_BODY", default_value_t = 65_536)]
@@ -477,6 +487,7 @@ impl Args {
                 request: self.request_timeout,
             },
             reload_every: (!self.reload_every.is_zero()).then_some(self.reload_every),
+            allow_empty_reload: self.allow_empty_reload,
             grpc_headers: self.grpc_headers,
             settings: Settings {
                 stop_increment_when_over_limit: self.stop_cache_key_increment_when_overlimit,

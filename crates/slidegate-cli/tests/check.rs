@@ -188,3 +188,48 @@ fn dir(name: &str) -> String {
         .display()
         .to_string()
 }
+
+/// A folder without a config file, or an empty file, is an error naming
+/// it, as `serve` refuses to start from it (not `ok: 0 domains`).
+#[test]
+fn an_empty_folder_or_file_is_an_error_naming_it() {
+    let folder = std::path::PathBuf::from(dir("empty-folder"));
+    std::fs::create_dir_all(&folder).unwrap();
+    let check = |path: &std::path::Path| {
+        let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+            .arg("check")
+            .arg("--config")
+            .arg(path)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stdout, stderr) = check(&folder);
+    assert_eq!((code, stdout.as_str()), (Some(1), ""), "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        format!(
+            "error: {}: no config file in this folder (a `*.yaml` or `*.yml` file whose name does not start with \
+             `.`): it would serve no limit",
+            folder.display()
+        )
+    );
+    let file = folder.join("d.yaml");
+    std::fs::write(&file, "").unwrap();
+    for path in [&folder, &file] {
+        let (code, stdout, stderr) = check(path);
+        assert_eq!((code, stdout.as_str()), (Some(1), ""), "{stderr}");
+        assert_eq!(
+            stderr.trim_end(),
+            format!(
+                "error: {}:1:1: empty file: expected a mapping with `domain`",
+                file.display()
+            )
+        );
+    }
+    let _ = std::fs::remove_dir_all(&folder);
+}

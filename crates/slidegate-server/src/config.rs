@@ -155,6 +155,11 @@ pub struct LoadOptions {
     /// The largest file read, in bytes (`None`: [`DEFAULT_MAX_FILE_BYTES`]);
     /// a larger one is refused before it is read.
     pub max_file_bytes: Option<u64>,
+    /// A folder without a config file loads as no domains. Without it (the
+    /// default) such a folder is an error naming it, for an empty folder
+    /// serves no limit at all: a volume not mounted yet, a path mistyped, a
+    /// folder emptied while a deployment rewrites it.
+    pub allow_empty_folders: bool,
 }
 
 /// The largest config file read by default: 64 MiB, far beyond any
@@ -174,6 +179,14 @@ impl LoadOptions {
     #[must_use]
     pub fn merge_domains(mut self, merge: bool) -> LoadOptions {
         self.merge_domains = merge;
+        self
+    }
+
+    /// These options with [`LoadOptions::allow_empty_folders`] set to
+    /// `allow`.
+    #[must_use]
+    pub fn allow_empty_folders(mut self, allow: bool) -> LoadOptions {
+        self.allow_empty_folders = allow;
         self
     }
 }
@@ -208,15 +221,17 @@ struct Loading {
 impl Config {
     /// Loads every path: a YAML file, or a directory whose `*.yaml` and
     /// `*.yml` files (not recursive, sorted by name; names starting with a
-    /// dot are skipped, as a shell glob does) are each one domain. An empty
-    /// directory gives no domains. What loads but is probably a mistake is
-    /// in [`Config::warnings`].
+    /// dot are skipped, as a shell glob does) are each one domain. A
+    /// directory without such a file is an error (see
+    /// [`LoadOptions::allow_empty_folders`]), and so is an empty file. What
+    /// loads but is probably a mistake is in [`Config::warnings`].
     ///
     /// # Errors
     ///
-    /// An unreadable path (line and column 0, with the IO error), any error
-    /// of [`Config::parse_domain`], or a domain defined in two files (on the
-    /// second file, naming the first).
+    /// An unreadable path or a directory without a config file (line and
+    /// column 0), any error of [`Config::parse_domain`] (an empty file
+    /// among them), or a domain defined in two files (on the second file,
+    /// naming the first).
     pub fn load(paths: &[PathBuf]) -> Result<Config, ConfigError> {
         Config::load_with(paths, &LoadOptions::default())
     }
@@ -250,6 +265,9 @@ impl Config {
             match std::fs::metadata(path) {
                 Err(e) => errors.push(io_error(path, &e)),
                 Ok(metadata) if metadata.is_dir() => match domain_files(path) {
+                    Ok(found) if found.is_empty() && !options.allow_empty_folders => {
+                        errors.push(file_error(path, NO_CONFIG_FILE.to_owned()));
+                    }
                     Ok(found) => files.extend(found),
                     Err(e) => errors.push(e),
                 },
@@ -509,6 +527,82 @@ impl Config {
         config.index_now();
         Ok(config)
     }
+
+    /// The reload rule: whether `new` may replace `old` without silently
+    /// turning limits off. It may not when
+    ///
+    /// - `new` has no domain and `old` has one (every limit would go), or
+    /// - a domain of `old` with at least one limit is still named in `new`
+    ///   but says nothing there: no limit and no `unlimited: true` anywhere
+    ///   in its descriptors. A file caught half written (`domain: t` alone)
+    ///   or emptied of its descriptors looks like that; a deliberate change
+    ///   says `unlimited: true`, or removes the domain's file.
+    ///
+    /// Anything else may: a domain whose file is gone while others remain
+    /// (the log names it), and any change that leaves each domain of `old`
+    /// at least one limit or `unlimited` rule.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] on the file of the first domain emptied (line and
+    /// column 0), counting the others, or on `<config>` when every domain
+    /// would go.
+    pub fn check_reload(old: &Config, new: &Config) -> Result<(), ConfigError> {
+        const ALLOW: &str = "to serve it anyway, allow emptying reloads (`--allow-empty-reload`)";
+        if new.domains.is_empty() && !old.domains.is_empty() {
+            return Err(ConfigError {
+                file: "<config>".to_owned(),
+                line: 0,
+                column: 0,
+                key: None,
+                message: format!(
+                    "reload refused: the new config has no domain, which would remove every limit of the {} \
+                     domains in force; {ALLOW}",
+                    old.domains.len()
+                ),
+            });
+        }
+        let mut emptied = old.domains().filter_map(|domain| {
+            let had = limit_count(&domain.rules);
+            let now = new.domain(&domain.name)?;
+            (had > 0 && !states_anything(&now.rules)).then_some((domain.name.as_str(), had))
+        });
+        let Some((name, had)) = emptied.next() else {
+            return Ok(());
+        };
+        let others: Vec<&str> = emptied.map(|(name, _)| name).collect();
+        let more = match others.len() {
+            0 => String::new(),
+            1 => format!(" (and domain `{}` alike)", others.join("")),
+            n => format!(" (and {n} more domains alike: {})", others.join(", ")),
+        };
+        Err(ConfigError {
+            file: new.file_of(name).unwrap_or("<config>").to_owned(),
+            line: 0,
+            column: 0,
+            key: None,
+            message: format!(
+                "reload refused: domain `{name}` would lose every limit ({had} in force, none in the new \
+                 file: emptied, or caught half written){more}; {ALLOW}"
+            ),
+        })
+    }
+}
+
+/// The limits of `rules` and of their children.
+fn limit_count(rules: &[Rule]) -> usize {
+    rules
+        .iter()
+        .map(|rule| rule.limits.len() + limit_count(&rule.children))
+        .sum()
+}
+
+/// Whether any of `rules` or their children has a limit or is
+/// `unlimited`.
+fn states_anything(rules: &[Rule]) -> bool {
+    rules
+        .iter()
+        .any(|rule| !rule.limits.is_empty() || rule.unlimited || states_anything(&rule.children))
 }
 
 /// The text of the config file at `path`: only a regular file (a FIFO
@@ -547,6 +641,10 @@ fn file_error(path: &Path, message: String) -> ConfigError {
         message,
     }
 }
+
+/// Why a folder without a config file is refused.
+const NO_CONFIG_FILE: &str = "no config file in this folder (a `*.yaml` or `*.yml` file whose name does not start \
+                              with `.`): it would serve no limit";
 
 /// The `*.yaml` and `*.yml` files of `dir`, sorted by name.
 fn domain_files(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
@@ -1371,6 +1469,181 @@ mod tests {
         assert_eq!(Unit::Year.duration(), Duration::from_secs(365 * 86_400));
         assert_eq!(Unit::Week.duration(), Duration::from_secs(7 * 86_400));
         assert_eq!(Unit::from_name("fortnight"), None);
+    }
+
+    /// A fresh empty folder under the system's temporary one, removed when
+    /// dropped.
+    struct Folder(PathBuf);
+
+    impl Folder {
+        fn new(name: &str) -> Folder {
+            static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let dir = std::env::temp_dir().join(format!("slidegate-config-{name}-{}-{n}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            Folder(dir)
+        }
+
+        fn write(&self, name: &str, text: &str) -> PathBuf {
+            let path = self.0.join(name);
+            std::fs::write(&path, text).unwrap();
+            path
+        }
+    }
+
+    impl Drop for Folder {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    const LIMITED: &str = "domain: t\ndescriptors:\n  - key: k\n    rate_limit: { unit: hour, requests_per_unit: 5 }\n";
+
+    #[test]
+    fn a_folder_without_a_config_file_is_an_error_naming_it() {
+        let empty = Folder::new("empty");
+        let e = Config::load(std::slice::from_ref(&empty.0)).unwrap_err();
+        assert_eq!(
+            (e.file.as_str(), e.line, e.column, e.key.as_deref()),
+            (empty.0.display().to_string().as_str(), 0, 0, None)
+        );
+        assert!(e.message.starts_with("no config file in this folder"), "{e}");
+        // Files that are not configs do not count.
+        empty.write("README.txt", "domain: x\n");
+        empty.write(".hidden.yaml", LIMITED);
+        std::fs::create_dir(empty.0.join("sub.yaml")).unwrap();
+        assert!(Config::load(std::slice::from_ref(&empty.0)).is_err());
+        // Every such folder is reported, beside the good paths.
+        let good = Folder::new("good");
+        let file = good.write("t.yaml", LIMITED);
+        let other = Folder::new("other");
+        let paths = [empty.0.clone(), file, other.0.clone()];
+        let errors = Config::load_all(&paths, &LoadOptions::default()).unwrap_err();
+        let files: Vec<&str> = errors.iter().map(|e| e.file.as_str()).collect();
+        assert_eq!(files, [empty.0.display().to_string(), other.0.display().to_string()]);
+        // Allowed, such a folder is no domain.
+        let allowed = LoadOptions::default().allow_empty_folders(true);
+        assert_eq!(Config::load_with(&paths, &allowed).unwrap().domains().count(), 1);
+        // No path at all is no config, not an error: `serve` without one.
+        assert_eq!(Config::load(&[]).unwrap().domains().count(), 0);
+    }
+
+    #[test]
+    fn an_empty_file_is_an_error_naming_it() {
+        let folder = Folder::new("empty-file");
+        for text in ["", "\n\n", "# nothing yet\n", "\u{feff}"] {
+            let file = folder.write("t.yaml", text);
+            for path in [&folder.0, &file] {
+                let e = Config::load(std::slice::from_ref(path)).unwrap_err();
+                assert_eq!(e.file, file.display().to_string(), "{text:?}");
+                assert!(e.message.starts_with("empty file"), "{text:?}: {e}");
+            }
+        }
+    }
+
+    /// A Kubernetes ConfigMap's folder: the files are symbolic links
+    /// through `..data`, itself a link to the folder of the version in
+    /// force; the dotted names are not configs.
+    #[cfg(unix)]
+    #[test]
+    fn a_config_map_folder_loads_through_its_links() {
+        let folder = Folder::new("config-map");
+        std::fs::create_dir(folder.0.join("..v1")).unwrap();
+        folder.write("..v1/t.yaml", LIMITED);
+        std::os::unix::fs::symlink("..v1", folder.0.join("..data")).unwrap();
+        std::os::unix::fs::symlink("..data/t.yaml", folder.0.join("t.yaml")).unwrap();
+        let config = Config::load(std::slice::from_ref(&folder.0)).unwrap();
+        let domains: Vec<&str> = config.domains().map(|d| d.name.as_str()).collect();
+        assert_eq!(domains, ["t"]);
+        assert_eq!(
+            config.file_of("t"),
+            Some(folder.0.join("t.yaml").display().to_string().as_str())
+        );
+    }
+
+    /// A case of the reload rule: its name, the new config's files (name
+    /// and text), and the file of the refusal (`None`: accepted).
+    type ReloadCase<'a> = (&'a str, &'a [(&'a str, &'a str)], Option<&'a str>);
+
+    #[test]
+    fn the_reload_rule() {
+        // A config of `files`, loaded from a folder of its own (none: no
+        // domain).
+        let config = |files: &[(&str, &str)]| {
+            let folder = Folder::new("reload-rule");
+            for (file, text) in files {
+                folder.write(file, text);
+            }
+            let options = LoadOptions::default().allow_empty_folders(true);
+            let mut config = Config::load_with(std::slice::from_ref(&folder.0), &options).unwrap();
+            // The files by their names alone.
+            let prefix = format!("{}/", folder.0.display());
+            for sources in config.sources.values_mut() {
+                for file in &mut sources.files {
+                    *file = file.trim_start_matches(&prefix).to_owned();
+                }
+            }
+            config
+        };
+        let other = "domain: o\ndescriptors:\n  - key: a\n    rate_limit: { unit: second, requests_per_unit: 1 }\n";
+        let nested = "domain: t\ndescriptors:\n  - key: k\n    descriptors:\n      - key: n\n        rate_limit: { \
+                      unit: hour, requests_per_unit: 5 }\n";
+        let old = config(&[("t.yaml", LIMITED), ("o.yaml", other)]);
+        let refused = |new: &[(&str, &str)]| Config::check_reload(&old, &config(new)).err();
+        let cases: [ReloadCase<'_>; 8] = [
+            ("unchanged", &[("t.yaml", LIMITED), ("o.yaml", other)], None),
+            (
+                "a limit lowered",
+                &[("t.yaml", &LIMITED.replace('5', "1")), ("o.yaml", other)],
+                None,
+            ),
+            ("a limit moved deeper", &[("t.yaml", nested), ("o.yaml", other)], None),
+            ("a domain's file removed", &[("o.yaml", other)], None),
+            (
+                "unlimited on purpose",
+                &[
+                    (
+                        "t.yaml",
+                        "domain: t\ndescriptors:\n  - key: k\n    rate_limit: { unlimited: true }\n",
+                    ),
+                    ("o.yaml", other),
+                ],
+                None,
+            ),
+            (
+                "half written",
+                &[("t.yaml", "domain: t\n"), ("o.yaml", other)],
+                Some("t.yaml"),
+            ),
+            (
+                "descriptors without limits",
+                &[("t.yaml", "domain: t\ndescriptors:\n  - key: k\n"), ("o.yaml", other)],
+                Some("t.yaml"),
+            ),
+            ("every domain gone", &[], Some("<config>")),
+        ];
+        for (case, new, expected) in cases {
+            let error = refused(new);
+            assert_eq!(error.as_ref().map(|e| e.file.as_str()), expected, "{case}: {error:?}");
+            if let Some(e) = error {
+                assert!(e.message.starts_with("reload refused: "), "{case}: {e}");
+                assert!(e.message.contains("--allow-empty-reload"), "{case}: {e}");
+            }
+        }
+        let half = refused(&[("t.yaml", "domain: t\n"), ("o.yaml", "domain: o\n")]).unwrap();
+        assert_eq!(
+            half.to_string(),
+            "o.yaml: reload refused: domain `o` would lose every limit (1 in force, none in the new file: emptied, \
+             or caught half written) (and domain `t` alike); to serve it anyway, allow emptying reloads \
+             (`--allow-empty-reload`)"
+        );
+        // A domain that limited nothing may go on limiting nothing; a first
+        // config from nothing is no loss.
+        let bare = config(&[("t.yaml", "domain: t\n")]);
+        assert!(Config::check_reload(&bare, &bare).is_ok());
+        assert!(Config::check_reload(&Config::default(), &bare).is_ok());
+        assert!(Config::check_reload(&Config::default(), &Config::default()).is_ok());
     }
 
     #[test]

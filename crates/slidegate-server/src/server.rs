@@ -99,6 +99,13 @@ pub struct Options {
     /// [`give_back_free_memory`] (glibc's `malloc_trim`). A binary that
     /// sets another global allocator gives that allocator's own.
     pub give_back_memory: fn(),
+    /// Accept a reload that empties the config: a folder with no config
+    /// file left, a domain left with no limit (see
+    /// [`Config::check_reload`]). Off by default: such a reload is refused
+    /// with one error line and the config in force keeps serving (a file
+    /// caught half written, a volume swapped for an empty one). The start
+    /// refuses a folder without a config file either way.
+    pub allow_empty_reload: bool,
 }
 
 impl Default for Options {
@@ -128,6 +135,7 @@ impl Default for Options {
             ready_requires_redis: false,
             workers: 0,
             give_back_memory: give_back_free_memory,
+            allow_empty_reload: false,
         }
     }
 }
@@ -179,7 +187,15 @@ pub struct Shared<C> {
     pub(crate) body_timeout: Duration,
     pub(crate) admin_token: Option<Box<[u8]>>,
     paths: Vec<PathBuf>,
+    /// How a reload reads them (a folder without a config file allowed
+    /// with [`Options::allow_empty_reload`]).
     load_options: LoadOptions,
+    /// [`Options::allow_empty_reload`].
+    allow_empty_reload: bool,
+    /// The files as the last load read them, and a change seen since.
+    /// Held through a reload, so that reloads (the watcher's, SIGHUP's)
+    /// run one at a time.
+    watched: parking_lot::Mutex<Watched>,
     give_back_memory: fn(),
     /// The server is draining: `/readyz` answers 503.
     pub(crate) draining: std::sync::atomic::AtomicBool,
@@ -217,7 +233,9 @@ impl<C: Clock> Shared<C> {
             body_timeout: options.timeouts.request,
             admin_token: options.admin_token.as_deref().map(|t| t.trim().as_bytes().into()),
             paths: options.config.clone(),
-            load_options: load_options(options),
+            load_options: load_options(options).allow_empty_folders(options.allow_empty_reload),
+            allow_empty_reload: options.allow_empty_reload,
+            watched: parking_lot::Mutex::new(Watched::default()),
             give_back_memory: options.give_back_memory,
             draining: std::sync::atomic::AtomicBool::new(false),
             redis_down: std::sync::atomic::AtomicBool::new(false),
@@ -239,17 +257,55 @@ impl<C: Clock> Shared<C> {
         self.tls.as_ref().map_or(Ok(()), |tls| tls.reload())
     }
 
-    /// Loads the config files again and, if they are valid, serves them
-    /// from now on; if not, the old config keeps serving. Either way the
-    /// reload is counted.
+    /// Loads the config files again and, if they are valid and the reload
+    /// rule ([`Config::check_reload`]) lets them replace the config in
+    /// force (or [`Options::allow_empty_reload`] is on), serves them from
+    /// now on; if not, the old config keeps serving. Either way the reload
+    /// is counted, and logged in one line. The watcher does not read the
+    /// same files again.
     ///
     /// # Errors
     ///
-    /// The [`ConfigError`] of the new files.
+    /// The [`ConfigError`] of the new files, or of the reload rule.
     pub fn reload(&self) -> Result<(), ConfigError> {
+        let mut watched = self.watched.lock();
+        // Taken before the files are read: a change made while they are
+        // is seen by the next look.
+        *watched = Watched {
+            loaded: fingerprint(&self.paths),
+            changing: None,
+        };
         let result = self.load_again();
+        drop(watched);
         self.reloads.send_modify(|n| *n += 1);
         result
+    }
+
+    /// The watcher's look at the files (blocking: they are read, and maybe
+    /// parsed): a change is reloaded once it has settled, the files alike
+    /// at two looks in a row, so that a file is not read while it is being
+    /// written (a writer that stops for longer than the interval is the
+    /// reload rule's business). `None` when nothing was reloaded.
+    fn reload_if_settled(&self) -> Option<Result<(), ConfigError>> {
+        let mut watched = self.watched.lock();
+        let now = fingerprint(&self.paths);
+        if now == watched.loaded {
+            watched.changing = None;
+            return None;
+        }
+        if watched.changing.as_ref() != Some(&now) {
+            // Changed since the last look: look again before reading.
+            watched.changing = Some(now);
+            return None;
+        }
+        *watched = Watched {
+            loaded: now,
+            changing: None,
+        };
+        let result = self.load_again();
+        drop(watched);
+        self.reloads.send_modify(|n| *n += 1);
+        Some(result)
     }
 
     /// Readiness follows Redis: NOT_SERVING (and `/readyz` 503) when it
@@ -286,11 +342,21 @@ impl<C: Clock> Shared<C> {
         self.reloads.subscribe()
     }
 
-    /// Loads and serves the config files again. What the parse and the old
-    /// config took goes back to the system before the outcome is logged.
+    /// Loads and serves the config files again, if the reload rule lets
+    /// them replace the config in force. What the parse and the old config
+    /// took goes back to the system before the outcome is logged.
     fn load_again(&self) -> Result<(), ConfigError> {
         let loaded = Config::load_with(&self.paths, &self.load_options).inspect(log_warnings);
-        match loaded.and_then(|config| self.engine.replace_config(config)) {
+        // An emptying reload, allowed: said in the log.
+        let mut emptying = false;
+        let checked = loaded.and_then(|config| match Config::check_reload(&self.engine.config(), &config) {
+            Err(_) if self.allow_empty_reload => {
+                emptying = true;
+                Ok(config)
+            }
+            checked => checked.map(|()| config),
+        });
+        match checked.and_then(|config| self.engine.replace_config(config)) {
             Ok(before) => {
                 self.metrics.reload(true);
                 let after = self.engine.config();
@@ -299,7 +365,15 @@ impl<C: Clock> Shared<C> {
                 drop(after);
                 free_here(before);
                 (self.give_back_memory)();
-                tracing::info!(domains, changes = %changes, "config reloaded");
+                if emptying {
+                    tracing::warn!(
+                        domains,
+                        changes = %changes,
+                        "config reloaded, although it empties limits (allowed by --allow-empty-reload)"
+                    );
+                } else {
+                    tracing::info!(domains, changes = %changes, "config reloaded");
+                }
                 Ok(())
             }
             Err(e) => {
@@ -391,6 +465,17 @@ impl<C: Clock> Running<C> {
 /// A file's name, length and modification time.
 pub(crate) type FileStamp = (PathBuf, u64, Option<SystemTime>);
 
+/// What the config watcher knows of the files.
+#[derive(Default)]
+struct Watched {
+    /// Their fingerprint when last loaded (at start, or by a reload good
+    /// or bad).
+    loaded: Vec<FileStamp>,
+    /// Another fingerprint seen at the last look: a change not yet read,
+    /// until a look finds it again.
+    changing: Option<Vec<FileStamp>>,
+}
+
 /// A fingerprint of files (or folders of them, one level): their names,
 /// lengths and modification times, to notice a change.
 pub(crate) fn fingerprint(paths: &[PathBuf]) -> Vec<FileStamp> {
@@ -424,6 +509,8 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
         return Err(StartError::EmptyAdminToken);
     }
     Metrics::with_near_limit_ratio(options.near_limit_ratio)?;
+    // Before the files are read: a change made while they are is a change.
+    let loaded = fingerprint(&options.config);
     let config = Config::load_with(&options.config, &load_options(&options))?;
     log_warnings(&config);
     let (engine, probe) = match options.redis.clone() {
@@ -456,6 +543,7 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
     }
     let mut shared = Shared::new(engine, &options);
     shared.tls = tls.clone();
+    shared.watched = parking_lot::Mutex::new(Watched { loaded, changing: None });
     let shared = Arc::new(shared);
     let (stop, stopped) = watch::channel(false);
 
@@ -545,18 +633,13 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
 
     if let Some(every) = options.reload_every.filter(|_| !options.config.is_empty()) {
         let watched = Arc::clone(&shared);
-        let mut seen = fingerprint(&watched.paths);
         tasks.push(spawn_every(every, stopped.clone(), move || {
-            let now = fingerprint(&watched.paths);
-            let changed = now != seen;
-            seen = now;
             let shared = Arc::clone(&watched);
             async move {
-                if changed {
-                    // Parsing a large config takes time: off the runtime's
-                    // threads, the old config serving meanwhile.
-                    let _ = tokio::task::spawn_blocking(move || shared.reload()).await;
-                }
+                // Off the runtime's threads: the look reads the file
+                // system, and a reload parses (a large config takes time),
+                // the old config serving meanwhile.
+                let _ = tokio::task::spawn_blocking(move || shared.reload_if_settled()).await;
             }
         }));
     }
@@ -660,5 +743,69 @@ fn load_options(options: &Options) -> LoadOptions {
 fn log_warnings(config: &Config) {
     for warning in config.warnings() {
         tracing::warn!("{warning}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use slidegate_core::ManualClock;
+
+    /// The watcher reads a change once the files look alike twice in a
+    /// row, refuses an emptying one once (not again until the files
+    /// change), and does not read again what a reload (SIGHUP's) read.
+    #[test]
+    fn a_change_is_read_once_it_has_settled() {
+        let dir = std::env::temp_dir().join(format!("slidegate-settle-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("t.yaml");
+        let yaml = |n: u32| {
+            format!("domain: t\ndescriptors:\n  - key: k\n    rate_limit: {{ unit: hour, requests_per_unit: {n} }}\n")
+        };
+        std::fs::write(&file, yaml(5)).unwrap();
+        let options = Options {
+            config: vec![dir.clone()],
+            ..Options::default()
+        };
+        let loaded = fingerprint(&options.config);
+        let config = Config::load_with(&options.config, &load_options(&options)).unwrap();
+        let engine = Engine::new(
+            config,
+            ManualClock::new(0),
+            Budget::keys(16),
+            Budget::keys(16),
+            InputLimits::default(),
+        );
+        let shared = Shared::new(engine, &options);
+        *shared.watched.lock() = Watched { loaded, changing: None };
+        let limit = || shared.engine.config().domain("t").unwrap().rules[0].limits[0].requests_per_unit;
+        assert!(shared.reload_if_settled().is_none());
+
+        // Each write changes the length: a change whatever the clock's
+        // resolution.
+        std::fs::write(&file, yaml(10)).unwrap();
+        assert!(shared.reload_if_settled().is_none(), "read at the first look");
+        std::fs::write(&file, yaml(100)).unwrap();
+        assert!(shared.reload_if_settled().is_none(), "read while changing");
+        assert_eq!(limit(), 5);
+        assert!(matches!(shared.reload_if_settled(), Some(Ok(()))));
+        assert_eq!(limit(), 100);
+        assert!(shared.reload_if_settled().is_none());
+
+        std::fs::write(&file, yaml(1000)).unwrap();
+        shared.reload().unwrap();
+        assert_eq!(limit(), 1000);
+        assert!(shared.reload_if_settled().is_none());
+        assert!(shared.reload_if_settled().is_none());
+
+        std::fs::write(&file, "domain: t\n").unwrap();
+        assert!(shared.reload_if_settled().is_none());
+        let refused = shared.reload_if_settled().unwrap().unwrap_err();
+        assert!(refused.message.starts_with("reload refused: "), "{refused}");
+        assert_eq!(limit(), 1000);
+        assert!(shared.reload_if_settled().is_none(), "refused again");
+        assert_eq!(*shared.reloads().borrow(), 3);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -1350,9 +1350,18 @@ fn load_errors() {
     );
     assert!(e.message.contains("cannot read"), "{}", e.message);
 
+    // A folder without a config file serves no limit: an error naming it,
+    // unless allowed.
     let empty = TempDir::new("empty");
+    let e = Config::load(std::slice::from_ref(&empty.0)).unwrap_err();
+    assert_eq!((e.file, e.line), (empty.0.display().to_string(), 0));
+    assert!(e.message.starts_with("no config file in this folder"), "{}", e.message);
+    let allowed = LoadOptions::default().allow_empty_folders(true);
     assert_eq!(
-        Config::load(std::slice::from_ref(&empty.0)).unwrap().domains().count(),
+        Config::load_with(std::slice::from_ref(&empty.0), &allowed)
+            .unwrap()
+            .domains()
+            .count(),
         0
     );
     assert_eq!(Config::load(&[]).unwrap().domains().count(), 0);
