@@ -1585,3 +1585,97 @@ async fn requests_hyper_refuses_get_problem_documents() {
         }
     }
 }
+
+/// Past `--max-in-flight`, a call is answered at once (gRPC
+/// `RESOURCE_EXHAUSTED`, HTTP 503 with `Retry-After`), counted, rather
+/// than queued; once the call in flight ends, calls are decided again.
+#[tokio::test]
+async fn calls_past_the_in_flight_budget_are_answered_at_once() {
+    use slidegate_server::proto::rls::RateLimitRequest;
+    let mut h = Harness::start_with(BASIC, |options| {
+        short_timeouts(options);
+        options.connections.max_in_flight = 1;
+    })
+    .await;
+    // One call in flight: its message never comes (until the 300 ms
+    // request timeout).
+    let mut client = generic_client(&h).await;
+    client.ready().await.unwrap();
+    let held = tokio::spawn(async move {
+        let request = tonic::Request::new(tokio_stream::pending::<RateLimitRequest>());
+        let path = http::uri::PathAndQuery::from_static("/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit");
+        client.client_streaming(request, path, rls_codec()).await
+    });
+    let until = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !h
+        .running
+        .shared()
+        .metrics_text()
+        .contains("slidegate_calls_in_flight 1")
+    {
+        assert!(tokio::time::Instant::now() < until, "the held call never started");
+        tokio::task::yield_now().await;
+    }
+    let status = h.rls(one("d", &[("a", "1")])).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    let (code, headers, body) = h
+        .post(
+            "/json",
+            r#"{"domain":"d","descriptors":[{"entries":[{"key":"a","value":"1"}]}]}"#,
+        )
+        .await;
+    assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(headers.get("retry-after").unwrap(), "1");
+    assert!(body.contains("--max-in-flight"), "{body}");
+    let metrics = h.running.shared().metrics_text();
+    assert!(metrics.contains("slidegate_calls_shed_total 2"), "{metrics}");
+    // The held call ends at the request timeout; then calls are decided.
+    let ended = held.await.unwrap().unwrap_err();
+    assert_eq!(ended.code(), tonic::Code::Cancelled);
+    assert_eq!(h.rls(one("d", &[("a", "1")])).await.unwrap().overall_code(), Code::Ok);
+}
+
+/// `--max-connection-age`: a connection that reaches it is sent a
+/// `GOAWAY` and closed, though it keeps making calls.
+#[tokio::test]
+async fn connections_are_closed_at_their_maximum_age() {
+    let h = Harness::start_with(BASIC, |options| {
+        options.connections.max_age = Some(Duration::from_millis(300));
+    })
+    .await;
+    let addr = h.http_addr();
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    let driven = tokio::spawn(connection);
+    let start = tokio::time::Instant::now();
+    let mut answered = 0;
+    loop {
+        assert!(start.elapsed() < Duration::from_secs(5), "never closed");
+        let request = Request::get("/healthz")
+            .header("host", "localhost")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        match sender.send_request(request).await {
+            Ok(response) => {
+                response.into_body().collect().await.unwrap();
+                answered += 1;
+            }
+            Err(_) => break,
+        }
+    }
+    assert!(start.elapsed() >= Duration::from_millis(250), "closed before its age");
+    assert!(answered > 1);
+    assert!(
+        driven.await.unwrap().is_ok(),
+        "closed without finishing the answer in flight"
+    );
+    // This connection, and the harness's gRPC channel if it aged too.
+    let metrics = h.running.shared().metrics_text();
+    let aged = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(r#"slidegate_connections_closed_total{reason="age"} "#))
+        .and_then(|n| n.parse::<u64>().ok());
+    assert!(aged.is_some_and(|n| n >= 1), "{metrics}");
+}
