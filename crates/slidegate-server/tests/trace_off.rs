@@ -2,11 +2,12 @@
 //! the binary's log (a `fmt` layer whose filter turns the decision target
 //! off), the span is disabled by its callsite's cached interest, no
 //! header is read and nothing is allocated. Measured with a counting
-//! global allocator: its peak must not rise while spans are opened and
-//! finished.
+//! global allocator: the allocations of the thread opening and finishing
+//! the spans (another thread, the test harness's, may allocate meanwhile:
+//! the process-wide peak once rose by 900 bytes of it in CI).
 
 use http::HeaderMap;
-use slidegate_conformance::alloc::Counting;
+use slidegate_conformance::alloc::{Counting, allocations_here};
 use slidegate_server::metrics::{Api, Outcome};
 use slidegate_server::trace::{DECISION_TARGET, DecisionSpan};
 use tracing_subscriber::Layer as _;
@@ -37,8 +38,7 @@ fn a_decision_span_without_a_tracing_layer_allocates_nothing() {
     // The first call registers the callsite (its interest is cached then).
     DecisionSpan::start(&headers, Api::Grpc, Some("d"), 1, "memory").finish(Outcome::Ok);
     tracing::info!("the log is on");
-    ALLOC.reset_peak();
-    let before = ALLOC.current();
+    let before = allocations_here();
     let start = std::time::Instant::now();
     const ROUNDS: u32 = 100_000;
     for i in 0..ROUNDS {
@@ -47,6 +47,6 @@ fn a_decision_span_without_a_tracing_layer_allocates_nothing() {
         span.finish(if i % 2 == 0 { Outcome::Ok } else { Outcome::OverLimit });
     }
     let per_span = start.elapsed() / ROUNDS;
-    assert_eq!(ALLOC.peak(), before, "a disabled decision span allocated");
+    assert_eq!(allocations_here(), before, "a disabled decision span allocated");
     eprintln!("a disabled decision span: {per_span:?} each");
 }
