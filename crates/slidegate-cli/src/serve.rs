@@ -105,20 +105,22 @@ pub(crate) struct Args {
     /// closed.
     #[arg(long, env = "SLIDEGATE_HEADER_TIMEOUT", default_value = "10s", value_parser = parse_timeout, value_name = "DURATION")]
     header_timeout: Duration,
-    /// A connection (HTTP or gRPC) that starts no request or call for this
-    /// long, with none in flight, is asked to close (gRPC: a `GOAWAY`; a
-    /// client reconnects for its next call); bytes alone (HTTP/2 `PING`s
-    /// and `SETTINGS`, part of a request) do not keep it, and neither
-    /// does its first request not started within `--header-timeout`. One
-    /// on which no byte is read or written for this long is closed too.
+    /// A connection (HTTP or gRPC) must start its first request (call)
+    /// within `--header-timeout` of opening and then one within this long
+    /// of the last, unless one is in flight; otherwise it is asked to close
+    /// (gRPC: a `GOAWAY`; a client reconnects for its next call). Bytes
+    /// alone (HTTP/2 `PING`s and `SETTINGS`, part of a request) do not
+    /// keep it. One on which no byte is read or written for this long is
+    /// closed too.
     #[arg(long, env = "SLIDEGATE_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_timeout, value_name = "DURATION")]
     idle_timeout: Duration,
     /// The most connections open at once, HTTP and gRPC together. When all
     /// are taken, a new connection takes the place of one without a
-    /// request in flight (first one that never made a request, the oldest,
-    /// closed at once; else the newest of the others, asked to close, so
-    /// that established clients keep their place), or is closed at once
-    /// when every connection has a request in flight (counted in
+    /// request in flight from the client address holding most connections,
+    /// never from one holding fewer than its own (first one that never made
+    /// a request, the oldest, closed at once; else the newest of the
+    /// others, asked to close, so that established clients keep their
+    /// place), or is closed at once when there is none (counted in
     /// `slidegate_connections_closed_total`) [default: from the file
     /// descriptor limit: seven eighths of what is left after 32, at least
     /// 8, at most 16384]
