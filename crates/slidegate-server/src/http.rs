@@ -6,6 +6,7 @@ use crate::engine::{AdHoc, Answer, Code, EngineError, Request as EngineRequest};
 use crate::grpc::{answer_headers, answer_to_wire, decide, request_from_wire};
 use crate::log_limit::LogLimit;
 use crate::metrics::{Api, AuthFailure, Outcome};
+use crate::problem::problem_json;
 use crate::proto::descriptor::RateLimitDescriptor;
 use crate::proto::rls::RateLimitRequest;
 use crate::server::Shared;
@@ -191,17 +192,6 @@ impl From<EngineError> for Problem {
             },
         }
     }
-}
-
-/// The `application/problem+json` document (RFC 9457) of an error.
-pub(crate) fn problem_json(status: StatusCode, detail: &str) -> String {
-    json!({
-        "type": "about:blank",
-        "title": status.canonical_reason().unwrap_or("Error"),
-        "status": status.as_u16(),
-        "detail": detail,
-    })
-    .to_string()
 }
 
 impl IntoResponse for Problem {

@@ -14,6 +14,7 @@ use crate::redis_store::{RedisConnectError, RedisOptions};
 use crate::tls::Tls;
 pub use crate::tls::{TlsError, TlsOptions};
 pub use crate::trim::give_back_free_memory;
+use crate::watch::{FileStamp, fingerprint};
 use slidegate_core::Clock;
 use slidegate_memory::Budget;
 use slidegate_tower::LegacyReset;
@@ -21,7 +22,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -462,9 +463,6 @@ impl<C: Clock> Running<C> {
     }
 }
 
-/// A file's name, length and modification time.
-pub(crate) type FileStamp = (PathBuf, u64, Option<SystemTime>);
-
 /// What the config watcher knows of the files.
 #[derive(Default)]
 struct Watched {
@@ -474,26 +472,6 @@ struct Watched {
     /// Another fingerprint seen at the last look: a change not yet read,
     /// until a look finds it again.
     changing: Option<Vec<FileStamp>>,
-}
-
-/// A fingerprint of files (or folders of them, one level): their names,
-/// lengths and modification times, to notice a change.
-pub(crate) fn fingerprint(paths: &[PathBuf]) -> Vec<FileStamp> {
-    let mut out = Vec::new();
-    for path in paths {
-        let mut files = vec![path.clone()];
-        if let Ok(dir) = std::fs::read_dir(path) {
-            files = dir.filter_map(|e| e.ok().map(|e| e.path())).collect();
-            files.sort();
-        }
-        for file in files {
-            let meta = std::fs::metadata(&file).ok();
-            let len = meta.as_ref().map_or(0, std::fs::Metadata::len);
-            let modified = meta.and_then(|m| m.modified().ok());
-            out.push((file, len, modified));
-        }
-    }
-    out
 }
 
 /// Starts the service: loads the config, binds both addresses, serves, and

@@ -111,7 +111,7 @@ pub(crate) struct Tls {
     options: TlsOptions,
     configs: RwLock<Configs>,
     /// The files' fingerprint when last read.
-    seen: Mutex<Vec<crate::server::FileStamp>>,
+    seen: Mutex<Vec<crate::watch::FileStamp>>,
 }
 
 /// The largest TLS file read, in bytes: a certificate chain is a few
@@ -180,10 +180,10 @@ impl Tls {
     }
 }
 
-fn fingerprint(options: &TlsOptions) -> Vec<crate::server::FileStamp> {
+fn fingerprint(options: &TlsOptions) -> Vec<crate::watch::FileStamp> {
     let mut files = vec![options.cert.clone(), options.key.clone()];
     files.extend(options.client_ca.clone());
-    crate::server::fingerprint(&files)
+    crate::watch::fingerprint(&files)
 }
 
 /// Reads one file, bounded.
