@@ -3,55 +3,21 @@
 
 use crate::config::Unit;
 use crate::engine::{Answer, Code, Descriptor, EngineError, Override, Request, Status};
+pub use crate::headers::{HeaderOptions, ResponseHeaderNames};
 use crate::metrics::{Api, Outcome};
 use crate::proto::envoy::config::core::v3::HeaderValue as WireHeader;
 use crate::proto::envoy::r#type::v3::RateLimitUnit;
 use crate::proto::rls::rate_limit_response::{self, DescriptorStatus, RateLimit, rate_limit};
 use crate::proto::rls::rate_limit_service_server::{RateLimitService, RateLimitServiceServer};
 use crate::proto::rls::{RateLimitRequest, RateLimitResponse};
-use crate::server::Shared;
+use crate::shared::Shared;
 use crate::trace::DecisionSpan;
 use http::HeaderMap;
 use prost::Message;
 use slidegate_core::Clock;
-use slidegate_tower::{LegacyReset, LimitOutcome};
+use slidegate_tower::LimitOutcome;
 use std::sync::Arc;
 use std::time::Instant;
-
-/// Which rate-limit headers an answer carries.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct HeaderOptions {
-    /// `RateLimit-Policy` and `RateLimit` (draft 10).
-    pub draft: bool,
-    /// `X-RateLimit-*`, with this flavour of `-Reset`.
-    pub legacy: Option<LegacyReset>,
-    /// envoyproxy/ratelimit's three headers
-    /// (`LIMIT_RESPONSE_HEADERS_ENABLED`), under these names.
-    pub envoy: Option<ResponseHeaderNames>,
-}
-
-/// The names of envoyproxy/ratelimit's response headers: the limit, the
-/// remaining count and the seconds until reset of the descriptor closest
-/// to its limit.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ResponseHeaderNames {
-    /// `LIMIT_LIMIT_HEADER`, by default `RateLimit-Limit`.
-    pub limit: http::HeaderName,
-    /// `LIMIT_REMAINING_HEADER`, by default `RateLimit-Remaining`.
-    pub remaining: http::HeaderName,
-    /// `LIMIT_RESET_HEADER`, by default `RateLimit-Reset`.
-    pub reset: http::HeaderName,
-}
-
-impl Default for ResponseHeaderNames {
-    fn default() -> Self {
-        ResponseHeaderNames {
-            limit: http::HeaderName::from_static("ratelimit-limit"),
-            remaining: http::HeaderName::from_static("ratelimit-remaining"),
-            reset: http::HeaderName::from_static("ratelimit-reset"),
-        }
-    }
-}
 
 /// The engine's request from the wire's.
 pub fn request_from_wire(wire: RateLimitRequest) -> Request {

@@ -28,7 +28,7 @@
 use crate::grpc::{Grpc, respond, tonic_unary, undecodable};
 use crate::proto::rls::RateLimitRequest;
 use crate::proto::rls::rate_limit_service_server::RateLimitServiceServer;
-use crate::server::Shared;
+use crate::shared::Shared;
 use bytes::{BufMut, Bytes, BytesMut};
 use http::HeaderMap;
 use hyper::body::{Body, Frame, Incoming, SizeHint};

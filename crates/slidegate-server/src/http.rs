@@ -9,7 +9,7 @@ use crate::metrics::{Api, AuthFailure, Outcome};
 use crate::problem::problem_json;
 use crate::proto::descriptor::RateLimitDescriptor;
 use crate::proto::rls::RateLimitRequest;
-use crate::server::Shared;
+use crate::shared::Shared;
 use crate::trace::DecisionSpan;
 use axum::Router;
 use axum::body::Body;

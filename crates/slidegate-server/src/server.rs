@@ -6,15 +6,17 @@ use crate::config::{Config, ConfigError, LoadOptions};
 pub use crate::conn::Timeouts;
 use crate::engine::Settings;
 use crate::engine::{Engine, InputLimits};
-use crate::grpc::{HeaderOptions, ResponseHeaderNames};
+use crate::headers::{HeaderOptions, ResponseHeaderNames};
 pub use crate::listen::Endpoint;
 use crate::listen::Listener;
 use crate::metrics::Metrics;
 use crate::redis_store::{RedisConnectError, RedisOptions};
+pub use crate::shared::Shared;
+use crate::shared::{HEALTH_NAMES, Watched, log_warnings};
 use crate::tls::Tls;
 pub use crate::tls::{TlsError, TlsOptions};
 pub use crate::trim::give_back_free_memory;
-use crate::watch::{FileStamp, fingerprint};
+use crate::watch::fingerprint;
 use slidegate_core::Clock;
 use slidegate_memory::Budget;
 use slidegate_tower::LegacyReset;
@@ -178,39 +180,6 @@ pub enum StartError {
     },
 }
 
-/// What the HTTP and gRPC front ends share.
-pub struct Shared<C> {
-    pub(crate) engine: Engine<C>,
-    pub(crate) metrics: Metrics,
-    pub(crate) grpc_headers: HeaderOptions,
-    pub(crate) http_headers: HeaderOptions,
-    pub(crate) body_limit: usize,
-    pub(crate) body_timeout: Duration,
-    pub(crate) admin_token: Option<Box<[u8]>>,
-    paths: Vec<PathBuf>,
-    /// How a reload reads them (a folder without a config file allowed
-    /// with [`Options::allow_empty_reload`]).
-    load_options: LoadOptions,
-    /// [`Options::allow_empty_reload`].
-    allow_empty_reload: bool,
-    /// The files as the last load read them, and a change seen since.
-    /// Held through a reload, so that reloads (the watcher's, SIGHUP's)
-    /// run one at a time.
-    watched: parking_lot::Mutex<Watched>,
-    give_back_memory: fn(),
-    /// The server is draining: `/readyz` answers 503.
-    pub(crate) draining: std::sync::atomic::AtomicBool,
-    /// Redis does not answer and readiness requires it: `/readyz` answers
-    /// 503.
-    pub(crate) redis_down: std::sync::atomic::AtomicBool,
-    /// Reloads tried so far, good or bad.
-    reloads: watch::Sender<u64>,
-    /// TLS, when on.
-    tls: Option<Arc<Tls>>,
-    /// The open connections and calls in flight of both front ends.
-    pub(crate) admission: Arc<Admission>,
-}
-
 impl<C: Clock> Shared<C> {
     /// What the front ends share, serving `engine` as `options` say (its
     /// addresses, budgets, Redis and reload interval are not read here).
@@ -245,157 +214,6 @@ impl<C: Clock> Shared<C> {
             admission: Admission::new(options.connections),
         }
     }
-
-    /// Reads the TLS files again (blocking: call it off the async
-    /// runtime's threads) and, if they are good, serves new handshakes
-    /// with them; if not, the old ones stay in force. Either way the
-    /// outcome is logged. Without TLS, does nothing.
-    ///
-    /// # Errors
-    ///
-    /// The [`TlsError`] of the new files.
-    pub fn reload_tls(&self) -> Result<(), TlsError> {
-        self.tls.as_ref().map_or(Ok(()), |tls| tls.reload())
-    }
-
-    /// Loads the config files again and, if they are valid and the reload
-    /// rule ([`Config::check_reload`]) lets them replace the config in
-    /// force (or [`Options::allow_empty_reload`] is on), serves them from
-    /// now on; if not, the old config keeps serving. Either way the reload
-    /// is counted, and logged in one line. The watcher does not read the
-    /// same files again.
-    ///
-    /// # Errors
-    ///
-    /// The [`ConfigError`] of the new files, or of the reload rule.
-    pub fn reload(&self) -> Result<(), ConfigError> {
-        let mut watched = self.watched.lock();
-        // Taken before the files are read: a change made while they are
-        // is seen by the next look.
-        *watched = Watched {
-            loaded: fingerprint(&self.paths),
-            changing: None,
-        };
-        let result = self.load_again();
-        drop(watched);
-        self.reloads.send_modify(|n| *n += 1);
-        result
-    }
-
-    /// The watcher's look at the files (blocking: they are read, and maybe
-    /// parsed): a change is reloaded once it has settled, the files alike
-    /// at two looks in a row, so that a file is not read while it is being
-    /// written (a writer that stops for longer than the interval is the
-    /// reload rule's business). `None` when nothing was reloaded.
-    fn reload_if_settled(&self) -> Option<Result<(), ConfigError>> {
-        let mut watched = self.watched.lock();
-        let now = fingerprint(&self.paths);
-        if now == watched.loaded {
-            watched.changing = None;
-            return None;
-        }
-        if watched.changing.as_ref() != Some(&now) {
-            // Changed since the last look: look again before reading.
-            watched.changing = Some(now);
-            return None;
-        }
-        *watched = Watched {
-            loaded: now,
-            changing: None,
-        };
-        let result = self.load_again();
-        drop(watched);
-        self.reloads.send_modify(|n| *n += 1);
-        Some(result)
-    }
-
-    /// Readiness follows Redis: NOT_SERVING (and `/readyz` 503) when it
-    /// stops answering, SERVING again when it answers (unless draining);
-    /// each change logged once.
-    async fn redis_readiness(&self, answers: bool, health: &tonic_health::server::HealthReporter) {
-        use std::sync::atomic::Ordering::Relaxed;
-        let was_down = self.redis_down.swap(!answers, Relaxed);
-        if was_down != answers {
-            // No change.
-            return;
-        }
-        let status = if answers && !self.draining() {
-            tracing::info!("Redis answers: ready again");
-            tonic_health::ServingStatus::Serving
-        } else {
-            if !answers {
-                tracing::warn!("Redis does not answer: not ready (--ready-requires-redis)");
-            }
-            tonic_health::ServingStatus::NotServing
-        };
-        for name in HEALTH_NAMES {
-            health.set_service_status(name, status).await;
-        }
-    }
-
-    /// Whether the server is draining (stopping: health NOT_SERVING).
-    pub fn draining(&self) -> bool {
-        self.draining.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// Reloads tried so far (good or bad), to wait on.
-    pub fn reloads(&self) -> watch::Receiver<u64> {
-        self.reloads.subscribe()
-    }
-
-    /// Loads and serves the config files again, if the reload rule lets
-    /// them replace the config in force. What the parse and the old config
-    /// took goes back to the system before the outcome is logged.
-    fn load_again(&self) -> Result<(), ConfigError> {
-        let loaded = Config::load_with(&self.paths, &self.load_options).inspect(log_warnings);
-        // An emptying reload, allowed: said in the log.
-        let mut emptying = false;
-        let checked = loaded.and_then(|config| match Config::check_reload(&self.engine.config(), &config) {
-            Err(_) if self.allow_empty_reload => {
-                emptying = true;
-                Ok(config)
-            }
-            checked => checked.map(|()| config),
-        });
-        match checked.and_then(|config| self.engine.replace_config(config)) {
-            Ok(before) => {
-                self.metrics.reload(true);
-                let after = self.engine.config();
-                let changes = crate::config::ConfigChanges::between(&before, &after);
-                let domains = after.domains().count();
-                drop(after);
-                free_here(before);
-                (self.give_back_memory)();
-                if emptying {
-                    tracing::warn!(
-                        domains,
-                        changes = %changes,
-                        "config reloaded, although it empties limits (allowed by --allow-empty-reload)"
-                    );
-                } else {
-                    tracing::info!(domains, changes = %changes, "config reloaded");
-                }
-                Ok(())
-            }
-            Err(e) => {
-                (self.give_back_memory)();
-                self.metrics.reload(false);
-                tracing::error!(error = %e, "config reload failed; the previous config stays in force");
-                Err(e)
-            }
-        }
-    }
-
-    /// The engine.
-    pub fn engine(&self) -> &Engine<C> {
-        &self.engine
-    }
-
-    /// The metrics in text form.
-    pub fn metrics_text(&self) -> String {
-        self.metrics.connections(&self.admission.stats());
-        self.metrics.render(&self.engine.stats(), self.engine.shared_store())
-    }
 }
 
 /// A running service.
@@ -410,10 +228,6 @@ pub struct Running<C> {
     health: tonic_health::server::HealthReporter,
     drain_delay: Duration,
 }
-
-/// The names the gRPC health service answers for: the whole server (`""`)
-/// and envoyproxy/ratelimit's service name.
-const HEALTH_NAMES: [&str; 2] = ["", "ratelimit"];
 
 impl<C: Clock> Running<C> {
     /// The HTTP address, when HTTP listens on TCP.
@@ -461,17 +275,6 @@ impl<C: Clock> Running<C> {
         tracing::info!("shutting down: finishing the requests in flight");
         self.shutdown().await;
     }
-}
-
-/// What the config watcher knows of the files.
-#[derive(Default)]
-struct Watched {
-    /// Their fingerprint when last loaded (at start, or by a reload good
-    /// or bad).
-    loaded: Vec<FileStamp>,
-    /// Another fingerprint seen at the last look: a change not yet read,
-    /// until a look finds it again.
-    changing: Option<Vec<FileStamp>>,
 }
 
 /// Starts the service: loads the config, binds both addresses, serves, and
@@ -695,33 +498,11 @@ pub fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
     })
 }
 
-/// Frees `config` on this thread (a reload's, off the runtime) rather than
-/// on a request's: a large config takes long to free. Requests hold a
-/// config for one decision; after 100 ms of waiting for them, the last of
-/// them frees it.
-fn free_here(config: Arc<Config>) {
-    for _ in 0..100 {
-        if Arc::strong_count(&config) == 1 {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    drop(config);
-}
-
 /// How the config files are read.
 fn load_options(options: &Options) -> LoadOptions {
     LoadOptions::default()
         .merge_domains(options.merge_domains)
         .max_file_bytes(options.max_config_bytes)
-}
-
-/// Logs each of a loaded config's warnings once (at start and at each
-/// reload that loads it).
-fn log_warnings(config: &Config) {
-    for warning in config.warnings() {
-        tracing::warn!("{warning}");
-    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,241 @@
+//! What the HTTP and gRPC front ends share ([`Shared`]): the engine, the
+//! metrics, the answers' header options, the admission control, and the
+//! config's reload (the files watched, one reload at a time, refused when
+//! it would turn the limits off). Below the front ends and `server.rs`,
+//! which builds it (`Shared::new`) and starts the service around it.
+
+use crate::admission::Admission;
+use crate::config::{Config, ConfigError, LoadOptions};
+use crate::engine::Engine;
+use crate::headers::HeaderOptions;
+use crate::metrics::Metrics;
+use crate::tls::{Tls, TlsError};
+use crate::watch::{FileStamp, fingerprint};
+use slidegate_core::Clock;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// What the HTTP and gRPC front ends share.
+pub struct Shared<C> {
+    pub(crate) engine: Engine<C>,
+    pub(crate) metrics: Metrics,
+    pub(crate) grpc_headers: HeaderOptions,
+    pub(crate) http_headers: HeaderOptions,
+    pub(crate) body_limit: usize,
+    pub(crate) body_timeout: Duration,
+    pub(crate) admin_token: Option<Box<[u8]>>,
+    pub(crate) paths: Vec<PathBuf>,
+    /// How a reload reads them (a folder without a config file allowed
+    /// with `Options::allow_empty_reload`).
+    pub(crate) load_options: LoadOptions,
+    /// `Options::allow_empty_reload`.
+    pub(crate) allow_empty_reload: bool,
+    /// The files as the last load read them, and a change seen since.
+    /// Held through a reload, so that reloads (the watcher's, SIGHUP's)
+    /// run one at a time.
+    pub(crate) watched: parking_lot::Mutex<Watched>,
+    pub(crate) give_back_memory: fn(),
+    /// The server is draining: `/readyz` answers 503.
+    pub(crate) draining: std::sync::atomic::AtomicBool,
+    /// Redis does not answer and readiness requires it: `/readyz` answers
+    /// 503.
+    pub(crate) redis_down: std::sync::atomic::AtomicBool,
+    /// Reloads tried so far, good or bad.
+    pub(crate) reloads: watch::Sender<u64>,
+    /// TLS, when on.
+    pub(crate) tls: Option<Arc<Tls>>,
+    /// The open connections and calls in flight of both front ends.
+    pub(crate) admission: Arc<Admission>,
+}
+
+impl<C: Clock> Shared<C> {
+    /// Reads the TLS files again (blocking: call it off the async
+    /// runtime's threads) and, if they are good, serves new handshakes
+    /// with them; if not, the old ones stay in force. Either way the
+    /// outcome is logged. Without TLS, does nothing.
+    ///
+    /// # Errors
+    ///
+    /// The [`TlsError`] of the new files.
+    pub fn reload_tls(&self) -> Result<(), TlsError> {
+        self.tls.as_ref().map_or(Ok(()), |tls| tls.reload())
+    }
+
+    /// Loads the config files again and, if they are valid and the reload
+    /// rule ([`Config::check_reload`]) lets them replace the config in
+    /// force (or `Options::allow_empty_reload` is on), serves them from
+    /// now on; if not, the old config keeps serving. Either way the reload
+    /// is counted, and logged in one line. The watcher does not read the
+    /// same files again.
+    ///
+    /// # Errors
+    ///
+    /// The [`ConfigError`] of the new files, or of the reload rule.
+    pub fn reload(&self) -> Result<(), ConfigError> {
+        let mut watched = self.watched.lock();
+        // Taken before the files are read: a change made while they are
+        // is seen by the next look.
+        *watched = Watched {
+            loaded: fingerprint(&self.paths),
+            changing: None,
+        };
+        let result = self.load_again();
+        drop(watched);
+        self.reloads.send_modify(|n| *n += 1);
+        result
+    }
+
+    /// The watcher's look at the files (blocking: they are read, and maybe
+    /// parsed): a change is reloaded once it has settled, the files alike
+    /// at two looks in a row, so that a file is not read while it is being
+    /// written (a writer that stops for longer than the interval is the
+    /// reload rule's business). `None` when nothing was reloaded.
+    pub(crate) fn reload_if_settled(&self) -> Option<Result<(), ConfigError>> {
+        let mut watched = self.watched.lock();
+        let now = fingerprint(&self.paths);
+        if now == watched.loaded {
+            watched.changing = None;
+            return None;
+        }
+        if watched.changing.as_ref() != Some(&now) {
+            // Changed since the last look: look again before reading.
+            watched.changing = Some(now);
+            return None;
+        }
+        *watched = Watched {
+            loaded: now,
+            changing: None,
+        };
+        let result = self.load_again();
+        drop(watched);
+        self.reloads.send_modify(|n| *n += 1);
+        Some(result)
+    }
+
+    /// Readiness follows Redis: NOT_SERVING (and `/readyz` 503) when it
+    /// stops answering, SERVING again when it answers (unless draining);
+    /// each change logged once.
+    pub(crate) async fn redis_readiness(&self, answers: bool, health: &tonic_health::server::HealthReporter) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let was_down = self.redis_down.swap(!answers, Relaxed);
+        if was_down != answers {
+            // No change.
+            return;
+        }
+        let status = if answers && !self.draining() {
+            tracing::info!("Redis answers: ready again");
+            tonic_health::ServingStatus::Serving
+        } else {
+            if !answers {
+                tracing::warn!("Redis does not answer: not ready (--ready-requires-redis)");
+            }
+            tonic_health::ServingStatus::NotServing
+        };
+        for name in HEALTH_NAMES {
+            health.set_service_status(name, status).await;
+        }
+    }
+
+    /// Whether the server is draining (stopping: health NOT_SERVING).
+    pub fn draining(&self) -> bool {
+        self.draining.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Reloads tried so far (good or bad), to wait on.
+    pub fn reloads(&self) -> watch::Receiver<u64> {
+        self.reloads.subscribe()
+    }
+
+    /// Loads and serves the config files again, if the reload rule lets
+    /// them replace the config in force. What the parse and the old config
+    /// took goes back to the system before the outcome is logged.
+    fn load_again(&self) -> Result<(), ConfigError> {
+        let loaded = Config::load_with(&self.paths, &self.load_options).inspect(log_warnings);
+        // An emptying reload, allowed: said in the log.
+        let mut emptying = false;
+        let checked = loaded.and_then(|config| match Config::check_reload(&self.engine.config(), &config) {
+            Err(_) if self.allow_empty_reload => {
+                emptying = true;
+                Ok(config)
+            }
+            checked => checked.map(|()| config),
+        });
+        match checked.and_then(|config| self.engine.replace_config(config)) {
+            Ok(before) => {
+                self.metrics.reload(true);
+                let after = self.engine.config();
+                let changes = crate::config::ConfigChanges::between(&before, &after);
+                let domains = after.domains().count();
+                drop(after);
+                free_here(before);
+                (self.give_back_memory)();
+                if emptying {
+                    tracing::warn!(
+                        domains,
+                        changes = %changes,
+                        "config reloaded, although it empties limits (allowed by --allow-empty-reload)"
+                    );
+                } else {
+                    tracing::info!(domains, changes = %changes, "config reloaded");
+                }
+                Ok(())
+            }
+            Err(e) => {
+                (self.give_back_memory)();
+                self.metrics.reload(false);
+                tracing::error!(error = %e, "config reload failed; the previous config stays in force");
+                Err(e)
+            }
+        }
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Engine<C> {
+        &self.engine
+    }
+
+    /// The metrics in text form.
+    pub fn metrics_text(&self) -> String {
+        self.metrics.connections(&self.admission.stats());
+        self.metrics.render(&self.engine.stats(), self.engine.shared_store())
+    }
+}
+
+/// The names the gRPC health service answers for: the whole server (`""`)
+/// and envoyproxy/ratelimit's service name.
+pub(crate) const HEALTH_NAMES: [&str; 2] = ["", "ratelimit"];
+
+/// What the config watcher knows of the files.
+#[derive(Default)]
+pub(crate) struct Watched {
+    /// Their fingerprint when last loaded (at start, or by a reload good
+    /// or bad).
+    pub(crate) loaded: Vec<FileStamp>,
+    /// Another fingerprint seen at the last look: a change not yet read,
+    /// until a look finds it again.
+    pub(crate) changing: Option<Vec<FileStamp>>,
+}
+
+/// Frees `config` on this thread (a reload's, off the runtime) rather than
+/// on a request's: a large config takes long to free. Requests hold a
+/// config for one decision; after 100 ms of waiting for them, the last of
+/// them frees it.
+pub(crate) fn free_here(config: Arc<Config>) {
+    for _ in 0..100 {
+        if Arc::strong_count(&config) == 1 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(config);
+}
+
+/// Logs each of a loaded config's warnings once (at start and at each
+/// reload that loads it).
+pub(crate) fn log_warnings(config: &Config) {
+    for warning in config.warnings() {
+        tracing::warn!("{warning}");
+    }
+}
