@@ -701,7 +701,12 @@ async fn hybrid_mode_killed_loses_what_it_had_not_synced() {
         "hybrid mode: {first} admitted, SIGKILL before a sync: {lost} lost; another instance then admitted {second}: {} in one window of {LIMIT}",
         first + second
     );
-    assert_eq!((first, lost, second), (LIMIT, LIMIT, LIMIT));
+    // The other instance admits again exactly what Redis never got. The
+    // sync task's first round runs as it starts, and may catch the first
+    // count (one CI run: 49 lost of 50); the next is 30 s away.
+    assert_eq!(first, LIMIT);
+    assert!(lost >= LIMIT - 1, "{lost} lost of {first}");
+    assert_eq!(second, lost);
     other.stop();
 
     let stopped = hybrid("30s");
