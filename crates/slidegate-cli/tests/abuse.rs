@@ -248,22 +248,38 @@ impl Served {
 }
 
 /// A legitimate client running on a thread and runtime of its own, so
-/// that the attackers' tasks in the test's runtime do not delay it.
-struct Legitimate(std::thread::JoinHandle<Served>);
+/// that the attackers' tasks in the test's runtime do not delay it; with
+/// the number of calls it has made so far.
+struct Legitimate {
+    thread: std::thread::JoinHandle<Served>,
+    made: tokio::sync::watch::Receiver<usize>,
+}
 
 impl Legitimate {
-    fn spawn<F: std::future::Future<Output = Served> + Send + 'static>(client: F) -> Legitimate {
-        Legitimate(std::thread::spawn(move || {
+    fn spawn<F, Fut>(client: F) -> Legitimate
+    where
+        F: FnOnce(tokio::sync::watch::Sender<usize>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Served>,
+    {
+        let (made, seen) = tokio::sync::watch::channel(0);
+        let thread = std::thread::spawn(move || {
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .unwrap()
-                .block_on(client)
-        }))
+                .block_on(client(made))
+        });
+        Legitimate { thread, made: seen }
+    }
+
+    /// Waits until it has made `calls` calls (or ended).
+    async fn made(&mut self, calls: usize) {
+        let _ = self.made.wait_for(|&n| n >= calls).await;
     }
 
     async fn finish(self) -> Served {
-        tokio::task::spawn_blocking(move || self.0.join().unwrap())
+        let thread = self.thread;
+        tokio::task::spawn_blocking(move || thread.join().unwrap())
             .await
             .unwrap()
     }
@@ -280,15 +296,15 @@ enum Connect {
     Fresh,
 }
 
-/// A gRPC client calling every `every` until `stop`, each call with a 2 s
+/// A gRPC client making `calls` calls, one every `every`, each with a 2 s
 /// deadline (and 3 s in all, connecting included).
-fn grpc_client(addr: String, every: Duration, connect: Connect, stop: Arc<AtomicBool>) -> Legitimate {
-    Legitimate::spawn(async move {
+fn grpc_client(addr: String, every: Duration, connect: Connect, calls: usize) -> Legitimate {
+    Legitimate::spawn(move |made| async move {
         let channel = || Channel::from_shared(format!("http://{addr}")).unwrap().connect_lazy();
         let mut client = RateLimitServiceClient::new(channel());
         let mut served = Served::default();
         let mut tick = tokio::time::interval(every);
-        while !stop.load(Ordering::Relaxed) {
+        for _ in 0..calls {
             tick.tick().await;
             if connect == Connect::Fresh {
                 client = RateLimitServiceClient::new(channel());
@@ -303,20 +319,21 @@ fn grpc_client(addr: String, every: Duration, connect: Connect, stop: Arc<Atomic
                 Ok(Err(status)) => served.failed.push(format!("{status:?}")),
                 Err(_) => served.failed.push("no answer in 3 s".to_owned()),
             }
+            made.send_modify(|n| *n += 1);
         }
         served
     })
 }
 
-/// An HTTP/1.1 client asking `/healthz` every `every` until `stop`, within
-/// 2 s (a kept-alive connection the server closed is opened again once for
-/// the same request).
-fn http_client(addr: String, every: Duration, connect: Connect, stop: Arc<AtomicBool>) -> Legitimate {
-    Legitimate::spawn(async move {
+/// An HTTP/1.1 client asking `/healthz` `calls` times, one every
+/// `every`, within 2 s (a kept-alive connection the server closed is
+/// opened again once for the same request).
+fn http_client(addr: String, every: Duration, connect: Connect, calls: usize) -> Legitimate {
+    Legitimate::spawn(move |made| async move {
         let mut served = Served::default();
         let mut conn: Option<TcpStream> = None;
         let mut tick = tokio::time::interval(every);
-        while !stop.load(Ordering::Relaxed) {
+        for _ in 0..calls {
             tick.tick().await;
             let started = Instant::now();
             let mut answered = false;
@@ -340,6 +357,7 @@ fn http_client(addr: String, every: Duration, connect: Connect, stop: Arc<Atomic
             } else {
                 served.failed.push("no answer in 2 s".to_owned());
             }
+            made.send_modify(|n| *n += 1);
         }
         served
     })
@@ -379,11 +397,12 @@ async fn healthz(mut stream: TcpStream) -> Option<TcpStream> {
     Some(stream)
 }
 
-/// Samples the process's size every 20 ms until `stop`: the largest.
-fn peak_rss(pid: u32, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+/// Samples the process's size every 20 ms until `stop` is dropped: the
+/// largest.
+fn peak_rss(pid: u32, stop: std::sync::mpsc::Receiver<()>) -> std::thread::JoinHandle<u64> {
     std::thread::spawn(move || {
         let mut peak = 0;
-        while !stop.load(Ordering::Relaxed) {
+        loop {
             let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
             let rss = status
                 .lines()
@@ -391,7 +410,9 @@ fn peak_rss(pid: u32, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
                 .map_or(0, |kb| kb << 10);
             peak = peak.max(rss);
-            std::thread::sleep(Duration::from_millis(20));
+            if stop.recv_timeout(Duration::from_millis(20)) != Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
+                break;
+            }
         }
         peak
     })
@@ -448,6 +469,8 @@ fn call_headers() -> Vec<u8> {
 struct H2Attacker {
     writer: tokio::net::tcp::OwnedWriteHalf,
     window: Arc<AtomicI64>,
+    /// Woken when the window grows or the connection closes.
+    grown: Arc<tokio::sync::Notify>,
     closed: Arc<AtomicBool>,
     next_stream: u32,
 }
@@ -470,7 +493,8 @@ impl H2Attacker {
         writer.write_all(&hello).await.ok()?;
         let window = Arc::new(AtomicI64::new(65_535));
         let closed = Arc::new(AtomicBool::new(false));
-        let (w, c) = (Arc::clone(&window), Arc::clone(&closed));
+        let grown = Arc::new(tokio::sync::Notify::new());
+        let (w, c, g) = (Arc::clone(&window), Arc::clone(&closed), Arc::clone(&grown));
         tokio::spawn(async move {
             let mut buf = vec![0u8; 64 << 10];
             let mut pending = Vec::new();
@@ -491,16 +515,19 @@ impl H2Attacker {
                     if pending[at + 3] == WINDOW_UPDATE && stream == 0 && len == 4 {
                         let add = u32::from_be_bytes(pending[at + 9..at + 13].try_into().unwrap()) & 0x7fff_ffff;
                         w.fetch_add(i64::from(add), Ordering::Relaxed);
+                        g.notify_one();
                     }
                     at += 9 + len;
                 }
                 pending.drain(..at);
             }
             c.store(true, Ordering::Relaxed);
+            g.notify_one();
         });
         Some(H2Attacker {
             writer,
             window,
+            grown,
             closed,
             next_stream: 1,
         })
@@ -534,12 +561,14 @@ impl H2Attacker {
         let mut out = Vec::with_capacity(body + 256);
         frame(&mut out, HEADERS, END_HEADERS, id, block);
         self.next_stream += 2;
-        let until = Instant::now() + Duration::from_secs(2);
+        let until = tokio::time::Instant::now() + Duration::from_secs(2);
         while self.window.load(Ordering::Relaxed) < body as i64 {
-            if self.closed() || Instant::now() > until {
+            if self.closed() {
                 return false;
             }
-            tokio::time::sleep(Duration::from_millis(1)).await;
+            if tokio::time::timeout_at(until, self.grown.notified()).await.is_err() {
+                return false;
+            }
         }
         self.window.fetch_sub(body as i64, Ordering::Relaxed);
         let chunk = vec![0u8; 15_000];
@@ -553,26 +582,19 @@ impl H2Attacker {
     }
 }
 
-/// Runs `attack` on a fresh server while the legitimate gRPC client calls
-/// every 10 ms; the process's growth (peak over the size before), the
-/// client's calls and the server.
-async fn under_attack<F, Fut>(attack: F, run_for: Duration) -> (u64, Served, Serve)
+/// Runs `attack` on a fresh server while the legitimate gRPC client makes
+/// `calls` calls, one every 10 ms, then stops it; the process's growth
+/// (peak over the size before), the client's calls and the server.
+async fn under_attack<F, Fut>(attack: F, calls: usize) -> (u64, Served, Serve)
 where
     F: FnOnce(String, Arc<AtomicBool>) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
     let serve = Serve::start(None, &[]);
     // Warm: the client's connection and a few calls.
-    let warm = Arc::new(AtomicBool::new(false));
-    let warming = grpc_client(
-        serve.grpc.clone(),
-        Duration::from_millis(10),
-        Connect::Kept,
-        Arc::clone(&warm),
-    );
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    warm.store(true, Ordering::Relaxed);
-    let warmed = warming.finish().await;
+    let warmed = grpc_client(serve.grpc.clone(), Duration::from_millis(10), Connect::Kept, 30)
+        .finish()
+        .await;
     assert!(
         warmed.failed.is_empty(),
         "not served before the attack: {:?}",
@@ -580,17 +602,13 @@ where
     );
     let before = serve.rss();
     let stop = Arc::new(AtomicBool::new(false));
-    let peak = peak_rss(serve.child.id(), Arc::clone(&stop));
-    let client = grpc_client(
-        serve.grpc.clone(),
-        Duration::from_millis(10),
-        Connect::Kept,
-        Arc::clone(&stop),
-    );
+    let (sampling, sampled) = std::sync::mpsc::channel();
+    let peak = peak_rss(serve.child.id(), sampled);
+    let client = grpc_client(serve.grpc.clone(), Duration::from_millis(10), Connect::Kept, calls);
     let attacking = tokio::spawn(attack(serve.grpc.clone(), Arc::clone(&stop)));
-    tokio::time::sleep(run_for).await;
-    stop.store(true, Ordering::Relaxed);
     let served = client.finish().await;
+    stop.store(true, Ordering::Relaxed);
+    drop(sampling);
     let _ = tokio::time::timeout(Duration::from_secs(5), attacking).await;
     let peak = peak.join().unwrap();
     (peak.saturating_sub(before), served, serve)
@@ -620,7 +638,7 @@ async fn a_connection_opening_200000_streams_costs_only_itself() {
             }
         }
     };
-    let (grew, served, serve) = under_attack(attack, Duration::from_secs(8)).await;
+    let (grew, served, serve) = under_attack(attack, 800).await;
     let sent = sent.load(Ordering::Relaxed);
     let figures = format!(
         "{sent} streams on {} connections; grew {} MB; legitimate: {} calls, p99 {:?}, failed {:?}",
@@ -652,7 +670,7 @@ async fn a_connection_sending_25000_bodies_of_60kb_costs_only_itself() {
         let block = call_headers();
         // 4,000 streams (240 MB) a second: 25,000 in 6.25 s, leaving the
         // test's own process some of the two cores.
-        let start = Instant::now();
+        let mut pace = tokio::time::interval(Duration::from_micros(250));
         while !stop.load(Ordering::Relaxed) && s.load(Ordering::Relaxed) < 25_000 {
             let Some(mut conn) = H2Attacker::connect(&addr).await else {
                 break;
@@ -661,15 +679,12 @@ async fn a_connection_sending_25000_bodies_of_60kb_costs_only_itself() {
                 if !conn.stream_with_body(&block, 60_000).await {
                     break;
                 }
-                let sent = s.fetch_add(1, Ordering::Relaxed) + 1;
-                let due = start + Duration::from_micros(sent * 250);
-                if due > Instant::now() {
-                    tokio::time::sleep_until(due.into()).await;
-                }
+                s.fetch_add(1, Ordering::Relaxed);
+                pace.tick().await;
             }
         }
     };
-    let (grew, served, serve) = under_attack(attack, Duration::from_secs(8)).await;
+    let (grew, served, serve) = under_attack(attack, 800).await;
     let sent = sent.load(Ordering::Relaxed);
     let figures = format!(
         "{sent} streams of 60 KB; server CPU {:.1} s; grew {} MB; legitimate: {} calls, p99 {:?}, failed {:?}",
@@ -728,7 +743,7 @@ async fn a_settings_storm_costs_the_legitimate_client_no_call() {
             let _ = storm.await;
         }
     };
-    let (_, served, serve) = under_attack(attack, Duration::from_secs(6)).await;
+    let (_, served, serve) = under_attack(attack, 600).await;
     let cpu = serve.cpu();
     let figures = format!(
         "{} SETTINGS frames; server CPU {cpu:.1} s in all; legitimate: {} calls, p99 {:?}, failed {:?}",
@@ -759,11 +774,12 @@ async fn with_64_descriptors_trickling_connections_and_wrk_leave_clients_served(
     // (as Envoy's would be), and clients that connect for every call
     // during it.
     let every = Duration::from_millis(50);
-    let grpc = grpc_client(serve.grpc.clone(), every, Connect::Kept, Arc::clone(&stop));
-    let http = http_client(serve.http.clone(), every, Connect::Kept, Arc::clone(&stop));
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let fresh_grpc = grpc_client(serve.grpc.clone(), every * 4, Connect::Fresh, Arc::clone(&stop));
-    let fresh_http = http_client(serve.http.clone(), every * 4, Connect::Fresh, Arc::clone(&stop));
+    let mut grpc = grpc_client(serve.grpc.clone(), every, Connect::Kept, 160);
+    let mut http = http_client(serve.http.clone(), every, Connect::Kept, 160);
+    grpc.made(5).await;
+    http.made(5).await;
+    let fresh_grpc = grpc_client(serve.grpc.clone(), every * 4, Connect::Fresh, 40);
+    let fresh_http = http_client(serve.http.clone(), every * 4, Connect::Fresh, 40);
     let mut attackers = Vec::new();
     let wrk_answers = Arc::new(AtomicU64::new(0));
     for _ in 0..500 {
@@ -771,16 +787,19 @@ async fn with_64_descriptors_trickling_connections_and_wrk_leave_clients_served(
         attackers.push(tokio::spawn(async move {
             let mut ping = Vec::new();
             frame(&mut ping, PING, 0, 0, &[0; 8]);
+            // At most a connection every 50 ms, a PING every 500 ms.
+            let mut connects = tokio::time::interval(Duration::from_millis(50));
+            let mut pings = tokio::time::interval(Duration::from_millis(500));
             while !done.load(Ordering::Relaxed) {
+                connects.tick().await;
                 let Some(mut conn) = H2Attacker::connect(&addr).await else {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 };
                 while !done.load(Ordering::Relaxed) && !conn.closed() {
                     if !conn.send(&ping).await {
                         break;
                     }
-                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    pings.tick().await;
                 }
             }
         }));
@@ -792,9 +811,11 @@ async fn with_64_descriptors_trickling_connections_and_wrk_leave_clients_served(
                 body.len()
             );
             let mut buf = vec![0u8; 4096];
+            // After a connection that could not be made, 50 ms.
+            let mut retry = tokio::time::interval(Duration::from_millis(50));
             while !done.load(Ordering::Relaxed) {
                 let Some(mut stream) = attacker_connect(&addr).await else {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    retry.tick().await;
                     continue;
                 };
                 while !done.load(Ordering::Relaxed) {
@@ -811,14 +832,14 @@ async fn with_64_descriptors_trickling_connections_and_wrk_leave_clients_served(
             }
         }));
     }
-    tokio::time::sleep(Duration::from_secs(8)).await;
-    stop.store(true, Ordering::Relaxed);
+    // The attack lasts as long as the clients' calls (about 8 s).
     let clients = [
         ("gRPC, kept", grpc.finish().await),
         ("HTTP, kept", http.finish().await),
         ("gRPC, fresh", fresh_grpc.finish().await),
         ("HTTP, fresh", fresh_http.finish().await),
     ];
+    stop.store(true, Ordering::Relaxed);
     for attacker in attackers {
         let _ = tokio::time::timeout(Duration::from_secs(5), attacker).await;
     }
