@@ -154,12 +154,7 @@ impl Serve {
 
     /// The resident set size, in bytes.
     fn rss(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .map_or(0, |kb| kb << 10)
+        rss_of(self.child.id())
     }
 
     /// The CPU time the process has used (utime + stime), in seconds.
@@ -397,19 +392,23 @@ async fn healthz(mut stream: TcpStream) -> Option<TcpStream> {
     Some(stream)
 }
 
+/// A process's resident set size, in bytes (0 once it is gone).
+fn rss_of(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb << 10)
+}
+
 /// Samples the process's size every 20 ms until `stop` is dropped: the
 /// largest.
 fn peak_rss(pid: u32, stop: std::sync::mpsc::Receiver<()>) -> std::thread::JoinHandle<u64> {
     std::thread::spawn(move || {
         let mut peak = 0;
         loop {
-            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-            let rss = status
-                .lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-                .map_or(0, |kb| kb << 10);
-            peak = peak.max(rss);
+            peak = peak.max(rss_of(pid));
             if stop.recv_timeout(Duration::from_millis(20)) != Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
                 break;
             }

@@ -240,8 +240,6 @@ impl Conn {
 pub struct AdmissionStats {
     /// Connections open now.
     pub open: u64,
-    /// Connections accepted, ever.
-    pub accepted: u64,
     /// New connections closed at once: the cap was reached and every open
     /// connection had a call in flight.
     pub shed: u64,
@@ -264,7 +262,6 @@ pub struct AdmissionStats {
 
 #[derive(Default)]
 struct Counters {
-    accepted: AtomicU64,
     shed: AtomicU64,
     evicted: AtomicU64,
     idle: AtomicU64,
@@ -343,7 +340,6 @@ impl Admission {
         let conn = Arc::new(Conn::new(opened, peer));
         table.open.insert(id, Arc::clone(&conn));
         drop(table);
-        bump(&self.counters.accepted);
         Some(Ticket {
             admission: Arc::clone(self),
             id,
@@ -434,7 +430,6 @@ impl Admission {
         let open = self.table.lock().open.len();
         AdmissionStats {
             open: open as u64,
-            accepted: get(&c.accepted),
             shed: get(&c.shed),
             evicted: get(&c.evicted),
             idle: get(&c.idle),

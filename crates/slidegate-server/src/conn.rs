@@ -62,8 +62,6 @@ pub(crate) const HTTP2_PREFACE_LEN: usize = 24;
 /// connection pays one clock read per read or write.
 pub(crate) struct Guarded<T> {
     inner: T,
-    /// Bytes read since the connection's task last let others run.
-    since_yield: usize,
     timer: Pin<Box<Sleep>>,
     opening: usize,
     opened: Instant,
@@ -78,7 +76,6 @@ impl<T> Guarded<T> {
         let now = Instant::now();
         let mut guarded = Guarded {
             inner,
-            since_yield: 0,
             timer: Box::pin(tokio::time::sleep_until(now)),
             opening,
             opened,
@@ -125,24 +122,12 @@ impl<T> Guarded<T> {
     }
 }
 
-/// The most a connection reads before its task lets the others on its
-/// thread run: a connection flooding frames (say DATA on streams it was
-/// refused) then delays the others' calls by what 64 KiB cost, not by
-/// what tokio's budget of 128 reads (up to some MiB) costs.
-const FAIR_SHARE: usize = 64 << 10;
-
 impl<T: AsyncRead + Unpin> AsyncRead for Guarded<T> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        if self.since_yield >= FAIR_SHARE {
-            self.since_yield = 0;
-            cx.waker().wake_by_ref();
-            return Poll::Pending;
-        }
         let before = buf.filled().len();
         match Pin::new(&mut self.inner).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
                 let read = buf.filled().len().saturating_sub(before);
-                self.since_yield += read;
                 if read > 0 {
                     self.opening = self.opening.saturating_sub(read);
                     self.active();
