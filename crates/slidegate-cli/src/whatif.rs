@@ -292,7 +292,7 @@ struct RuleFigures {
 /// One view: its engine and the figures of every rule it matched.
 struct ViewState {
     view: View,
-    engine: Engine<ManualClock>,
+    engine: Engine,
     rules: BTreeMap<String, RuleFigures>,
 }
 

@@ -44,7 +44,7 @@ fn budget() -> Budget {
 
 /// A fresh engine on the fuzz config (small budgets: a fresh one per input
 /// keeps inputs independent, so that a crash replays alone).
-fn engine(clock: ManualClock) -> Engine<ManualClock> {
+fn engine(clock: ManualClock) -> Engine {
     Engine::new(config().clone(), clock, budget(), budget(), LIMITS)
 }
 

@@ -383,10 +383,10 @@ const MAX_REFUSED_STREAMS: usize = 65_536;
 /// true, then stops accepting and lets every connection finish the calls
 /// in flight (a `GOAWAY` first).
 #[allow(clippy::too_many_arguments)]
-pub(crate) async fn serve_grpc<C: slidegate_core::Clock + Send + Sync + 'static>(
+pub(crate) async fn serve_grpc(
     listener: Listener,
     tls: Option<Arc<Tls>>,
-    routes: crate::grpc_routes::GrpcRoutes<C>,
+    routes: crate::grpc_routes::GrpcRoutes,
     timeouts: Timeouts,
     admission: Arc<Admission>,
     stopped: watch::Receiver<bool>,

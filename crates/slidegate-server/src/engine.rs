@@ -15,7 +15,6 @@ use slidegate_core::{Clock, Decision, Policy};
 use slidegate_memory::{Budget, MemoryStore};
 use slidegate_store::{Decisions, DynStore, Quota, Store, StoreError, StoreStats};
 use smallvec::SmallVec;
-use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -259,12 +258,10 @@ pub struct AdHoc {
     pub cost: u64,
 }
 
-/// Decides requests against a config, counting in one store.
-///
-/// `C` is the clock of the in-memory store the engine was built with
-/// ([`Engine::new`]); a store given to [`Engine::with_store`] owns its
-/// clock.
-pub struct Engine<C> {
+/// Decides requests against a config, counting in one store (the clock is
+/// the store's: given to [`Engine::new`] for the in-memory store, owned by
+/// a store given to [`Engine::with_store`]).
+pub struct Engine {
     config: RwLock<Arc<Config>>,
     store: Arc<dyn DynStore>,
     /// Whether the store is shared with other instances (Redis).
@@ -273,17 +270,19 @@ pub struct Engine<C> {
     store_name: &'static str,
     limits: InputLimits,
     settings: Settings,
-    clock: PhantomData<fn() -> C>,
 }
 
-impl<C: Clock> Engine<C> {
+impl Engine {
     /// An engine serving `config`, counting in an in-memory store on
     /// `clock`: sliding windows of up to 8 buckets (the default algorithm)
     /// within `budget` and every other algorithm within `other_budget`.
-    pub fn new(config: Config, clock: C, budget: Budget, other_budget: Budget, limits: InputLimits) -> Self
-    where
-        C: Send + Sync + 'static,
-    {
+    pub fn new<C: Clock + Send + Sync + 'static>(
+        config: Config,
+        clock: C,
+        budget: Budget,
+        other_budget: Budget,
+        limits: InputLimits,
+    ) -> Self {
         Engine {
             config: RwLock::new(Arc::new(config)),
             store: Arc::new(MemoryStore::with_clock(budget, other_budget, clock)),
@@ -291,7 +290,6 @@ impl<C: Clock> Engine<C> {
             store_name: "memory",
             limits,
             settings: Settings::default(),
-            clock: PhantomData,
         }
     }
 
@@ -316,7 +314,6 @@ impl<C: Clock> Engine<C> {
             store_name: "custom",
             limits,
             settings: Settings::default(),
-            clock: PhantomData,
         })
     }
 
@@ -982,7 +979,7 @@ mod tests {
     use slidegate_core::ManualClock;
 
     /// An engine on `yaml` (one domain) at a manual clock, with `settings`.
-    fn engine(yaml: &str, settings: Settings) -> (Engine<ManualClock>, ManualClock) {
+    fn engine(yaml: &str, settings: Settings) -> (Engine, ManualClock) {
         let domain = Config::parse_domain("test.yaml", yaml).unwrap();
         let config = Config::from_domains(vec![domain]).unwrap();
         let clock = ManualClock::new(1_000_000_000_000);

@@ -14,7 +14,6 @@ use crate::shared::Shared;
 use crate::trace::DecisionSpan;
 use http::HeaderMap;
 use prost::Message;
-use slidegate_core::Clock;
 use slidegate_tower::LimitOutcome;
 use std::sync::Arc;
 use std::time::Instant;
@@ -281,8 +280,8 @@ pub(crate) fn outcome(result: &Result<Answer, EngineError>) -> Outcome {
 
 /// Decides a wire request, counting it in the metrics, in a decision span
 /// continued from the trace context of `headers`.
-pub(crate) async fn decide<C: Clock>(
-    shared: &Shared<C>,
+pub(crate) async fn decide(
+    shared: &Shared,
     api: Api,
     request: &Request,
     headers: &HeaderMap,
@@ -312,19 +311,19 @@ pub(crate) async fn decide<C: Clock>(
 }
 
 /// The gRPC service.
-pub struct Grpc<C> {
-    shared: Arc<Shared<C>>,
+pub struct Grpc {
+    shared: Arc<Shared>,
 }
 
-impl<C: Clock + Send + Sync + 'static> Grpc<C> {
+impl Grpc {
     /// The tonic service for `shared`.
-    pub(crate) fn service(shared: Arc<Shared<C>>) -> RateLimitServiceServer<Grpc<C>> {
+    pub(crate) fn service(shared: Arc<Shared>) -> RateLimitServiceServer<Grpc> {
         RateLimitServiceServer::new(Grpc { shared })
     }
 }
 
 #[tonic::async_trait]
-impl<C: Clock + Send + Sync + 'static> RateLimitService for Grpc<C> {
+impl RateLimitService for Grpc {
     async fn should_rate_limit(
         &self,
         request: tonic::Request<RateLimitRequest>,
@@ -340,8 +339,8 @@ impl<C: Clock + Send + Sync + 'static> RateLimitService for Grpc<C> {
 /// `headers` (read for the trace context), or the status it fails with.
 /// The one path of both the tonic service and `crate::grpc_routes`'s
 /// unary calls.
-pub(crate) async fn respond<C: Clock>(
-    shared: &Shared<C>,
+pub(crate) async fn respond(
+    shared: &Shared,
     message: RateLimitRequest,
     headers: &HeaderMap,
 ) -> Result<RateLimitResponse, tonic::Status> {
@@ -364,13 +363,12 @@ pub(crate) async fn respond<C: Clock>(
 /// message (the error of `crate::grpc_routes`'s replayed body), is
 /// `INVALID_ARGUMENT`; anything else tonic refuses is answered as tonic
 /// answers it.
-pub(crate) async fn tonic_unary<C, B>(
-    shared: Arc<Shared<C>>,
+pub(crate) async fn tonic_unary<B>(
+    shared: Arc<Shared>,
     limit: usize,
     request: http::Request<B>,
 ) -> http::Response<tonic::body::Body>
 where
-    C: Clock + Send + Sync + 'static,
     B: hyper::body::Body + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send,
 {
@@ -379,9 +377,9 @@ where
 }
 
 /// `ShouldRateLimit` as tonic's server calls it: [`respond`].
-struct ShouldRateLimit<C>(Arc<Shared<C>>);
+struct ShouldRateLimit(Arc<Shared>);
 
-impl<C: Clock + Send + Sync + 'static> tonic::server::UnaryService<RateLimitRequest> for ShouldRateLimit<C> {
+impl tonic::server::UnaryService<RateLimitRequest> for ShouldRateLimit {
     type Response = RateLimitResponse;
     type Future = tonic::codegen::BoxFuture<tonic::Response<RateLimitResponse>, tonic::Status>;
 

@@ -33,7 +33,6 @@ use bytes::{BufMut, Bytes, BytesMut};
 use http::HeaderMap;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use prost::Message;
-use slidegate_core::Clock;
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -71,29 +70,29 @@ const PREFIX: usize = 5;
 /// ("Timeout expired", as tonic's server answers) beyond it; the timer is
 /// armed only when the call first waits (for its body, or for the store),
 /// so a call answered at once (the in-memory store's) arms none.
-pub(crate) struct GrpcRoutes<C>(Arc<Routes<C>>);
+pub(crate) struct GrpcRoutes(Arc<Routes>);
 
 /// What every call of every connection shares: one `Arc` cloned a call.
-struct Routes<C> {
-    shared: Arc<Shared<C>>,
-    rls: RateLimitServiceServer<Grpc<C>>,
+struct Routes {
+    shared: Arc<Shared>,
+    rls: RateLimitServiceServer<Grpc>,
     health: Health,
     timeout: Duration,
     /// The largest message decoded (`--max-request-bytes`).
     limit: usize,
 }
 
-impl<C> Clone for GrpcRoutes<C> {
+impl Clone for GrpcRoutes {
     fn clone(&self) -> Self {
         GrpcRoutes(Arc::clone(&self.0))
     }
 }
 
-impl<C: Clock + Send + Sync + 'static> GrpcRoutes<C> {
+impl GrpcRoutes {
     /// The routes of `shared`'s service, with tonic-health's `health`,
     /// under the request timeout `timeout`, decoding messages of at most
     /// `limit` bytes.
-    pub(crate) fn new<H>(shared: Arc<Shared<C>>, health: H, timeout: Duration, limit: usize) -> Self
+    pub(crate) fn new<H>(shared: Arc<Shared>, health: H, timeout: Duration, limit: usize) -> Self
     where
         H: tower::Service<http::Request<Replay>, Response = TonicAnswered, Error = Infallible>
             + Clone
@@ -112,7 +111,7 @@ impl<C: Clock + Send + Sync + 'static> GrpcRoutes<C> {
     }
 }
 
-impl<C: Clock + Send + Sync + 'static> hyper::service::Service<http::Request<Incoming>> for GrpcRoutes<C> {
+impl hyper::service::Service<http::Request<Incoming>> for GrpcRoutes {
     type Response = Answered;
     type Error = Infallible;
     type Future = Deadline;
@@ -167,10 +166,7 @@ where
 }
 
 /// `ShouldRateLimit` answered by tonic's server ([`tonic_unary`]).
-async fn tonic_should_rate_limit<C: Clock + Send + Sync + 'static>(
-    routes: Arc<Routes<C>>,
-    request: http::Request<Replay>,
-) -> Result<Answered, Infallible> {
+async fn tonic_should_rate_limit(routes: Arc<Routes>, request: http::Request<Replay>) -> Result<Answered, Infallible> {
     let answer = tonic_unary(Arc::clone(&routes.shared), routes.limit, request).await;
     Ok(answer.map(Answer::Tonic))
 }
@@ -183,10 +179,7 @@ fn identity(headers: &HeaderMap) -> bool {
 
 /// `ShouldRateLimit` on hyper's request: read the body; answered here when
 /// plain, by tonic's server otherwise (the bytes read put back).
-async fn unary<C: Clock + Send + Sync + 'static>(
-    routes: Arc<Routes<C>>,
-    request: http::Request<Incoming>,
-) -> Result<Answered, Infallible> {
+async fn unary(routes: Arc<Routes>, request: http::Request<Incoming>) -> Result<Answered, Infallible> {
     let (parts, mut body) = request.into_parts();
     let mut read = BytesMut::new();
     let mut stop = None;

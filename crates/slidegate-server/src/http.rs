@@ -21,7 +21,7 @@ use http::{HeaderMap, HeaderValue, StatusCode};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use slidegate_core::duration::parse_positive_duration;
-use slidegate_core::{AlgorithmSpec, Clock, Decision, Policy, Weighting};
+use slidegate_core::{AlgorithmSpec, Decision, Policy, Weighting};
 use slidegate_tower::LimitOutcome;
 use std::convert::Infallible;
 use std::future::Future;
@@ -31,27 +31,24 @@ use std::time::{Duration, Instant};
 use tower::ServiceExt;
 
 /// The routes, over `shared`.
-pub(crate) fn router<C: Clock + Send + Sync + 'static>(shared: Arc<Shared<C>>) -> Router {
+pub(crate) fn router(shared: Arc<Shared>) -> Router {
     // One for the router: its every request shares it.
     let admin_log = Arc::new(LogLimit::new(ADMIN_LOG_EVERY));
     Router::new()
-        .route("/json", post(json::<C>))
-        .route("/v1/check", post(check::<C>))
+        .route("/json", post(json))
+        .route("/v1/check", post(check))
         .route(
             "/v1/reset",
-            post(move |state, request| reset::<C>(state, request, admin_log)),
+            post(move |state, request| reset(state, request, admin_log)),
         )
         .route("/healthz", get(|| async { "OK\n" }))
         // envoyproxy/ratelimit's health check path.
         .route("/healthcheck", get(|| async { "OK\n" }))
-        .route("/readyz", get(ready::<C>))
-        .route("/metrics", get(metrics::<C>))
+        .route("/readyz", get(ready))
+        .route("/metrics", get(metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(axum::middleware::from_fn_with_state(
-            Arc::clone(&shared),
-            in_flight::<C>,
-        ))
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&shared), in_flight))
         .with_state(shared)
 }
 
@@ -74,7 +71,7 @@ pub(crate) struct Routes {
 }
 
 /// The routes of a server over `shared`.
-pub(crate) fn routes<C: Clock + Send + Sync + 'static>(shared: Arc<Shared<C>>) -> Routes {
+pub(crate) fn routes(shared: Arc<Shared>) -> Routes {
     let router = router(Arc::clone(&shared));
     let hot = move |request: http::Request<Body>| -> Answering {
         let shared = Arc::clone(&shared);
@@ -114,9 +111,7 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Routes {
 /// Ready to take traffic: a config has loaded (a server starts only with
 /// one), the server is not draining, and (with `--ready-requires-redis`)
 /// Redis answered at the last look.
-async fn ready<C: Clock + Send + Sync + 'static>(
-    State(shared): State<Arc<Shared<C>>>,
-) -> Result<&'static str, Problem> {
+async fn ready(State(shared): State<Arc<Shared>>) -> Result<&'static str, Problem> {
     if shared.draining.load(std::sync::atomic::Ordering::Relaxed) {
         return Err(Problem::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -154,8 +149,8 @@ async fn method_not_allowed(method: http::Method, uri: http::Uri) -> Problem {
 
 /// Counts the request in `slidegate_http_requests_in_flight` until it is
 /// answered.
-async fn in_flight<C: Clock + Send + Sync + 'static>(
-    State(shared): State<Arc<Shared<C>>>,
+async fn in_flight(
+    State(shared): State<Arc<Shared>>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
@@ -288,7 +283,7 @@ const ADMIN_LOG_EVERY: Duration = Duration::from_secs(10);
 /// each [`ADMIN_LOG_EVERY`], saying how many were refused since the last
 /// line. Nothing the request carried is logged (not its token, nor its
 /// address): a client must not be able to write into the log.
-fn admin_refused<C: Clock>(shared: &Shared<C>, log: &LogLimit, status: StatusCode) {
+fn admin_refused(shared: &Shared, log: &LogLimit, status: StatusCode) {
     let reason = match status {
         StatusCode::UNAUTHORIZED => AuthFailure::Missing,
         StatusCode::FORBIDDEN => AuthFailure::Wrong,
@@ -337,10 +332,7 @@ fn status_of(answer: &Answer) -> StatusCode {
 
 /// `POST /json`: proto3 JSON of `RateLimitRequest` in, of
 /// `RateLimitResponse` out, 200 or 429, as envoyproxy/ratelimit.
-async fn json<C: Clock + Send + Sync + 'static>(
-    State(shared): State<Arc<Shared<C>>>,
-    request: axum::extract::Request,
-) -> Result<Response, Problem> {
+async fn json(State(shared): State<Arc<Shared>>, request: axum::extract::Request) -> Result<Response, Problem> {
     // The headers taken, not copied (axum's `HeaderMap` extractor clones them).
     let (http::request::Parts { headers, .. }, body) = request.into_parts();
     let bytes = read_body(body, &headers, shared.body_limit, shared.body_timeout).await?;
@@ -601,10 +593,7 @@ fn check_body_error(bytes: &[u8]) -> Problem {
 /// `POST /v1/check`: descriptors of a configured domain, or an ad-hoc key
 /// with its own limit; 200 or 429, the decision as JSON, and the headers.
 /// A cost of 0 (or `hits_addend` 0 on a descriptor) peeks.
-async fn check<C: Clock + Send + Sync + 'static>(
-    State(shared): State<Arc<Shared<C>>>,
-    request: axum::extract::Request,
-) -> Result<Response, Problem> {
+async fn check(State(shared): State<Arc<Shared>>, request: axum::extract::Request) -> Result<Response, Problem> {
     // The headers taken, not copied (axum's `HeaderMap` extractor clones them).
     let (http::request::Parts { headers, .. }, body) = request.into_parts();
     let bytes = read_body(body, &headers, shared.body_limit, shared.body_timeout).await?;
@@ -668,8 +657,8 @@ async fn check<C: Clock + Send + Sync + 'static>(
 /// the descriptors match; answers how many counters were held. Off unless
 /// an admin token is configured; then the request must carry it, and a
 /// refusal is counted and logged within `admin_log` ([`admin_refused`]).
-async fn reset<C: Clock + Send + Sync + 'static>(
-    State(shared): State<Arc<Shared<C>>>,
+async fn reset(
+    State(shared): State<Arc<Shared>>,
     request: axum::extract::Request,
     admin_log: Arc<LogLimit>,
 ) -> Result<Response, Problem> {
@@ -702,7 +691,7 @@ async fn reset<C: Clock + Send + Sync + 'static>(
 }
 
 /// `GET /metrics`: Prometheus text (OpenMetrics).
-async fn metrics<C: Clock + Send + Sync + 'static>(State(shared): State<Arc<Shared<C>>>) -> Response {
+async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
     let mut response = shared.metrics_text().into_response();
     response.headers_mut().insert(
         CONTENT_TYPE,

@@ -180,10 +180,10 @@ pub enum StartError {
     },
 }
 
-impl<C: Clock> Shared<C> {
+impl Shared {
     /// What the front ends share, serving `engine` as `options` say (its
     /// addresses, budgets, Redis and reload interval are not read here).
-    fn new(engine: Engine<C>, options: &Options) -> Self {
+    fn new(engine: Engine, options: &Options) -> Self {
         Shared {
             engine: engine.with_settings(options.settings),
             // `start` checks the ratio; a bad one given to `http_router`
@@ -217,19 +217,19 @@ impl<C: Clock> Shared<C> {
 }
 
 /// A running service.
-pub struct Running<C> {
+pub struct Running {
     /// Where HTTP listens (with the port the system chose for port 0).
     pub http: Endpoint,
     /// Where gRPC listens.
     pub grpc: Endpoint,
-    shared: Arc<Shared<C>>,
+    shared: Arc<Shared>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     health: tonic_health::server::HealthReporter,
     drain_delay: Duration,
 }
 
-impl<C: Clock> Running<C> {
+impl Running {
     /// The HTTP address, when HTTP listens on TCP.
     pub fn http_addr(&self) -> Option<SocketAddr> {
         self.http.tcp()
@@ -241,7 +241,7 @@ impl<C: Clock> Running<C> {
     }
 
     /// What the front ends share (the engine, the metrics, `reload`).
-    pub fn shared(&self) -> &Arc<Shared<C>> {
+    pub fn shared(&self) -> &Arc<Shared> {
         &self.shared
     }
 
@@ -285,7 +285,7 @@ impl<C: Clock> Running<C> {
 /// [`StartError`] if the config does not load (or, with Redis, has a
 /// limit without a Redis form), Redis cannot be reached, a TLS file is
 /// bad, or an address cannot be bound.
-pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C) -> Result<Running<C>, StartError> {
+pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C) -> Result<Running, StartError> {
     if options.admin_token.as_deref().is_some_and(|t| t.trim().is_empty()) {
         return Err(StartError::EmptyAdminToken);
     }
@@ -462,7 +462,7 @@ where
 /// at a time (`tower::ServiceExt::oneshot`), as the tests and fuzz targets
 /// do. `options` gives the body limit and the headers; its addresses,
 /// budgets, Redis options and reload interval are not read.
-pub fn http_router<C: Clock + Send + Sync + 'static>(engine: Engine<C>, options: &Options) -> axum::Router {
+pub fn http_router(engine: Engine, options: &Options) -> axum::Router {
     crate::http::router(Arc::new(Shared::new(engine, options)))
 }
 

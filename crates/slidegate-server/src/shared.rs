@@ -11,15 +11,14 @@ use crate::headers::HeaderOptions;
 use crate::metrics::Metrics;
 use crate::tls::{Tls, TlsError};
 use crate::watch::{FileStamp, fingerprint};
-use slidegate_core::Clock;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
 /// What the HTTP and gRPC front ends share.
-pub struct Shared<C> {
-    pub(crate) engine: Engine<C>,
+pub struct Shared {
+    pub(crate) engine: Engine,
     pub(crate) metrics: Metrics,
     pub(crate) grpc_headers: HeaderOptions,
     pub(crate) http_headers: HeaderOptions,
@@ -50,7 +49,7 @@ pub struct Shared<C> {
     pub(crate) admission: Arc<Admission>,
 }
 
-impl<C: Clock> Shared<C> {
+impl Shared {
     /// Reads the TLS files again (blocking: call it off the async
     /// runtime's threads) and, if they are good, serves new handshakes
     /// with them; if not, the old ones stay in force. Either way the
@@ -192,7 +191,7 @@ impl<C: Clock> Shared<C> {
     }
 
     /// The engine.
-    pub fn engine(&self) -> &Engine<C> {
+    pub fn engine(&self) -> &Engine {
         &self.engine
     }
 

@@ -81,7 +81,7 @@ const SECOND: u64 = 1_000_000_000;
 /// manual clock starting at 0 (so that windows and buckets start at
 /// multiples of their width), with the answers counted in the metrics.
 struct Example {
-    engine: Engine<ManualClock>,
+    engine: Engine,
     clock: ManualClock,
     domain: String,
     metrics: Metrics,

@@ -254,7 +254,7 @@ descriptors:
     rate_limit: { unlimited: true }
 ";
 
-fn engine(yaml: &str) -> Engine<ManualClock> {
+fn engine(yaml: &str) -> Engine {
     let domain = Config::parse_domain("hits.yaml", yaml).unwrap();
     Engine::new(
         Config::from_domains(vec![domain]).unwrap(),
@@ -279,7 +279,7 @@ fn hits(key: &str, hits: Option<u64>) -> Request {
 }
 
 /// Decides `request` and counts it in `metrics`.
-async fn send(engine: &Engine<ManualClock>, metrics: &Metrics, request: &Request) {
+async fn send(engine: &Engine, metrics: &Metrics, request: &Request) {
     let answer = engine.decide(request).await.unwrap();
     metrics.answer_request(&request.domain, request, &answer);
 }
@@ -292,7 +292,7 @@ fn value(text: &str, series: &str) -> Option<u64> {
 
 /// The five per-rule stats of `rule` in domain `n`: total, within, near,
 /// over, shadow.
-fn stats(metrics: &Metrics, engine: &Engine<ManualClock>, rule: &str) -> [Option<u64>; 5] {
+fn stats(metrics: &Metrics, engine: &Engine, rule: &str) -> [Option<u64>; 5] {
     let text = metrics.render(&engine.stats(), false);
     ["", "_within_limit", "_near_limit", "_over_limit", "_shadow_mode"].map(|stat| {
         value(

@@ -23,7 +23,7 @@ use common::TempDir;
 
 /// One instance of the service on a Redis.
 struct Instance {
-    running: Running<ManualClock>,
+    running: Running,
     grpc: RateLimitServiceClient<Channel>,
     dir: TempDir,
 }

@@ -23,7 +23,7 @@ use tonic::transport::Channel;
 pub const ADMIN: &str = "test-admin-token";
 
 pub struct Harness {
-    pub running: Running<ManualClock>,
+    pub running: Running,
     pub clock: ManualClock,
     pub grpc: RateLimitServiceClient<Channel>,
     pub dir: TempDir,
