@@ -23,13 +23,6 @@ type Limiters<C> = RwLock<HashMap<Arc<str>, HybridLimiter<C>>>;
 /// The limiters of one call's quotas, each with its time now in µs.
 type Held<C> = SmallVec<[(HybridLimiter<C>, u64); 4]>;
 
-/// The syncs of a [`HybridStore`] have failed for longer than
-/// [`stale_after`](HybridOptions::stale_after): the source of its
-/// [`StoreError::Unavailable`].
-#[derive(Debug, thiserror::Error)]
-#[error("the syncs with Redis have failed for longer than {0:?}")]
-pub struct StaleSyncs(pub Duration);
-
 /// The hybrid mode as a [`slidegate_store::Store`]: every limit decided in
 /// the process, on each key's count as Redis last answered it plus this
 /// instance's counts since, the counts sent to Redis in batches (see
@@ -71,8 +64,8 @@ pub struct StaleSyncs(pub Duration);
 /// While the syncs fail, decisions go on locally on the last global
 /// counts; once they have failed for [`stale_after`](HybridOptions::stale_after)
 /// every decision is [`StoreError::Unavailable`] (its source
-/// [`StaleSyncs`]), so that a [`slidegate_store::FailOver`] around the store
-/// applies its failure policy, until a sync succeeds again (the background
+/// [`StaleSyncs`](crate::StaleSyncs)), so that a
+/// [`slidegate_store::FailOver`] around the store applies its failure policy, until a sync succeeds again (the background
 /// sync goes on trying). A [`Store::charge`] is counted locally even then
 /// and reaches Redis once it is back. A key new to a limit whose outbox
 /// holds [`max_pending_keys`](HybridOptions::max_pending_keys) keys is

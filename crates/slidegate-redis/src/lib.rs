@@ -340,13 +340,15 @@
 mod batch;
 mod hybrid;
 mod hybrid_store;
+mod stale;
 mod store;
 
 pub use batch::{Batching, MAX_BATCH};
 pub use hybrid::{
     FIXED_WINDOW_SYNC, HybridLimiter, HybridOptions, HybridStats, LEASE_SYNC, SLIDING_WINDOW_SYNC, SyncReport, SyncTask,
 };
-pub use hybrid_store::{HybridStore, MAX_HYBRID_LIMITS, StaleSyncs};
+pub use hybrid_store::{HybridStore, MAX_HYBRID_LIMITS};
+pub use stale::StaleSyncs;
 pub use store::{RedisStore, SentinelConnection, supports_quota};
 
 use redis::Script;
