@@ -12,7 +12,7 @@
 #
 #   bench/load/redis-instructions.sh [REDIS_SERVER_BIN] [fcall|evalsha]
 #
-# The limits are `slidegate bench`'s (10⁶ a second: every request passes);
+# The limits are `slidegate-bench`'s (10⁶ a second: every request passes);
 # the time is the server's. Only servers this script starts, on loopback,
 # are called. Needs valgrind and redis-benchmark.
 set -euo pipefail

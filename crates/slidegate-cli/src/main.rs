@@ -2,9 +2,6 @@
 //!
 //! Subcommands:
 //!
-//! - `bench`: throughput of the algorithms, the store, the service and
-//!   (with `--redis`) the Redis scripts, each beside its baseline in the
-//!   same run.
 //! - `serve`: the rate limit service (Envoy's gRPC `RateLimitService`,
 //!   envoyproxy/ratelimit's YAML, an HTTP API, metrics).
 //! - `simulate`: runs the algorithms against traffic models or access logs
@@ -16,10 +13,6 @@
 #![deny(unsafe_code)]
 
 mod alloc;
-mod bench;
-mod bench_clients;
-mod bench_hybrid;
-mod bench_redis;
 mod check;
 mod otlp;
 mod plots;
@@ -54,20 +47,6 @@ enum Command {
     /// every limit must have a Redis form too. With --explain, says which
     /// rule a descriptor matches and which limits apply.
     Check(check::Args),
-    /// Measure decisions per second, each case beside its baseline in the same run
-    ///
-    /// algorithms: every algorithm's decision on one key, reading the
-    /// monotonic clock, against governor's direct limiter with its default
-    /// clock, yes or no and with the headers' figures, admitted and
-    /// refused; store: the keyed in-memory store on one hot key and over
-    /// --keys keys, against governor's keyed limiter, on 1 and 2 threads;
-    /// service: `slidegate serve` started in this process on loopback, HTTP
-    /// `POST /v1/check` and gRPC `ShouldRateLimit` from --concurrency
-    /// clients in this process, with the service's CPU per decision; redis
-    /// (with --redis): the Lua scripts against plain INCR through the same
-    /// client, at each of --redis-concurrency, with Redis's CPU per
-    /// decision; hybrid (with --redis): the hybrid mode against the script.
-    Bench(bench::Args),
     /// Simulate the algorithms on traffic models against an exact oracle
     ///
     /// Every client has its own limit. Measurement view: every request is
@@ -93,7 +72,6 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Check(args) => check::run(args, &mut stdout),
-        Command::Bench(args) => bench::run(args, &mut stdout),
         Command::Simulate(args) => simulate::run(args, &mut stdout),
     };
     match result {

@@ -15,11 +15,3 @@ pub(crate) fn bar(shown: bool, len: u64, template: &str) -> ProgressBar {
     }
     bar
 }
-
-/// Moves to the next step, named `what` (the first call names the first).
-pub(crate) fn step(bar: &ProgressBar, what: &str) {
-    if !bar.message().is_empty() {
-        bar.inc(1);
-    }
-    bar.set_message(what.to_owned());
-}

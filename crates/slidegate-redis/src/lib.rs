@@ -315,7 +315,7 @@
 //! ```
 //!
 //! `slidegate serve --redis URL` serves limits from these stores (with
-//! `--redis-sync-interval` in hybrid mode), and `slidegate bench --redis
+//! `--redis-sync-interval` in hybrid mode), and `slidegate-bench --redis
 //! URL` measures them (BENCHMARKS.md).
 //!
 //! [`StoreError::Timeout`]: slidegate_store::StoreError::Timeout

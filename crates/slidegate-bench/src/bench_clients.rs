@@ -1,4 +1,4 @@
-//! The load of `slidegate bench`'s service cases: bounded HTTP/1.1 and gRPC
+//! The load of `slidegate-bench`'s service cases: bounded HTTP/1.1 and gRPC
 //! clients on loopback, in this process.
 
 use anyhow::{Context, Result};

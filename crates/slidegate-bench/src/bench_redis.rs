@@ -1,4 +1,4 @@
-//! `slidegate bench --redis URL`: slidegate's script path against plain
+//! `slidegate-bench --redis URL`: slidegate's script path against plain
 //! `INCR`, through the same client at the same concurrency, in the same run,
 //! at each concurrency of `--redis-concurrency`.
 //!
@@ -18,19 +18,15 @@
 //! on the prefix, `UNLINK`), so the bench leaves nothing behind. Only
 //! loopback servers are measured.
 
-use crate::bench::{Case, key, percentile};
-use anyhow::{Context, Result, bail};
+use crate::case::{Case, key, percentile};
+use crate::redis_conn::{TIMEOUT, clean, connect, loopback_client};
+use anyhow::{Context, Result};
 use redis::aio::MultiplexedConnection;
 use slidegate_core::{Algorithm, Policy, Weighting};
 use slidegate_redis::{Batching, RedisStore};
 use slidegate_store::{Decisions, Quota, Store};
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// The bound of connecting and of every call: a dead or stuck server is an
-/// error, never a hang.
-pub(crate) const TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Distinct keys of the many-key case.
 const MANY_KEYS: u64 = 100_000;
@@ -138,43 +134,6 @@ impl Op {
     }
 }
 
-/// Refuses a URL that does not parse or does not name a loopback host.
-pub(crate) fn loopback_client(url: &str) -> Result<redis::Client> {
-    let client = redis::Client::open(url).with_context(|| format!("--redis {url}: not a Redis URL"))?;
-    let host = match client.get_connection_info().addr() {
-        redis::ConnectionAddr::Tcp(host, _) => host.clone(),
-        redis::ConnectionAddr::TcpTls { host, .. } => host.clone(),
-        _ => bail!(
-            "--redis {url}: not a TCP address; benchmarks only talk to loopback servers (127.0.0.1, ::1 or localhost)"
-        ),
-    };
-    let bare = host.trim_start_matches('[').trim_end_matches(']');
-    let loopback = bare.eq_ignore_ascii_case("localhost") || bare.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
-    anyhow::ensure!(
-        loopback,
-        "--redis {url}: {host} is not loopback; benchmarks only talk to loopback servers (127.0.0.1, ::1 or localhost)"
-    );
-    Ok(client)
-}
-
-/// One multiplexed connection, connected and answering `PING` within
-/// [`TIMEOUT`].
-pub(crate) async fn connect(url: &str) -> Result<MultiplexedConnection> {
-    let client = loopback_client(url)?;
-    let config = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(TIMEOUT))
-        .set_response_timeout(Some(TIMEOUT));
-    let mut conn = tokio::time::timeout(TIMEOUT, client.get_multiplexed_async_connection_with_config(&config))
-        .await
-        .map_err(|_| anyhow::anyhow!("--redis {url}: no connection within {TIMEOUT:?}"))?
-        .with_context(|| format!("--redis {url}: cannot connect"))?;
-    let _: String = tokio::time::timeout(TIMEOUT, redis::cmd("PING").query_async(&mut conn))
-        .await
-        .map_err(|_| anyhow::anyhow!("--redis {url}: no answer to PING within {TIMEOUT:?}"))?
-        .with_context(|| format!("--redis {url}: PING failed"))?;
-    Ok(conn)
-}
-
 /// `concurrency` tasks calling `op` one call at a time until `time` has
 /// passed, each at least once.
 async fn load(
@@ -188,7 +147,7 @@ async fn load(
     let calls_before = op.script_calls();
     let start = Instant::now();
     let (all, shared) = (conns.to_vec(), Arc::clone(op));
-    let latencies = crate::bench::drive(time, concurrency, 1, move |task, i| {
+    let latencies = crate::case::drive(time, concurrency, 1, move |task, i| {
         let (op, conn) = (Arc::clone(&shared), all[task as usize % all.len()].clone());
         async move { op.call(&conn, round, task, i).await }
     })
@@ -348,38 +307,6 @@ async fn cases(
         case.baseline = Some(baseline.clone());
     }
     Ok(cases)
-}
-
-/// Deletes every key under `prefix`: `SCAN` with `MATCH`, `UNLINK`.
-pub(crate) async fn clean(conn: &MultiplexedConnection, prefix: &str) -> Result<()> {
-    let mut conn = conn.clone();
-    let pattern = format!("{prefix}*");
-    let mut cursor = 0u64;
-    loop {
-        let (next, keys): (u64, Vec<String>) = tokio::time::timeout(
-            TIMEOUT,
-            redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut conn),
-        )
-        .await
-        .map_err(|_| anyhow::anyhow!("no answer to SCAN within {TIMEOUT:?}"))?
-        .context("SCAN")?;
-        if !keys.is_empty() {
-            let _: u64 = tokio::time::timeout(TIMEOUT, redis::cmd("UNLINK").arg(&keys).query_async(&mut conn))
-                .await
-                .map_err(|_| anyhow::anyhow!("no answer to UNLINK within {TIMEOUT:?}"))?
-                .context("UNLINK")?;
-        }
-        if next == 0 {
-            return Ok(());
-        }
-        cursor = next;
-    }
 }
 
 /// The `redis` group against the server at `url`, at each of

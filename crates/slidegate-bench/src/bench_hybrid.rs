@@ -1,4 +1,4 @@
-//! `slidegate bench --redis URL`, the `hybrid` group: the hybrid mode
+//! `slidegate-bench --redis URL`, the `hybrid` group: the hybrid mode
 //! (local decisions, batched syncs) and its bounded form (leases) against
 //! the direct script path on the same server in the same run, the Redis
 //! commands each sends per 1000 decisions (read from the server's own
@@ -8,8 +8,8 @@
 //! Keys live under the run's prefix and are deleted at the end, as in
 //! `crate::bench_redis`.
 
-use crate::bench::{Case, key, percentile};
-use crate::bench_redis::{TIMEOUT, clean, connect, loopback_client};
+use crate::case::{Case, key, percentile};
+use crate::redis_conn::{TIMEOUT, clean, connect, loopback_client};
 use anyhow::{Context, Result};
 use redis::aio::MultiplexedConnection;
 use slidegate_core::{Algorithm, Policy, Weighting};
@@ -49,7 +49,7 @@ where
     Fut: Future<Output = Result<()>> + Send,
 {
     let start = Instant::now();
-    let mut latencies = crate::bench::drive(time, concurrency, MIN_CALLS, op).await?;
+    let mut latencies = crate::case::drive(time, concurrency, MIN_CALLS, op).await?;
     let calls = latencies.len() as u64;
     latencies.sort_unstable();
     let mut case = Case::new("hybrid", name, calls as f64 / start.elapsed().as_secs_f64());

@@ -1,4 +1,4 @@
-//! `slidegate bench` as a process: every case beside its baseline, in JSON;
+//! `slidegate-bench` as a process: every case beside its baseline, in JSON;
 //! the `redis` group against a throw-away `redis-server`, at several
 //! concurrencies.
 
@@ -62,8 +62,8 @@ fn the_service_answers_over_loopback() {
 fn bad_flags_are_refused() {
     // Each refused with status 1 and the flag named.
     let refused = |flag: &str, value: &str| {
-        let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
-            .args(["bench", flag, value])
+        let out = Command::new(env!("CARGO_BIN_EXE_slidegate-bench"))
+            .args([flag, value])
             .output()
             .expect("the binary runs");
         assert_eq!(out.status.code(), Some(1), "{flag} {value}");
@@ -236,9 +236,8 @@ fn the_hybrid_mode_beside_the_direct_script_leaving_no_key() {
 fn the_redis_table_has_a_line_per_case_and_a_column_per_concurrency() {
     let server = RedisServer::start();
     let url = format!("redis://127.0.0.1:{}", server.port());
-    let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+    let out = Command::new(env!("CARGO_BIN_EXE_slidegate-bench"))
         .args([
-            "bench",
             "--only",
             "redis",
             "--redis",
@@ -282,8 +281,8 @@ fn the_redis_group_refuses_a_non_loopback_or_unreachable_server() {
         ("http://127.0.0.1:6400", "not a Redis URL"),
         (unreachable.as_str(), "cannot connect"),
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
-            .args(["bench", "--only", "redis", "--redis", url, "--time", "10ms"])
+        let out = Command::new(env!("CARGO_BIN_EXE_slidegate-bench"))
+            .args(["--only", "redis", "--redis", url, "--time", "10ms"])
             .output()
             .expect("the binary runs");
         assert_eq!(out.status.code(), Some(1), "{url}");
@@ -293,18 +292,17 @@ fn the_redis_group_refuses_a_non_loopback_or_unreachable_server() {
             "{url}: {stderr}"
         );
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
-        .args(["bench", "--only", "redis"])
+    let out = Command::new(env!("CARGO_BIN_EXE_slidegate-bench"))
+        .args(["--only", "redis"])
         .output()
         .expect("the binary runs");
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("needs --redis"));
 }
 
-/// `slidegate bench ARGS --format json`, which must succeed: its cases.
+/// `slidegate-bench ARGS --format json`, which must succeed: its cases.
 fn bench_json(args: &[&str]) -> Vec<Value> {
-    let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
-        .arg("bench")
+    let out = Command::new(env!("CARGO_BIN_EXE_slidegate-bench"))
         .args(args)
         .args(["--format", "json"])
         .output()
