@@ -62,6 +62,8 @@
 // size does not matter.
 #![allow(clippy::result_large_err)]
 
+mod errors;
+mod line;
 pub mod logs;
 mod metrics;
 mod oracle;
@@ -70,19 +72,22 @@ mod stream;
 mod trace;
 mod traffic;
 
+pub use errors::{BadLine, LineError, OnError, REPORTED_BAD_LINES, TraceError};
+pub use line::{
+    CsvLine, LogLine, is_csv_header, parse_clf_line, parse_clf_time, parse_combined_line, parse_csv_line,
+    parse_csv_time,
+};
 pub use logs::{
     ByteCount, Detection, Field, FormatChoice, FormatError, LogFormat, LogInput, LogOptions, LogReader, Record,
     TimeFormat, open_log, open_log_file,
 };
-pub use metrics::{Metrics, evaluate};
+pub use metrics::Metrics;
 pub use oracle::{ExactWindow, max_window_sum};
 pub use series::{ClientSeries, Point, busiest_clients, count_series};
-pub use stream::{Evaluation, REORDER_HORIZON_NS, REORDER_MAX_PENDING, Reorder, ReorderOptions, evaluate_stream};
-pub use trace::{
-    BadLine, CsvLine, LineError, LogLine, OnError, REPORTED_BAD_LINES, Trace, TraceError, TraceOptions, TraceSummary,
-    is_csv_header, parse_clf_line, parse_clf_time, parse_combined_line, parse_csv_line, parse_csv_time, read_trace,
-    stream_trace, trace_requests_of,
+pub use stream::{
+    Evaluation, REORDER_HORIZON_NS, REORDER_MAX_PENDING, Reorder, ReorderOptions, evaluate, evaluate_stream,
 };
+pub use trace::{Trace, TraceOptions, TraceSummary, read_trace, stream_trace, trace_requests_of};
 pub use traffic::{
     FEW_CLIENTS, MANY_SOURCES_SCALE, MAX_CLIENTS, MAX_REQUESTS, PARETO_ALPHA, Request, Traffic, generate,
 };

@@ -1,8 +1,7 @@
-//! Running one policy over a request stream, in both views.
+//! What one policy did with a request stream, in both views ([`Metrics`]),
+//! and one client's state in the measurement view.
 
 use crate::oracle::ExactWindow;
-use crate::stream::Evaluation;
-use crate::traffic::Request;
 use serde::Serialize;
 use slidegate_core::{LimitState, Policy, State};
 
@@ -69,40 +68,5 @@ impl Measured {
     #[cfg(test)]
     pub(crate) fn held(&self) -> usize {
         self.truth.held()
-    }
-}
-
-/// Runs `policy` over `requests`, every client with its own states and
-/// oracle, and measures both views: an [`Evaluation`] fed every request.
-///
-/// Requests are taken in the order given, which should be time order (as
-/// the traffic models produce).
-pub fn evaluate(policy: &Policy, requests: &[Request]) -> Metrics {
-    let mut evaluation = Evaluation::new(policy);
-    requests.iter().for_each(|r| evaluation.observe_request(r));
-    evaluation.metrics()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::{Traffic, generate};
-    use slidegate_core::Algorithm;
-    use std::time::Duration;
-
-    #[test]
-    fn sparse_client_ids_give_the_same_metrics() {
-        let policy = Policy::new(10, Duration::from_secs(1), Algorithm::TWO_BUCKETS).unwrap();
-        let dense = generate(Traffic::Clients, &policy, 20_000_000_000, 30, 5).unwrap();
-        let sparse: Vec<Request> = dense
-            .iter()
-            .map(|r| Request {
-                client: u32::MAX - r.client * 1_000_003,
-                ..*r
-            })
-            .collect();
-        let m = evaluate(&policy, &dense);
-        assert_eq!(m.clients, 30);
-        assert_eq!(evaluate(&policy, &sparse), m);
     }
 }

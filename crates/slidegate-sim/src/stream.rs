@@ -190,6 +190,17 @@ impl Evaluation {
     }
 }
 
+/// Runs `policy` over `requests`, every client with its own states and
+/// oracle, and measures both views: an [`Evaluation`] fed every request.
+///
+/// Requests are taken in the order given, which should be time order (as
+/// the traffic models produce).
+pub fn evaluate(policy: &Policy, requests: &[Request]) -> Metrics {
+    let mut evaluation = Evaluation::new(policy);
+    requests.iter().for_each(|r| evaluation.observe_request(r));
+    evaluation.metrics()
+}
+
 /// Requests per batch handed to the evaluating threads of
 /// [`evaluate_stream`].
 const BATCH: usize = 8192;
@@ -517,7 +528,7 @@ impl<T> Reorder<T> {
 mod tests {
     use super::*;
     use crate::oracle::max_window_sum;
-    use crate::{Row, run_requests};
+    use crate::{Row, Traffic, generate, run_requests};
     use proptest::prelude::*;
     use slidegate_core::Weighting;
     use std::time::Duration;
@@ -779,5 +790,21 @@ mod tests {
         for e in &evaluations {
             assert_eq!((e.requests(), e.metrics().clients), (N, CLIENTS));
         }
+    }
+
+    #[test]
+    fn sparse_client_ids_give_the_same_metrics() {
+        let policy = Policy::new(10, Duration::from_secs(1), Algorithm::TWO_BUCKETS).unwrap();
+        let dense = generate(Traffic::Clients, &policy, 20_000_000_000, 30, 5).unwrap();
+        let sparse: Vec<Request> = dense
+            .iter()
+            .map(|r| Request {
+                client: u32::MAX - r.client * 1_000_003,
+                ..*r
+            })
+            .collect();
+        let m = evaluate(&policy, &dense);
+        assert_eq!(m.clients, 30);
+        assert_eq!(evaluate(&policy, &sparse), m);
     }
 }

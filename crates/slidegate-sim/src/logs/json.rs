@@ -1,7 +1,8 @@
 //! JSON lines: one object per line, fields addressed by dotted key paths.
 
 use super::TimeFormat;
-use crate::trace::{LineError, clip, parse_clf_time, parse_csv_time};
+use crate::errors::{LineError, clip};
+use crate::line::{parse_clf_time, parse_csv_time};
 use serde_json::Value;
 use std::borrow::Cow;
 

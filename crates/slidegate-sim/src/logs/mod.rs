@@ -39,10 +39,9 @@
 mod json;
 mod template;
 
-use crate::trace::{
-    BadLine, LineError, OnError, REPORTED_BAD_LINES, TraceError, clip, clip_to, is_csv_header, parse_clf_time,
-    parse_csv_line, parse_csv_time, parse_log_spans, parse_rfc3339,
-};
+pub use crate::errors::FormatError;
+use crate::errors::{BadLine, LineError, OnError, REPORTED_BAD_LINES, TraceError, clip, clip_to};
+use crate::line::{is_csv_header, parse_clf_time, parse_csv_line, parse_csv_time, parse_log_spans, parse_rfc3339};
 use serde_json::Value;
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -221,31 +220,6 @@ pub(crate) fn unix_scaled(s: &str, unit_ns: i64) -> Result<i64, LineError> {
     let total = whole * i128::from(unit_ns) + nanos_of_unit * i128::from(unit_ns) / 1_000_000_000;
     i64::try_from(total).map_err(|_| bad("after the year 2261"))
 }
-
-/// A format string that cannot be compiled.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FormatError {
-    /// `nginx`, `apache` or `envoy`.
-    pub dialect: &'static str,
-    /// The directive or variable at fault (clipped), or the whole string.
-    pub directive: String,
-    /// Its 1-based byte position in the string.
-    pub position: usize,
-    /// What is wrong with it.
-    pub reason: &'static str,
-}
-
-impl fmt::Display for FormatError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "bad {} log format: `{}` at position {} {}",
-            self.dialect, self.directive, self.position, self.reason
-        )
-    }
-}
-
-impl std::error::Error for FormatError {}
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Kind {

@@ -3,7 +3,7 @@
 //! and lines matched against it.
 
 use super::{FormatError, Role, TimeKind};
-use crate::trace::{LineError, clip};
+use crate::errors::{LineError, clip};
 
 /// Which server's format string a template was compiled from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
