@@ -2,40 +2,13 @@
 
 use crate::headers::{LegacyReset, valid_name};
 use crate::key::{KeyExtractor, MissingKey};
+use crate::layer_state::{CostFn, ExemptFn, LayerState, LimitName};
 use crate::service::RateLimitService;
-use http::{HeaderValue, Request};
+use http::Request;
 use slidegate_core::{Clock, Policy};
 use slidegate_memory::{Budget, MemoryStore};
 use slidegate_store::{FailOver, FailurePolicy, Quota, Store};
 use std::sync::Arc;
-
-/// One named limit, as the headers name it.
-pub(crate) struct Limit {
-    pub(crate) name: String,
-    /// `name` quoted for the headers.
-    pub(crate) quoted: String,
-}
-
-type CostFn<B> = dyn Fn(&Request<B>) -> u64 + Send + Sync;
-type ExemptFn<B> = dyn Fn(&Request<B>) -> bool + Send + Sync;
-
-/// Everything the clones of a service share.
-pub(crate) struct Shared<B, St> {
-    pub(crate) store: St,
-    /// The limits' names, in the order of `quotas`.
-    pub(crate) limits: Box<[Limit]>,
-    /// Made once, in `build`: a decision neither formats nor hashes them.
-    pub(crate) quotas: Box<[Quota]>,
-    pub(crate) extractor: Box<dyn KeyExtractor<B>>,
-    pub(crate) cost: Option<Box<CostFn<B>>>,
-    pub(crate) exempt: Option<Box<ExemptFn<B>>>,
-    pub(crate) missing: MissingKey,
-    pub(crate) headers_on_admitted: bool,
-    /// `X-RateLimit-*`, with the flavour of `-Reset`; `None` for none.
-    pub(crate) legacy_headers: Option<LegacyReset>,
-    /// `RateLimit-Policy`, the same on every answer.
-    pub(crate) policy_value: HeaderValue,
-}
 
 /// A bad limit given to [`RateLimitLayerBuilder`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -81,7 +54,7 @@ pub struct RateLimitLayerBuilder<B, St = MemoryStore> {
     /// `None` until the first [`limit`](RateLimitLayerBuilder::limit)
     /// makes the in-memory store.
     store: Option<St>,
-    limits: Vec<(Limit, Policy)>,
+    limits: Vec<(LimitName, Policy)>,
     extractor: Box<dyn KeyExtractor<B>>,
     cost: Option<Box<CostFn<B>>>,
     exempt: Option<Box<ExemptFn<B>>>,
@@ -122,7 +95,7 @@ impl<B, St: Store> RateLimitLayerBuilder<B, St> {
             self.error.get_or_insert(LayerError::DuplicateName(name.to_owned()));
         }
         self.limits.push((
-            Limit {
+            LimitName {
                 name: name.to_owned(),
                 quoted: crate::headers::sf_string(name),
             },
@@ -232,7 +205,7 @@ impl<B, St: Store> RateLimitLayerBuilder<B, St> {
         let Some(store) = self.store.filter(|_| !self.limits.is_empty()) else {
             return Err(LayerError::NoLimit);
         };
-        let (limits, policies): (Vec<Limit>, Vec<Policy>) = self.limits.into_iter().unzip();
+        let (limits, policies): (Vec<LimitName>, Vec<Policy>) = self.limits.into_iter().unzip();
         let quotas: Box<[Quota]> = policies.into_iter().map(Quota::new).collect();
         for (i, quota) in quotas.iter().enumerate() {
             if quotas.iter().take(i).any(|q| q.tag() == quota.tag()) {
@@ -249,7 +222,7 @@ impl<B, St: Store> RateLimitLayerBuilder<B, St> {
             .map(|(l, q)| (l.quoted.as_str(), q.policy()));
         let policy_value = crate::headers::policy_value(names).ok_or_else(|| LayerError::BadName(String::new()))?;
         Ok(RateLimitLayer {
-            shared: Arc::new(Shared {
+            shared: Arc::new(LayerState {
                 store,
                 limits: limits.into(),
                 quotas,
@@ -277,7 +250,7 @@ impl<B, St: Store> RateLimitLayerBuilder<B, St> {
 /// [`Store::decide`] per request for all of the layer's limits, all or
 /// nothing.
 pub struct RateLimitLayer<B, St = MemoryStore> {
-    shared: Arc<Shared<B, St>>,
+    shared: Arc<LayerState<B, St>>,
 }
 
 impl<B, St> Clone for RateLimitLayer<B, St> {

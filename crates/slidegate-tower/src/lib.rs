@@ -66,6 +66,7 @@ mod body;
 mod headers;
 mod key;
 mod layer;
+mod layer_state;
 mod service;
 
 pub use body::Body;

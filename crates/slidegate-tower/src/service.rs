@@ -3,7 +3,7 @@
 use crate::body::Body;
 use crate::headers::{self, Fields, Outcome};
 use crate::key::{KeyText, MissingKey, RequestKey};
-use crate::layer::{Limit, Shared};
+use crate::layer_state::{LayerState, LimitName};
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response, StatusCode};
@@ -31,7 +31,7 @@ const GRPC_UNAVAILABLE: u32 = 14;
 /// [`RateLimitLayer`](crate::RateLimitLayer).
 pub struct RateLimitService<S, B, St = MemoryStore> {
     inner: S,
-    shared: Arc<Shared<B, St>>,
+    shared: Arc<LayerState<B, St>>,
 }
 
 impl<S: Clone, B, St> Clone for RateLimitService<S, B, St> {
@@ -44,7 +44,7 @@ impl<S: Clone, B, St> Clone for RateLimitService<S, B, St> {
 }
 
 impl<S, B, St> RateLimitService<S, B, St> {
-    pub(crate) fn new(inner: S, shared: Arc<Shared<B, St>>) -> Self {
+    pub(crate) fn new(inner: S, shared: Arc<LayerState<B, St>>) -> Self {
         RateLimitService { inner, shared }
     }
 }
@@ -81,7 +81,7 @@ struct Refusal {
     grpc_status: u32,
 }
 
-impl<B: 'static, St> Shared<B, St> {
+impl<B: 'static, St> LayerState<B, St> {
     /// Exemptions, the key and the cost.
     fn step(&self, request: &Request<B>) -> Step {
         if self.exempt.as_ref().is_some_and(|exempt| exempt(request)) {
@@ -125,7 +125,7 @@ impl<B: 'static, St> Shared<B, St> {
         {
             return Verdict::Pass(None);
         }
-        let outcome = |((limit, quota), decision): ((&'a Limit, &'a Quota), &'a Decision)| Outcome {
+        let outcome = |((limit, quota), decision): ((&'a LimitName, &'a Quota), &'a Decision)| Outcome {
             name: &limit.name,
             quoted: &limit.quoted,
             policy: quota.policy(),
