@@ -446,6 +446,7 @@ impl Args {
         let redis = (!self.redis.is_empty()).then(|| RedisOptions {
             urls: self.redis.clone(),
             cluster: self.redis_cluster,
+            sentinel: None,
             failure: match self.redis_failure {
                 Failure::Open => FailurePolicy::Open,
                 Failure::Closed => FailurePolicy::Closed,

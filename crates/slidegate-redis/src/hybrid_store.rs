@@ -127,9 +127,19 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridStore<C> {
         timeout: Duration,
         options: HybridOptions,
     ) -> Result<Self, RedisStoreError> {
+        HybridStore::over(RedisStore::new(conn, prefix, timeout)?, options)
+    }
+
+    /// A hybrid store syncing and resetting through `redis` (its
+    /// connection, prefix, timeout and clock).
+    ///
+    /// # Errors
+    ///
+    /// [`RedisStoreError::Options`] as [`HybridStore::new`].
+    pub(crate) fn over(redis: RedisStore<C>, options: HybridOptions) -> Result<Self, RedisStoreError> {
         options.check()?;
         Ok(HybridStore {
-            redis: RedisStore::new(conn, prefix, timeout)?,
+            redis,
             options,
             limiters: Arc::default(),
             stripes: Arc::new(Stripes::new()),

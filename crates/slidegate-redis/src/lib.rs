@@ -24,6 +24,14 @@
 //! - [`HybridStore`] is the hybrid mode as a store: `sliding_window` and
 //!   `fixed_window` limits decided in the process (one [`HybridLimiter`]
 //!   per limit), the counts sent to Redis in batches (below).
+//! - [`RedisOptions`] builds any of them as a service runs them, on one
+//!   connect path ([`RedisOptions::connect_probed`]): one server, the
+//!   Sentinels' primary or a Cluster, each call one script or (with a
+//!   sync interval) the hybrid mode, bounded by leases or not, its calls
+//!   without a hybrid form sent to a [`RedisStore`] on the same keys;
+//!   behind the failure policy, as an `Arc<dyn DynStore>`, with a
+//!   [`RedisProbe`] for readiness on the same connection. The key prefix
+//!   is checked once, before any connection.
 //!
 //! # Failure policy
 //!
@@ -338,12 +346,16 @@
 )]
 
 mod batch;
+mod connect;
 mod hybrid;
 mod hybrid_store;
 mod stale;
 mod store;
 
 pub use batch::{Batching, MAX_BATCH};
+pub use connect::{
+    CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_TIMEOUT, RedisConn, RedisConnectError, RedisOptions, RedisProbe,
+};
 pub use hybrid::{
     FIXED_WINDOW_SYNC, HybridLimiter, HybridOptions, HybridStats, LEASE_SYNC, SLIDING_WINDOW_SYNC, SyncReport, SyncTask,
 };

@@ -102,6 +102,16 @@ impl<C> fmt::Debug for RedisStore<C> {
     }
 }
 
+/// `prefix` as a store's key prefix: one without `{` or `}`, which would
+/// change the keys' hash tags. Every store is made through it, checked
+/// once, before any connection.
+pub(crate) fn checked_prefix(prefix: String) -> Result<Arc<str>, RedisStoreError> {
+    if prefix.contains(['{', '}']) {
+        return Err(RedisStoreError::Prefix(prefix));
+    }
+    Ok(prefix.into())
+}
+
 /// What a script call does.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Mode {
@@ -117,13 +127,14 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisStore<C> {
     ///
     /// [`RedisStoreError::Prefix`] for a prefix with `{` or `}`.
     pub fn new(conn: C, prefix: impl Into<String>, timeout: Duration) -> Result<Self, RedisStoreError> {
-        let prefix = prefix.into();
-        if prefix.contains(['{', '}']) {
-            return Err(RedisStoreError::Prefix(prefix));
-        }
-        Ok(RedisStore {
+        Ok(RedisStore::with_prefix(conn, checked_prefix(prefix.into())?, timeout))
+    }
+
+    /// [`RedisStore::new`] with a prefix [`checked_prefix`] let through.
+    pub(crate) fn with_prefix(conn: C, prefix: Arc<str>, timeout: Duration) -> Self {
+        RedisStore {
             conn,
-            prefix: prefix.into(),
+            prefix,
             timeout,
             clock: RedisClock::Server,
             backoff: DEFAULT_BACKOFF,
@@ -131,7 +142,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisStore<C> {
             health: Arc::new(Health::new()),
             lanes: Arc::new(Lanes::new(Batching::default())),
             functions: Arc::new(AtomicBool::new(true)),
-        })
+        }
     }
 
     /// The same store on `clock` (by default [`RedisClock::Server`]).
@@ -580,13 +591,14 @@ impl RedisStore<ConnectionManager> {
     /// [`RedisStoreError::Redis`] for a bad URL or a server that does not
     /// answer; [`RedisStoreError::Prefix`] as [`RedisStore::new`].
     pub async fn connect(url: &str, prefix: impl Into<String>, timeout: Duration) -> Result<Self, RedisStoreError> {
+        let prefix = checked_prefix(prefix.into())?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout));
         let conn = redis::Client::open(url)?
             .get_connection_manager_with_config(config)
             .await?;
-        Ok(RedisStore::new(conn, prefix, timeout)?.with_batching(Batching::PerServer))
+        Ok(RedisStore::with_prefix(conn, prefix, timeout).with_batching(Batching::PerServer))
     }
 }
 
@@ -603,10 +615,11 @@ impl RedisStore<ClusterConnection> {
         prefix: impl Into<String>,
         timeout: Duration,
     ) -> Result<Self, RedisStoreError> {
+        let prefix = checked_prefix(prefix.into())?;
         let conn = redis::cluster::ClusterClient::new(seeds)?
             .get_async_connection()
             .await?;
-        Ok(RedisStore::new(conn, prefix, timeout)?.with_backoff_per_slot_range())
+        Ok(RedisStore::with_prefix(conn, prefix, timeout).with_backoff_per_slot_range())
     }
 }
 
@@ -624,10 +637,11 @@ impl RedisStore<SentinelConnection> {
         prefix: impl Into<String>,
         timeout: Duration,
     ) -> Result<Self, RedisStoreError> {
+        let prefix = checked_prefix(prefix.into())?;
         let conn = tokio::time::timeout(timeout, SentinelConnection::connect(sentinels, master))
             .await
             .map_err(|_| RedisStoreError::Timeout(timeout))??;
-        Ok(RedisStore::new(conn, prefix, timeout)?.with_batching(Batching::PerServer))
+        Ok(RedisStore::with_prefix(conn, prefix, timeout).with_batching(Batching::PerServer))
     }
 }
 

@@ -10,7 +10,6 @@ use crate::headers::{HeaderOptions, ResponseHeaderNames};
 pub use crate::listen::Endpoint;
 use crate::listen::Listener;
 use crate::metrics::Metrics;
-use crate::redis_store::{RedisConnectError, RedisOptions};
 pub use crate::shared::Shared;
 use crate::shared::{HEALTH_NAMES, Watched, log_warnings};
 use crate::tls::Tls;
@@ -19,6 +18,7 @@ pub use crate::trim::give_back_free_memory;
 use crate::watch::fingerprint;
 use slidegate_core::Clock;
 use slidegate_memory::Budget;
+use slidegate_redis::{RedisConnectError, RedisOptions};
 use slidegate_tower::LegacyReset;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -300,7 +300,7 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
             None,
         ),
         Some(redis) => {
-            let (store, probe) = crate::redis_store::connect_probed(&redis).await?;
+            let (store, probe) = redis.connect_probed().await?;
             let engine = Engine::with_store(config, store, true, options.input)?.with_store_name(redis.store_name());
             (engine, Some(probe))
         }
