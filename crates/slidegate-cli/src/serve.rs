@@ -7,10 +7,10 @@ use slidegate_core::MonotonicClock;
 use slidegate_core::duration::parse_positive_duration;
 use slidegate_memory::Budget;
 use slidegate_server::engine::{InputLimits, Settings};
-use slidegate_server::grpc::ResponseHeaderNames;
+use slidegate_server::net::tls::TlsFile;
 use slidegate_server::redis_store::RedisOptions;
+use slidegate_server::server::ResponseHeaderNames;
 use slidegate_server::server::{self, ConnectionLimits, Endpoint, Options, StartError, Timeouts, TlsOptions};
-use slidegate_server::tls::TlsFile;
 use slidegate_server::trace::DECISION_TARGET;
 use slidegate_store::FailurePolicy;
 use slidegate_tower::LegacyReset;
@@ -129,13 +129,13 @@ pub(crate) struct Args {
     /// The most concurrent HTTP/2 streams (gRPC calls) on one connection;
     /// a client that wants more opens another connection, as Envoy and
     /// gRPC clients do.
-    #[arg(long, env = "SLIDEGATE_MAX_CONCURRENT_STREAMS", default_value_t = slidegate_server::admission::DEFAULT_MAX_STREAMS, value_name = "N")]
+    #[arg(long, env = "SLIDEGATE_MAX_CONCURRENT_STREAMS", default_value_t = slidegate_server::net::admission::DEFAULT_MAX_STREAMS, value_name = "N")]
     max_concurrent_streams: u32,
     /// The most requests and calls in flight at once over every
     /// connection; past it a new one is answered at once, HTTP 503 with
     /// `Retry-After: 1` or gRPC `RESOURCE_EXHAUSTED`, and counted
     /// (`slidegate_calls_shed_total`), rather than queued.
-    #[arg(long, env = "SLIDEGATE_MAX_IN_FLIGHT", default_value_t = slidegate_server::admission::DEFAULT_MAX_IN_FLIGHT, value_name = "N")]
+    #[arg(long, env = "SLIDEGATE_MAX_IN_FLIGHT", default_value_t = slidegate_server::net::admission::DEFAULT_MAX_IN_FLIGHT, value_name = "N")]
     max_in_flight: usize,
     /// A connection this old is asked to close (gRPC: a `GOAWAY`, its
     /// calls in flight finishing within `--request-timeout`), as gRPC's
@@ -557,15 +557,15 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
             .map_err(name_the_flag)?;
         // SIGHUP reloads the config and the TLS files now, through the
         // watchers' paths (which log the outcome; the config's is counted).
-        let shared = std::sync::Arc::clone(running.shared());
+        let reloader = std::sync::Arc::clone(running.reloader());
         tokio::spawn(async move {
             while hangup.recv().await.is_some() {
                 tracing::info!("SIGHUP: reloading the config");
                 // Off the runtime's threads, as the watcher's reloads.
-                let shared = std::sync::Arc::clone(&shared);
+                let reloader = std::sync::Arc::clone(&reloader);
                 let _ = tokio::task::spawn_blocking(move || {
-                    let _ = shared.reload();
-                    let _ = shared.reload_tls();
+                    let _ = reloader.reload();
+                    let _ = reloader.reload_tls();
                 })
                 .await;
             }

@@ -7,10 +7,11 @@ use http_body_util::BodyExt;
 use prost::Message;
 use slidegate_core::ManualClock;
 use slidegate_memory::Budget;
+use slidegate_server::api::wire::{answer_to_wire, request_from_wire};
 use slidegate_server::config::{Config, ConfigError, Domain};
 use slidegate_server::engine::{Engine, EngineError, InputLimits, Request as EngineRequest};
-use slidegate_server::grpc::{HeaderOptions, answer_to_wire, request_from_wire};
 use slidegate_server::proto::rls::{RateLimitRequest, RateLimitResponse};
+use slidegate_server::server::HeaderOptions;
 use slidegate_server::server::{Options, http_router};
 use std::future::Future;
 use std::sync::OnceLock;
@@ -269,7 +270,7 @@ pub fn grpc_request(data: &[u8]) {
     let options = HeaderOptions {
         draft: true,
         legacy: Some(slidegate_tower::LegacyReset::DelaySeconds),
-        envoy: Some(slidegate_server::grpc::ResponseHeaderNames::default()),
+        envoy: Some(slidegate_server::server::ResponseHeaderNames::default()),
     };
     block_on(async {
         for round in 0..3 {

@@ -232,6 +232,9 @@ pub struct Answer {
     pub statuses: Vec<Status>,
     /// The service's shadow mode answered OK where a limit refused.
     pub shadowed: bool,
+    /// The request's domain has a config (without one, nothing is
+    /// limited).
+    pub configured: bool,
 }
 
 /// Why a request could not be decided.
@@ -493,6 +496,7 @@ impl Engine {
                 overall: Code::Ok,
                 statuses: request.descriptors.iter().map(|_| Status::no_rule()).collect(),
                 shadowed: false,
+                configured: false,
             });
         };
         let settings = self.settings;
@@ -590,6 +594,7 @@ impl Engine {
             overall,
             statuses,
             shadowed: refused && settings.shadow_mode,
+            configured: true,
         })
     }
 

@@ -4,20 +4,26 @@
 //! windows, several limits per descriptor, an HTTP API with the IETF
 //! `RateLimit` headers, Prometheus metrics and live reload.
 //!
-//! - [`config`]: the YAML files, checked with file, line and column;
+//! In layers, each importing only those below it:
+//!
+//! - [`server`]: starting, draining and stopping; [`reload`]: the config
+//!   and TLS files reloaded;
+//! - [`net`]: listeners, TLS, connections and their caps, canned answers,
+//!   worker threads, file watching;
+//! - [`api`]: the front ends, gRPC and HTTP, and [`api::wire`], the
+//!   conversions between their messages and the service's;
+//! - [`service`]: the seam, a wire-independent request in and an answer
+//!   out, counted and traced, and what the front ends share;
 //! - [`engine`]: the decisions, in one bounded in-memory counter store or
-//!   in Redis ([`redis_store`], shared by every instance on it);
-//! - [`grpc`] and [`http`](mod@http): the front ends; [`proto`]: the wire types;
-//! - [`metrics`]: the Prometheus registry;
-//! - [`server`]: starting, reloading and graceful shutdown; [`conn`]: the
-//!   connections' timeouts; [`admission`]: the caps on connections,
-//!   streams and calls in flight; [`listen`]: TCP addresses and Unix sockets;
-//!   [`tls`]: TLS and mutual TLS with rustls, reloaded when the files
-//!   change;
-//! - [`trace`]: each decision's span, continued from the W3C or B3 trace
-//!   context of the request;
-//! - [`log_limit`]: one log line per interval for events a client can
-//!   repeat.
+//!   in Redis (built by `slidegate-redis`; [`redis_store`] logs its
+//!   outages), shared by every instance on it;
+//! - [`config`]: the YAML files, checked with file, line and column.
+//!
+//! Beside them: [`metrics`] (the Prometheus registry), [`trace`] (each
+//! decision's span, continued from the W3C or B3 trace context of the
+//! request), [`proto`] (the wire types), [`headers`] (the answers' header
+//! options) and [`log_limit`] (one log line per interval for events a
+//! client can repeat).
 #![deny(unsafe_code)]
 // No panics on the request path: the lints are off in unit tests only.
 #![cfg_attr(
@@ -33,25 +39,17 @@
     )
 )]
 
-pub mod admission;
-mod canned;
+pub mod api;
 pub mod config;
-pub mod conn;
 pub mod engine;
-pub mod grpc;
-mod grpc_routes;
-mod headers;
-pub mod http;
-pub mod listen;
+pub mod headers;
 pub mod log_limit;
 pub mod metrics;
-mod problem;
+pub mod net;
 pub mod proto;
 pub mod redis_store;
+pub mod reload;
 pub mod server;
-mod shared;
-pub mod tls;
+pub mod service;
 pub mod trace;
 mod trim;
-mod watch;
-mod workers;

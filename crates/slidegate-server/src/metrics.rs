@@ -8,7 +8,6 @@
 //! ([`Match::metric_key`](crate::config::Match::metric_key), sanitized by
 //! [`stat_name`]).
 
-use crate::admission::AdmissionStats;
 use crate::engine::{Answer, Code, Request, Status};
 use parking_lot::Mutex;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
@@ -1014,6 +1013,41 @@ impl Metrics {
     }
 }
 
+/// What the admission control (the network layer's caps on connections
+/// and calls in flight) counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AdmissionStats {
+    /// Connections open now.
+    pub open: u64,
+    /// New connections closed at once: the cap was reached and every open
+    /// connection had a call in flight.
+    pub shed: u64,
+    /// Connections closed to make room for a new one.
+    pub evicted: u64,
+    /// Connections closed for starting no call in time.
+    pub idle: u64,
+    /// Connections closed at the maximum age.
+    pub aged: u64,
+    /// Connections that ended with an HTTP/2 protocol error, the server's
+    /// defences included (too many resets, a flood of frames).
+    pub protocol_errors: u64,
+    /// Calls in flight now.
+    pub in_flight: u64,
+    /// Calls answered at once because the in-flight budget was spent.
+    pub calls_shed: u64,
+    /// `accept` failures (out of descriptors, most often).
+    pub accept_errors: u64,
+}
+
+/// What the network layer reports of its connections and calls, read when
+/// the metrics are rendered (implemented by its admission control, above
+/// this module, which does not import it).
+pub trait ConnectionStats: Send + Sync {
+    /// What was counted so far, and what is open and in flight now.
+    fn connection_stats(&self) -> AdmissionStats;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1144,7 +1178,7 @@ label_values! {
 }
 
 /// The connections' and the in-flight budget's figures
-/// ([`crate::admission`]), taken in at each scrape.
+/// ([`crate::net::admission`]), taken in at each scrape.
 struct ConnectionMetrics {
     open: Gauge,
     in_flight: Gauge,

@@ -1,21 +1,24 @@
 //! Starting, reloading and stopping the service.
 
-use crate::admission::Admission;
-pub use crate::admission::ConnectionLimits;
 use crate::config::{Config, ConfigError, LoadOptions};
-pub use crate::conn::Timeouts;
 use crate::engine::Settings;
 use crate::engine::{Engine, InputLimits};
-use crate::headers::{HeaderOptions, ResponseHeaderNames};
-pub use crate::listen::Endpoint;
-use crate::listen::Listener;
+pub use crate::headers::{HeaderOptions, ResponseHeaderNames};
+use crate::metrics::ConnectionStats;
 use crate::metrics::Metrics;
-pub use crate::shared::Shared;
-use crate::shared::{HEALTH_NAMES, Watched, log_warnings};
-use crate::tls::Tls;
-pub use crate::tls::{TlsError, TlsOptions};
+use crate::net::admission::Admission;
+pub use crate::net::admission::ConnectionLimits;
+pub use crate::net::conn::Timeouts;
+pub use crate::net::listen::Endpoint;
+use crate::net::listen::Listener;
+use crate::net::tls::Tls;
+pub use crate::net::tls::{TlsError, TlsOptions};
+use crate::net::watch::{FileStamp, fingerprint};
+pub use crate::reload::Reloader;
+use crate::reload::{Watched, log_warnings};
+use crate::service::Service;
+pub use crate::service::Shared;
 pub use crate::trim::give_back_free_memory;
-use crate::watch::fingerprint;
 use slidegate_core::Clock;
 use slidegate_memory::Budget;
 use slidegate_redis::{RedisConnectError, RedisOptions};
@@ -180,39 +183,46 @@ pub enum StartError {
     },
 }
 
-impl Shared {
-    /// What the front ends share, serving `engine` as `options` say (its
-    /// addresses, budgets, Redis and reload interval are not read here).
-    fn new(engine: Engine, options: &Options) -> Self {
-        Shared {
-            engine: engine.with_settings(options.settings),
-            // `start` checks the ratio; a bad one given to `http_router`
-            // falls back to the default.
-            metrics: Metrics::with_near_limit_ratio(options.near_limit_ratio).unwrap_or_default(),
-            grpc_headers: HeaderOptions {
-                draft: options.grpc_headers,
-                legacy: options.legacy_headers.filter(|_| options.grpc_headers),
-                envoy: options.response_headers.clone(),
-            },
-            http_headers: HeaderOptions {
-                draft: true,
-                legacy: options.legacy_headers,
-                envoy: None,
-            },
-            body_limit: options.body_limit,
-            body_timeout: options.timeouts.request,
-            admin_token: options.admin_token.as_deref().map(|t| t.trim().as_bytes().into()),
-            paths: options.config.clone(),
-            load_options: load_options(options).allow_empty_folders(options.allow_empty_reload),
-            allow_empty_reload: options.allow_empty_reload,
-            watched: parking_lot::Mutex::new(Watched::default()),
-            give_back_memory: options.give_back_memory,
-            draining: std::sync::atomic::AtomicBool::new(false),
-            redis_down: std::sync::atomic::AtomicBool::new(false),
-            reloads: watch::Sender::new(0),
-            tls: None,
-            admission: Admission::new(options.connections),
-        }
+/// What the front ends share, serving `engine` as `options` say (its
+/// addresses, budgets, Redis and reload interval are not read here), with
+/// the counts of the connection layer's `connections`.
+fn shared(engine: Engine, options: &Options, connections: Arc<dyn ConnectionStats>) -> Shared {
+    // `start` checks the ratio; a bad one given to `http_router` falls
+    // back to the default.
+    let metrics = Metrics::with_near_limit_ratio(options.near_limit_ratio).unwrap_or_default();
+    Shared {
+        service: Service::new(engine.with_settings(options.settings), metrics),
+        grpc_headers: HeaderOptions {
+            draft: options.grpc_headers,
+            legacy: options.legacy_headers.filter(|_| options.grpc_headers),
+            envoy: options.response_headers.clone(),
+        },
+        http_headers: HeaderOptions {
+            draft: true,
+            legacy: options.legacy_headers,
+            envoy: None,
+        },
+        body_limit: options.body_limit,
+        body_timeout: options.timeouts.request,
+        admin_token: options.admin_token.as_deref().map(|t| t.trim().as_bytes().into()),
+        draining: std::sync::atomic::AtomicBool::new(false),
+        redis_down: std::sync::atomic::AtomicBool::new(false),
+        connections,
+    }
+}
+
+/// The reload of `shared`'s config files (`options.config`, `loaded` when
+/// they were read) and of the TLS files of `tls`.
+fn reloader(shared: Arc<Shared>, options: &Options, loaded: Vec<FileStamp>, tls: Option<Arc<Tls>>) -> Reloader {
+    Reloader {
+        shared,
+        paths: options.config.clone(),
+        load_options: load_options(options).allow_empty_folders(options.allow_empty_reload),
+        allow_empty_reload: options.allow_empty_reload,
+        watched: parking_lot::Mutex::new(Watched { loaded, changing: None }),
+        give_back_memory: options.give_back_memory,
+        reloads: watch::Sender::new(0),
+        tls,
     }
 }
 
@@ -223,6 +233,7 @@ pub struct Running {
     /// Where gRPC listens.
     pub grpc: Endpoint,
     shared: Arc<Shared>,
+    reloader: Arc<Reloader>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     health: tonic_health::server::HealthReporter,
@@ -240,9 +251,14 @@ impl Running {
         self.grpc.tcp()
     }
 
-    /// What the front ends share (the engine, the metrics, `reload`).
+    /// What the front ends share (the engine, the metrics).
     pub fn shared(&self) -> &Arc<Shared> {
         &self.shared
+    }
+
+    /// The reload of the config and TLS files.
+    pub fn reloader(&self) -> &Arc<Reloader> {
+        &self.reloader
     }
 
     /// Drains: the gRPC health service answers NOT_SERVING and `/readyz`
@@ -266,7 +282,7 @@ impl Running {
             let _ = task.await;
         }
         // The hybrid mode's last counts go to Redis before the process ends.
-        self.shared.engine.flush().await;
+        self.shared.engine().flush().await;
     }
 
     /// Runs until `signal` resolves, then shuts down gracefully.
@@ -322,25 +338,28 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
             tracing::warn!(%endpoint, "TLS is on, but a Unix socket is served in the clear");
         }
     }
-    let mut shared = Shared::new(engine, &options);
-    shared.tls = tls.clone();
-    shared.watched = parking_lot::Mutex::new(Watched { loaded, changing: None });
-    let shared = Arc::new(shared);
+    let admission = Admission::new(options.connections);
+    let shared = Arc::new(shared(
+        engine,
+        &options,
+        Arc::clone(&admission) as Arc<dyn ConnectionStats>,
+    ));
+    let reloader = Arc::new(reloader(Arc::clone(&shared), &options, loaded, tls.clone()));
     let (stop, stopped) = watch::channel(false);
 
     let mut tasks = Vec::new();
     let timeouts = options.timeouts;
     let workers = match options.workers {
         0 => None,
-        n => Some(crate::workers::Workers::start(n).map_err(|source| StartError::Workers { workers: n, source })?),
+        n => Some(crate::net::workers::Workers::start(n).map_err(|source| StartError::Workers { workers: n, source })?),
     };
-    let routes = crate::http::routes(Arc::clone(&shared));
-    tasks.push(tokio::spawn(crate::conn::serve_http(
+    let routes = crate::api::http::routes(Arc::clone(&shared));
+    tasks.push(tokio::spawn(crate::net::conn::serve_http(
         http_listener,
         tls.clone(),
         routes,
         timeouts,
-        Arc::clone(&shared.admission),
+        Arc::clone(&admission),
         stopped.clone(),
         workers.clone(),
     )));
@@ -356,18 +375,18 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
     // HTTP/2 connection (on its worker, if any). Every connection must send
     // the HTTP/2 preface within the header timeout (the handshake
     // included) and is closed after the idle timeout without a byte.
-    let routes = crate::grpc_routes::GrpcRoutes::new(
+    let routes = crate::api::grpc_routes::GrpcRoutes::new(
         Arc::clone(&shared),
         health_service,
         timeouts.request,
         options.body_limit,
     );
-    tasks.push(tokio::spawn(crate::conn::serve_grpc(
+    tasks.push(tokio::spawn(crate::net::conn::serve_grpc(
         grpc_listener,
         tls.clone(),
         routes,
         timeouts,
-        Arc::clone(&shared.admission),
+        Arc::clone(&admission),
         stopped.clone(),
         workers.clone(),
     )));
@@ -392,7 +411,7 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
         let health = health.clone();
         let mut log = crate::redis_store::OutageLog::default();
         tasks.push(spawn_every(Duration::from_secs(1), stopped.clone(), move || {
-            match log.observe(&watched.engine.stats().failover) {
+            match log.observe(&watched.engine().stats().failover) {
                 Some(crate::redis_store::Transition::Failing(calls)) => tracing::warn!(
                     calls,
                     policy = %policy,
@@ -406,21 +425,21 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
             let (watched, readiness, health) = (Arc::clone(&watched), readiness.clone(), health.clone());
             async move {
                 if let Some(probe) = readiness {
-                    watched.redis_readiness(probe.answers().await, &health).await;
+                    redis_readiness(&watched, probe.answers().await, &health).await;
                 }
             }
         }));
     }
 
     if let Some(every) = options.reload_every.filter(|_| !options.config.is_empty()) {
-        let watched = Arc::clone(&shared);
+        let watched = Arc::clone(&reloader);
         tasks.push(spawn_every(every, stopped.clone(), move || {
-            let shared = Arc::clone(&watched);
+            let reloader = Arc::clone(&watched);
             async move {
                 // Off the runtime's threads: the look reads the file
                 // system, and a reload parses (a large config takes time),
                 // the old config serving meanwhile.
-                let _ = tokio::task::spawn_blocking(move || shared.reload_if_settled()).await;
+                let _ = tokio::task::spawn_blocking(move || reloader.reload_if_settled()).await;
             }
         }));
     }
@@ -429,6 +448,7 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
         http,
         grpc,
         shared,
+        reloader,
         stop,
         tasks,
         health,
@@ -463,7 +483,8 @@ where
 /// do. `options` gives the body limit and the headers; its addresses,
 /// budgets, Redis options and reload interval are not read.
 pub fn http_router(engine: Engine, options: &Options) -> axum::Router {
-    crate::http::router(Arc::new(Shared::new(engine, options)))
+    let connections = Admission::new(options.connections);
+    crate::api::http::router(Arc::new(shared(engine, options, connections)))
 }
 
 /// A future that resolves on SIGTERM or SIGINT (Ctrl-C). The handlers are
@@ -497,6 +518,34 @@ pub fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
         let _ = tokio::signal::ctrl_c().await;
     })
 }
+
+/// Readiness follows Redis: NOT_SERVING (and `/readyz` 503) when it
+/// stops answering, SERVING again when it answers (unless draining);
+/// each change logged once.
+async fn redis_readiness(shared: &Shared, answers: bool, health: &tonic_health::server::HealthReporter) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let was_down = shared.redis_down.swap(!answers, Relaxed);
+    if was_down != answers {
+        // No change.
+        return;
+    }
+    let status = if answers && !shared.draining() {
+        tracing::info!("Redis answers: ready again");
+        tonic_health::ServingStatus::Serving
+    } else {
+        if !answers {
+            tracing::warn!("Redis does not answer: not ready (--ready-requires-redis)");
+        }
+        tonic_health::ServingStatus::NotServing
+    };
+    for name in HEALTH_NAMES {
+        health.set_service_status(name, status).await;
+    }
+}
+
+/// The names the gRPC health service answers for: the whole server (`""`)
+/// and envoyproxy/ratelimit's service name.
+pub(crate) const HEALTH_NAMES: [&str; 2] = ["", "ratelimit"];
 
 /// How the config files are read.
 fn load_options(options: &Options) -> LoadOptions {
@@ -536,9 +585,9 @@ mod tests {
             Budget::keys(16),
             InputLimits::default(),
         );
-        let shared = Shared::new(engine, &options);
-        *shared.watched.lock() = Watched { loaded, changing: None };
-        let limit = || shared.engine.config().domain("t").unwrap().rules[0].limits[0].requests_per_unit;
+        let shared = Arc::new(shared(engine, &options, Admission::new(options.connections)));
+        let shared = reloader(shared, &options, loaded, None);
+        let limit = || shared.shared.engine().config().domain("t").unwrap().rules[0].limits[0].requests_per_unit;
         assert!(shared.reload_if_settled().is_none());
 
         // Each write changes the length: a change whatever the clock's

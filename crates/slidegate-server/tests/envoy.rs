@@ -3,11 +3,11 @@
 //! and the service settings of its environment. Time is a manual clock.
 
 use slidegate_server::engine::Settings;
-use slidegate_server::grpc::ResponseHeaderNames;
 use slidegate_server::proto::descriptor::RateLimitDescriptor;
 use slidegate_server::proto::descriptor::rate_limit_descriptor::RateLimitOverride;
 use slidegate_server::proto::rls::RateLimitResponse;
 use slidegate_server::proto::rls::rate_limit_response::{Code, rate_limit};
+use slidegate_server::server::ResponseHeaderNames;
 use std::time::Duration;
 
 mod common;
@@ -474,7 +474,7 @@ async fn a_changed_limit_keeps_its_count_across_a_reload() {
     }
     let reload = |h: &Harness, text: &str| {
         h.dir.write("domain.yaml", text);
-        h.running.shared().reload().unwrap();
+        h.running.reloader().reload().unwrap();
     };
     // 4 counted; the limit goes up to 6: two more pass, not six.
     reload(&h, &yaml(6, "minute", ""));

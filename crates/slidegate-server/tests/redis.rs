@@ -232,7 +232,7 @@ async fn counts_survive_a_reload_for_unchanged_limits() {
         assert_eq!(h.hit("r", &[("change", "x")]).await, Code::Ok);
     }
     h.dir.write("domain.yaml", &rules(6, "hour"));
-    h.running.shared().reload().unwrap();
+    h.running.reloader().reload().unwrap();
     // `keep` has one left; `change` has 4 counted of its new 6.
     assert_eq!(h.hit("r", &[("keep", "x")]).await, Code::Ok);
     assert_eq!(h.hit("r", &[("keep", "x")]).await, Code::OverLimit);
@@ -242,7 +242,7 @@ async fn counts_survive_a_reload_for_unchanged_limits() {
     assert_eq!(h.hit("r", &[("change", "x")]).await, Code::OverLimit);
     // Another unit is another count: 6 more.
     h.dir.write("domain.yaml", &rules(6, "day"));
-    h.running.shared().reload().unwrap();
+    h.running.reloader().reload().unwrap();
     for _ in 0..6 {
         assert_eq!(h.hit("r", &[("change", "x")]).await, Code::Ok);
     }
@@ -272,7 +272,7 @@ async fn a_limit_without_a_redis_form_is_refused() {
 
     let mut h = Instance::on(&redis, &limit_yaml("h", 1, None)).await;
     h.dir.write("domain.yaml", histogram);
-    let error = h.running.shared().reload().unwrap_err();
+    let error = h.running.reloader().reload().unwrap_err();
     assert!(error.to_string().contains("limit `spiky`"), "{error}");
     // The old config still serves: one admitted, then refused.
     assert_eq!(h.hit("h", &[("user", "alice")]).await, Code::Ok);

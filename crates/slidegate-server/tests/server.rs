@@ -548,7 +548,7 @@ async fn reload_good_and_bad_files() {
     }
     let second = "domain: r\ndescriptors:\n  - key: keep\n    rate_limit: { unit: minute, requests_per_unit: 5 }\n  - key: change\n    rate_limit: { unit: minute, requests_per_unit: 50 }\n  - key: new\n    rate_limit: { unit: minute, requests_per_unit: 1 }\n";
     h.dir.write("domain.yaml", second);
-    h.running.shared().reload().unwrap();
+    h.running.reloader().reload().unwrap();
     let after = h
         .rls(request(
             "r",
@@ -569,7 +569,7 @@ async fn reload_good_and_bad_files() {
         "domain.yaml",
         "domain: r\ndescriptors:\n  - key: keep\n    rate_limit: { unit: fortnight, requests_per_unit: 5 }\n",
     );
-    let error = h.running.shared().reload().unwrap_err();
+    let error = h.running.reloader().reload().unwrap_err();
     assert_eq!((error.line, error.column), (4, 25), "{error}");
     // The old config still serves.
     let still = h.rls(one("r", &[("new", "y")])).await.unwrap();
@@ -595,7 +595,7 @@ async fn the_watcher_reloads_a_changed_file() {
     );
     h.dir.write("domain.yaml", &yaml.replace("5 }", "500 }"));
     // Wait for the reload itself (bounded), not for a fixed time.
-    let mut reloads = h.running.shared().reloads();
+    let mut reloads = h.running.reloader().reloads();
     let reloaded = tokio::time::timeout(Duration::from_secs(10), reloads.wait_for(|&n| n >= 1)).await;
     assert!(reloaded.is_ok(), "the watcher did not reload within 10 s");
     assert_eq!(

@@ -111,7 +111,7 @@ pub(crate) struct Tls {
     options: TlsOptions,
     configs: RwLock<Configs>,
     /// The files' fingerprint when last read.
-    seen: Mutex<Vec<crate::watch::FileStamp>>,
+    seen: Mutex<Vec<crate::net::watch::FileStamp>>,
 }
 
 /// The largest TLS file read, in bytes: a certificate chain is a few
@@ -180,10 +180,10 @@ impl Tls {
     }
 }
 
-fn fingerprint(options: &TlsOptions) -> Vec<crate::watch::FileStamp> {
+fn fingerprint(options: &TlsOptions) -> Vec<crate::net::watch::FileStamp> {
     let mut files = vec![options.cert.clone(), options.key.clone()];
     files.extend(options.client_ca.clone());
-    crate::watch::fingerprint(&files)
+    crate::net::watch::fingerprint(&files)
 }
 
 /// Reads one file, bounded.

@@ -5,11 +5,11 @@
 //! gRPC) and the socket wrapper that closes a connection that says nothing
 //! in time.
 
-use crate::admission::{Admission, Close, Ticket, is_protocol_error};
-use crate::listen::{Listener, Stream};
 use crate::log_limit::LogLimit;
-use crate::tls::{Alpn, Tls};
-use crate::workers::Workers;
+use crate::net::admission::{Admission, Close, Ticket, is_protocol_error};
+use crate::net::listen::{Listener, Stream};
+use crate::net::tls::{Alpn, Tls};
+use crate::net::workers::Workers;
 use hyper_util::server::graceful::GracefulConnection;
 use std::future::Future;
 use std::io;
@@ -191,7 +191,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
 /// Unix socket's file is removed) and returns the connections' tasks still
 /// running. Each connection is first admitted (`admission`: under the cap
 /// on open connections, making room or shed at once as
-/// [`crate::admission`] says), then gets a task of its own, in which it is
+/// [`crate::net::admission`] says), then gets a task of its own, in which it is
 /// opened (the TLS handshake, with `tls`, on TCP only, within the header
 /// timeout from when it was accepted; one that fails or is late is
 /// dropped) and handed to `serve` with its ticket, guarded: its first
@@ -336,7 +336,7 @@ async fn open(stream: Stream, acceptor: Option<tokio_rustls::TlsAcceptor>, deadl
 pub(crate) async fn serve_http(
     listener: Listener,
     tls: Option<Arc<Tls>>,
-    routes: crate::http::Routes,
+    routes: crate::api::http::Routes,
     timeouts: Timeouts,
     admission: Arc<Admission>,
     stopped: watch::Receiver<bool>,
@@ -344,12 +344,12 @@ pub(crate) async fn serve_http(
 ) {
     let connection_stop = stopped.clone();
     let serve = move |stream, ticket: Ticket| {
-        let io = hyper_util::rt::TokioIo::new(crate::canned::ProblemAnswers::new(stream));
+        let io = hyper_util::rt::TokioIo::new(crate::net::canned::ProblemAnswers::new(stream));
         let mut builder = hyper::server::conn::http1::Builder::new();
         builder
             .timer(hyper_util::rt::TokioTimer::new())
             .header_read_timeout(timeouts.header);
-        let service = ticket.track(routes.clone(), crate::http::overloaded);
+        let service = ticket.track(routes.clone(), crate::api::http::overloaded);
         serve_connection(
             builder.serve_connection(io, service),
             connection_stop.clone(),
@@ -386,7 +386,7 @@ const MAX_REFUSED_STREAMS: usize = 65_536;
 pub(crate) async fn serve_grpc(
     listener: Listener,
     tls: Option<Arc<Tls>>,
-    routes: crate::grpc_routes::GrpcRoutes,
+    routes: crate::api::grpc_routes::GrpcRoutes,
     timeouts: Timeouts,
     admission: Arc<Admission>,
     stopped: watch::Receiver<bool>,
@@ -402,7 +402,7 @@ pub(crate) async fn serve_grpc(
             .max_concurrent_streams(max_streams)
             .initial_stream_window_size(STREAM_WINDOW)
             .max_local_error_reset_streams(MAX_REFUSED_STREAMS);
-        let service = ticket.track(routes.clone(), crate::grpc_routes::overloaded);
+        let service = ticket.track(routes.clone(), crate::api::grpc_routes::overloaded);
         serve_connection(
             builder.serve_connection(io, service),
             connection_stop.clone(),
@@ -456,7 +456,7 @@ async fn serve_listener<F, Fut>(
 /// Drives `connection` until it ends, asking it to finish and close once
 /// `stopped` turns true, or once its ticket's connection must close (no
 /// call started in time, its place wanted, its maximum age: see
-/// [`crate::admission`]); a connection asked to close gracefully that has
+/// [`crate::net::admission`]); a connection asked to close gracefully that has
 /// not within the request timeout is dropped. A connection that ends with
 /// an HTTP/2 protocol error is counted, and logged at warn at most once
 /// per 10 s for them all.

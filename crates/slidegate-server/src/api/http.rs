@@ -2,26 +2,23 @@
 //! `POST /v1/check` and `POST /v1/reset`, `GET /healthz` and
 //! `GET /metrics`.
 
-use crate::engine::{AdHoc, Answer, Code, EngineError, Request as EngineRequest};
-use crate::grpc::{answer_headers, answer_to_wire, decide, request_from_wire};
+use crate::api::problem::Problem;
+use crate::api::wire::{
+    CheckBody, DecisionBody, answer_headers, answer_json, answer_to_wire, parse_check_body, request_from_wire,
+};
+use crate::engine::{AdHoc, Answer, Code};
 use crate::log_limit::LogLimit;
-use crate::metrics::{Api, AuthFailure, Outcome};
-use crate::problem::problem_json;
-use crate::proto::descriptor::RateLimitDescriptor;
+use crate::metrics::{Api, AuthFailure};
 use crate::proto::rls::RateLimitRequest;
-use crate::shared::Shared;
-use crate::trace::DecisionSpan;
+use crate::service::Shared;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, WWW_AUTHENTICATE};
+use http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{HeaderMap, HeaderValue, StatusCode};
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
-use slidegate_core::duration::parse_positive_duration;
-use slidegate_core::{AlgorithmSpec, Decision, Policy, Weighting};
+use serde_json::json;
 use slidegate_tower::LimitOutcome;
 use std::convert::Infallible;
 use std::future::Future;
@@ -77,7 +74,7 @@ pub(crate) fn routes(shared: Arc<Shared>) -> Routes {
         let shared = Arc::clone(&shared);
         Box::pin(async move {
             // As the router's `in_flight` layer counts every other request.
-            let _in_flight = shared.metrics.http_request();
+            let _in_flight = shared.service.metrics().http_request();
             let answer = if request.uri().path() == "/json" {
                 json(State(shared), request).await
             } else {
@@ -154,56 +151,12 @@ async fn in_flight(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    let _guard = shared.metrics.http_request();
+    let _guard = shared.service.metrics().http_request();
     next.run(request).await
 }
 
-/// An error answer: an RFC 9457 problem document.
-struct Problem {
-    status: StatusCode,
-    detail: String,
-}
-
-impl Problem {
-    fn new(status: StatusCode, detail: impl Into<String>) -> Self {
-        Problem {
-            status,
-            detail: detail.into(),
-        }
-    }
-
-    fn bad_request(detail: impl Into<String>) -> Self {
-        Problem::new(StatusCode::BAD_REQUEST, detail)
-    }
-}
-
-impl From<EngineError> for Problem {
-    fn from(e: EngineError) -> Self {
-        match e {
-            EngineError::Invalid(detail) => Problem::bad_request(detail),
-            other => Problem {
-                status: StatusCode::SERVICE_UNAVAILABLE,
-                detail: other.to_string(),
-            },
-        }
-    }
-}
-
-impl IntoResponse for Problem {
-    fn into_response(self) -> Response {
-        let body = problem_json(self.status, &self.detail);
-        let mut response = (self.status, body).into_response();
-        let headers = response.headers_mut();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
-        if self.status == StatusCode::UNAUTHORIZED {
-            headers.insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        }
-        response
-    }
-}
-
 /// The answer to a request that comes when the in-flight budget is spent
-/// (`--max-in-flight`, [`crate::admission`]): 503 with a problem
+/// (`--max-in-flight`, [`crate::net::admission`]): 503 with a problem
 /// document, to retry in a second.
 pub(crate) fn overloaded() -> Response {
     let mut response = Problem::new(
@@ -289,7 +242,7 @@ fn admin_refused(shared: &Shared, log: &LogLimit, status: StatusCode) {
         StatusCode::FORBIDDEN => AuthFailure::Wrong,
         _ => return,
     };
-    shared.metrics.admin_auth_failure(reason);
+    shared.service.metrics().admin_auth_failure(reason);
     if let Some(held) = log.hit(tokio::time::Instant::now().into_std()) {
         tracing::warn!(
             refused = held.saturating_add(1),
@@ -337,257 +290,22 @@ async fn json(State(shared): State<Arc<Shared>>, request: axum::extract::Request
     let (http::request::Parts { headers, .. }, body) = request.into_parts();
     let bytes = read_body(body, &headers, shared.body_limit, shared.body_timeout).await?;
     let wire: RateLimitRequest = serde_json::from_slice(&bytes).map_err(|e| {
-        shared.metrics.request(Api::Json, Outcome::Invalid, Duration::ZERO);
+        shared.service.invalid(Api::Json);
         Problem::bad_request(format!("the body is not a RateLimitRequest in proto3 JSON: {e}"))
     })?;
     let request = request_from_wire(wire);
-    let answer = decide(&shared, Api::Json, &request, &headers).await?;
+    let answer = shared.service.decide(Api::Json, &request, &headers).await?;
     let wire = answer_to_wire(
         &request,
         &answer,
         &shared.grpc_headers,
-        shared.engine.settings().dynamic_metadata,
+        shared.engine().settings().dynamic_metadata,
     );
     Ok(json_response(
         status_of(&answer),
         &wire,
         answer_headers(&answer, &shared.http_headers),
     ))
-}
-
-/// The body of `/v1/check` and `/v1/reset`, read in one pass: either a
-/// domain with descriptors (the descriptors in proto3 JSON), or an ad-hoc
-/// key with its own policy.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CheckFields {
-    #[serde(default)]
-    domain: Option<String>,
-    #[serde(default)]
-    descriptors: Option<Vec<RateLimitDescriptor>>,
-    #[serde(default, alias = "hitsAddend")]
-    hits_addend: Option<u32>,
-    #[serde(default)]
-    key: Option<String>,
-    #[serde(default)]
-    limit: Option<u64>,
-    #[serde(default)]
-    window: Option<String>,
-    #[serde(default)]
-    algorithm: Option<String>,
-    #[serde(default)]
-    buckets: Option<u32>,
-    #[serde(default)]
-    weighting: Option<String>,
-    #[serde(default)]
-    burst: Option<u64>,
-    #[serde(default)]
-    epsilon: Option<f64>,
-    #[serde(default)]
-    cost: Option<u64>,
-}
-
-/// An ad-hoc key with its own policy.
-struct AdHocBody {
-    key: String,
-    limit: u64,
-    window: String,
-    algorithm: Option<String>,
-    buckets: Option<u32>,
-    weighting: Option<String>,
-    burst: Option<u64>,
-    epsilon: Option<f64>,
-    cost: Option<u64>,
-}
-
-impl AdHocBody {
-    fn policy(&self) -> Result<Policy, Problem> {
-        let window = parse_positive_duration(&self.window)
-            .map_err(|e| Problem::bad_request(format!("window: {:?}: {e}", self.window)))?;
-        let weighting = match &self.weighting {
-            Some(w) => Some(
-                w.parse::<Weighting>()
-                    .map_err(|e| Problem::bad_request(e.to_string()))?,
-            ),
-            None => None,
-        };
-        let spec = AlgorithmSpec {
-            name: self.algorithm.as_deref(),
-            buckets: self.buckets,
-            weighting,
-            burst: self.burst,
-            epsilon: self.epsilon,
-        };
-        let algorithm = spec
-            .algorithm(self.limit)
-            .map_err(|e| Problem::bad_request(e.to_string()))?;
-        Policy::new(self.limit, window, algorithm).map_err(|e| Problem::bad_request(e.to_string()))
-    }
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
-}
-
-/// The answer to an ad-hoc check.
-#[derive(Serialize)]
-struct DecisionBody<'a> {
-    allowed: bool,
-    key: &'a str,
-    limit: u64,
-    remaining: u64,
-    reset_after_ms: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    retry_after_ms: Option<u64>,
-}
-
-impl<'a> DecisionBody<'a> {
-    fn new(key: &'a str, decision: &Decision) -> Self {
-        DecisionBody {
-            allowed: decision.allowed(),
-            key,
-            limit: decision.limit(),
-            remaining: decision.remaining(),
-            reset_after_ms: millis(decision.reset_after()),
-            retry_after_ms: decision.retry_after().map(millis),
-        }
-    }
-}
-
-fn answer_json(answer: &Answer) -> Value {
-    let statuses: Vec<Value> = answer
-        .statuses
-        .iter()
-        .map(|s| {
-            let limits: Vec<Value> = s
-                .applied
-                .iter()
-                .map(|a| {
-                    let mut limit = serde_json::Map::new();
-                    limit.insert("name".into(), json!(a.name));
-                    limit.insert("requests_per_unit".into(), json!(a.requests_per_unit));
-                    limit.insert("unit".into(), json!(a.unit.map(crate::config::Unit::name)));
-                    limit.insert(
-                        "allowed".into(),
-                        json!(a.decision.as_ref().is_some_and(Decision::allowed)),
-                    );
-                    if let Some(p) = &a.policy {
-                        limit.insert("window_ms".into(), json!(millis(p.window())));
-                        limit.insert("algorithm".into(), json!(p.algorithm().to_string()));
-                    }
-                    if let Some(d) = a.shown() {
-                        limit.insert("remaining".into(), json!(d.remaining()));
-                        limit.insert("reset_after_ms".into(), json!(millis(d.reset_after())));
-                        if let Some(retry) = d.retry_after() {
-                            limit.insert("retry_after_ms".into(), json!(millis(retry)));
-                        }
-                    }
-                    Value::Object(limit)
-                })
-                .collect();
-            json!({
-                "code": if s.code == Code::Ok { "OK" } else { "OVER_LIMIT" },
-                "remaining": s.remaining,
-                "until_reset_ms": s.until_reset.map(millis),
-                "limits": limits,
-            })
-        })
-        .collect();
-    json!({
-        "allowed": answer.overall == Code::Ok,
-        "overall_code": if answer.overall == Code::Ok { "OK" } else { "OVER_LIMIT" },
-        "statuses": statuses,
-    })
-}
-
-/// Which form a `/v1/check` or `/v1/reset` body has.
-enum CheckBody {
-    Descriptors(EngineRequest),
-    AdHoc(AdHocBody),
-}
-
-fn parse_check_body(bytes: &[u8]) -> Result<CheckBody, Problem> {
-    if bytes
-        .iter()
-        .find(|b| !b.is_ascii_whitespace())
-        .is_some_and(|&b| b != b'{')
-    {
-        return Err(Problem::bad_request("the body must be a JSON object"));
-    }
-    // The fast path; on an error, parse again to name the field at fault.
-    let fields: CheckFields = match serde_json::from_slice(bytes) {
-        Ok(fields) => fields,
-        Err(_) => return Err(check_body_error(bytes)),
-    };
-
-    let ad_hoc = [
-        fields.key.is_some(),
-        fields.limit.is_some(),
-        fields.window.is_some(),
-        fields.algorithm.is_some(),
-        fields.buckets.is_some(),
-        fields.weighting.is_some(),
-        fields.burst.is_some(),
-        fields.epsilon.is_some(),
-        fields.cost.is_some(),
-    ];
-    match (fields.domain, fields.descriptors) {
-        (Some(domain), descriptors) => {
-            if ad_hoc.iter().any(|&given| given) {
-                return Err(Problem::bad_request(
-                    "a body with `domain` takes `descriptors` and `hits_addend`, not the ad-hoc `key`, `limit`, `window`, `algorithm`, `buckets`, `weighting`, `burst`, `epsilon` or `cost`",
-                ));
-            }
-            Ok(CheckBody::Descriptors(request_from_wire(RateLimitRequest {
-                domain,
-                descriptors: descriptors.unwrap_or_default(),
-                hits_addend: fields.hits_addend.unwrap_or(0),
-            })))
-        }
-        (None, Some(_)) => Err(Problem::bad_request("`descriptors` needs a `domain`")),
-        (None, None) => {
-            if fields.hits_addend.is_some() {
-                return Err(Problem::bad_request(
-                    "`hits_addend` needs a `domain`; an ad-hoc key takes `cost`",
-                ));
-            }
-            let missing = |name: &str| {
-                Problem::bad_request(format!(
-                    "the body must have `domain` and `descriptors`, or `key`, `limit` and `window`: `{name}` is missing"
-                ))
-            };
-            Ok(CheckBody::AdHoc(AdHocBody {
-                key: fields.key.ok_or_else(|| missing("key"))?,
-                limit: fields.limit.ok_or_else(|| missing("limit"))?,
-                window: fields.window.ok_or_else(|| missing("window"))?,
-                algorithm: fields.algorithm,
-                buckets: fields.buckets,
-                weighting: fields.weighting,
-                burst: fields.burst,
-                epsilon: fields.epsilon,
-                cost: fields.cost,
-            }))
-        }
-    }
-}
-
-/// Why a `/v1/check` or `/v1/reset` body does not parse, naming the field.
-fn check_body_error(bytes: &[u8]) -> Problem {
-    let mut json = serde_json::Deserializer::from_slice(bytes);
-    match serde_path_to_error::deserialize::<_, CheckFields>(&mut json) {
-        Ok(_) => Problem::bad_request("the body is not JSON: characters follow the object"),
-        Err(e) => {
-            let path = e.path().to_string();
-            let inner = e.into_inner();
-            if inner.is_syntax() || inner.is_eof() {
-                Problem::bad_request(format!("the body is not JSON: {inner}"))
-            } else if path == "." {
-                Problem::bad_request(format!("the body is not a check: {inner}"))
-            } else {
-                Problem::bad_request(format!("the body is not a check: `{path}`: {inner}"))
-            }
-        }
-    }
 }
 
 /// `POST /v1/check`: descriptors of a configured domain, or an ad-hoc key
@@ -598,11 +316,11 @@ async fn check(State(shared): State<Arc<Shared>>, request: axum::extract::Reques
     let (http::request::Parts { headers, .. }, body) = request.into_parts();
     let bytes = read_body(body, &headers, shared.body_limit, shared.body_timeout).await?;
     let parsed = parse_check_body(&bytes).inspect_err(|_| {
-        shared.metrics.request(Api::Check, Outcome::Invalid, Duration::ZERO);
+        shared.service.invalid(Api::Check);
     })?;
     match parsed {
         CheckBody::Descriptors(request) => {
-            let answer = decide(&shared, Api::Check, &request, &headers).await?;
+            let answer = shared.service.decide(Api::Check, &request, &headers).await?;
             Ok(json_response(
                 status_of(&answer),
                 &answer_json(&answer),
@@ -612,24 +330,14 @@ async fn check(State(shared): State<Arc<Shared>>, request: axum::extract::Reques
         CheckBody::AdHoc(body) => {
             let start = Instant::now();
             let policy = body.policy().inspect_err(|_| {
-                shared.metrics.request(Api::AdHoc, Outcome::Invalid, Duration::ZERO);
+                shared.service.invalid(Api::AdHoc);
             })?;
             let ad_hoc = AdHoc {
                 key: body.key,
                 policy,
                 cost: body.cost.unwrap_or(1),
             };
-            let span = DecisionSpan::start(&headers, Api::AdHoc, None, 1, shared.engine.store_name());
-            let result = shared.engine.decide_ad_hoc(&ad_hoc).await;
-            let outcome = match &result {
-                Ok(d) if d.allowed() => Outcome::Ok,
-                Ok(_) => Outcome::OverLimit,
-                Err(EngineError::Invalid(_)) => Outcome::Invalid,
-                Err(_) => Outcome::Unavailable,
-            };
-            shared.metrics.request(Api::AdHoc, outcome, start.elapsed());
-            span.finish(outcome);
-            let decision = result?;
+            let decision = shared.service.decide_ad_hoc(&ad_hoc, &headers, start).await?;
             let mut headers = HeaderMap::new();
             if shared.http_headers.draft || shared.http_headers.legacy.is_some() {
                 let limits = [LimitOutcome {
@@ -671,7 +379,7 @@ async fn reset(
         CheckBody::Descriptors(request) => {
             let mut held = 0;
             for descriptor in &request.descriptors {
-                held += shared.engine.reset_descriptor(&request.domain, descriptor).await?;
+                held += shared.engine().reset_descriptor(&request.domain, descriptor).await?;
             }
             held
         }
@@ -680,7 +388,7 @@ async fn reset(
                 return Err(Problem::bad_request("a reset takes no `cost`"));
             }
             let policy = body.policy()?;
-            usize::from(shared.engine.reset_ad_hoc(&body.key, &policy).await?)
+            usize::from(shared.engine().reset_ad_hoc(&body.key, &policy).await?)
         }
     };
     Ok(json_response(

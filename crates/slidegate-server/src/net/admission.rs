@@ -29,7 +29,7 @@
 //!
 //! Per connection, HTTP/2 allows [`ConnectionLimits::max_streams`]
 //! concurrent streams, each with a 64 KiB flow-control window (see
-//! `crate::conn::serve_grpc`), so that what one connection can make the
+//! `crate::net::conn::serve_grpc`), so that what one connection can make the
 //! process hold is bounded too.
 //!
 //! # Concurrency
@@ -39,6 +39,8 @@
 //! connection's atomics and the global in-flight count.
 
 use crate::log_limit::LogLimit;
+pub use crate::metrics::AdmissionStats;
+use crate::metrics::ConnectionStats;
 use parking_lot::Mutex;
 use std::future::Future;
 use std::net::{IpAddr, Ipv6Addr};
@@ -232,32 +234,6 @@ impl Conn {
             }
         }
     }
-}
-
-/// What the admission control counted.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct AdmissionStats {
-    /// Connections open now.
-    pub open: u64,
-    /// New connections closed at once: the cap was reached and every open
-    /// connection had a call in flight.
-    pub shed: u64,
-    /// Connections closed to make room for a new one.
-    pub evicted: u64,
-    /// Connections closed for starting no call in time.
-    pub idle: u64,
-    /// Connections closed at the maximum age.
-    pub aged: u64,
-    /// Connections that ended with an HTTP/2 protocol error, the server's
-    /// defences included (too many resets, a flood of frames).
-    pub protocol_errors: u64,
-    /// Calls in flight now.
-    pub in_flight: u64,
-    /// Calls answered at once because the in-flight budget was spent.
-    pub calls_shed: u64,
-    /// `accept` failures (out of descriptors, most often).
-    pub accept_errors: u64,
 }
 
 #[derive(Default)]
@@ -589,6 +565,12 @@ pub(crate) fn is_protocol_error(error: &(dyn std::error::Error + 'static)) -> bo
         source = e.source();
     }
     false
+}
+
+impl ConnectionStats for Admission {
+    fn connection_stats(&self) -> AdmissionStats {
+        self.stats()
+    }
 }
 
 #[cfg(test)]

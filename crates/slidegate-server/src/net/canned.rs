@@ -44,7 +44,7 @@ fn replacement(head: &[u8]) -> Option<Vec<u8>> {
     }
     let at = head.windows(EMPTY.len()).position(|w| w == EMPTY)?;
     let (before, after) = (head.get(..at)?, head.get(at + EMPTY.len()..)?);
-    let body = crate::problem::problem_json(*status, detail);
+    let body = crate::api::problem::problem_json(*status, detail);
     let mut out = Vec::with_capacity(head.len() + body.len() + 64);
     out.extend_from_slice(before);
     out.extend_from_slice(b"\r\ncontent-type: application/problem+json\r\ncontent-length: ");

@@ -1,4 +1,4 @@
-//! The service a gRPC connection serves (`crate::conn::serve_grpc`, on
+//! The service a gRPC connection serves (`crate::net::conn::serve_grpc`, on
 //! hyper's HTTP/2 connection): `ShouldRateLimit` answered straight when
 //! its request is plain, by tonic's server otherwise.
 //!
@@ -11,7 +11,7 @@
 //! decode is answered `INVALID_ARGUMENT` straight, as tonic's path answers
 //! it. Any other request (compressed, cut short, too large, several
 //! messages, trailers, a body that fails) is handed to tonic's server
-//! (`crate::grpc::tonic_unary`) with the bytes read so far put back in
+//! (`crate::api::grpc::tonic_unary`) with the bytes read so far put back in
 //! front, so that it answers it as tonic does: the fast path never decides
 //! anything tonic would refuse.
 //!
@@ -25,10 +25,10 @@
 //! gRPC's compression spec asks; an encoding not taken, `UNIMPLEMENTED`;
 //! no message, `INTERNAL`).
 
-use crate::grpc::{Grpc, respond, tonic_unary, undecodable};
+use crate::api::grpc::{Grpc, respond, tonic_unary, undecodable};
 use crate::proto::rls::RateLimitRequest;
 use crate::proto::rls::rate_limit_service_server::RateLimitServiceServer;
-use crate::shared::Shared;
+use crate::service::Shared;
 use bytes::{BufMut, Bytes, BytesMut};
 use http::HeaderMap;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
@@ -40,7 +40,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 /// What the gRPC server answers with.
-type Answered = http::Response<Answer>;
+type Answered = http::Response<AnswerBody>;
 /// A call's answer to come; a call never fails at this level (errors are
 /// `grpc-status` answers).
 type Call = tonic::codegen::BoxFuture<Answered, Infallible>;
@@ -133,7 +133,7 @@ impl hyper::service::Service<http::Request<Incoming>> for GrpcRoutes {
         } else {
             Box::pin(std::future::ready(Ok(tonic::Status::unimplemented("")
                 .into_http::<tonic::body::Body>()
-                .map(Answer::Tonic))))
+                .map(AnswerBody::Tonic))))
         };
         Deadline {
             call,
@@ -144,12 +144,12 @@ impl hyper::service::Service<http::Request<Incoming>> for GrpcRoutes {
 }
 
 /// The answer to a call that comes when the in-flight budget is spent
-/// (`--max-in-flight`, [`crate::admission`]): `RESOURCE_EXHAUSTED`, as
+/// (`--max-in-flight`, [`crate::net::admission`]): `RESOURCE_EXHAUSTED`, as
 /// gRPC servers answer an overload.
 pub(crate) fn overloaded() -> Answered {
     tonic::Status::resource_exhausted("the service has as many calls in flight as it takes (--max-in-flight)")
         .into_http::<tonic::body::Body>()
-        .map(Answer::Tonic)
+        .map(AnswerBody::Tonic)
 }
 
 /// A tonic service's answer to `request`, as the routes answer.
@@ -162,13 +162,13 @@ where
     S::Future: Send + 'static,
 {
     let answer = service.call(request);
-    async move { answer.await.map(|answer| answer.map(Answer::Tonic)) }
+    async move { answer.await.map(|answer| answer.map(AnswerBody::Tonic)) }
 }
 
 /// `ShouldRateLimit` answered by tonic's server ([`tonic_unary`]).
 async fn tonic_should_rate_limit(routes: Arc<Routes>, request: http::Request<Replay>) -> Result<Answered, Infallible> {
     let answer = tonic_unary(Arc::clone(&routes.shared), routes.limit, request).await;
-    Ok(answer.map(Answer::Tonic))
+    Ok(answer.map(AnswerBody::Tonic))
 }
 
 /// Whether a request's messages are uncompressed: no `grpc-encoding`, or
@@ -224,11 +224,11 @@ async fn unary(routes: Arc<Routes>, request: http::Request<Incoming>) -> Result<
     };
     let message = match message {
         Ok(message) => message,
-        Err(e) => return Ok(undecodable(e).into_http::<tonic::body::Body>().map(Answer::Tonic)),
+        Err(e) => return Ok(undecodable(e).into_http::<tonic::body::Body>().map(AnswerBody::Tonic)),
     };
     let answer = match respond(&routes.shared, message, &parts.headers).await {
         Ok(answer) => answer,
-        Err(status) => return Ok(status.into_http::<tonic::body::Body>().map(Answer::Tonic)),
+        Err(status) => return Ok(status.into_http::<tonic::body::Body>().map(AnswerBody::Tonic)),
     };
     let len = answer.encoded_len();
     let mut data = BytesMut::with_capacity(PREFIX + len);
@@ -238,9 +238,9 @@ async fn unary(routes: Arc<Routes>, request: http::Request<Incoming>) -> Result<
     // far below 4 GiB; an answer that could not be framed fails the call.
     if len > u32::MAX as usize || answer.encode(&mut data).is_err() {
         let status = tonic::Status::internal(format!("an answer of {len} bytes could not be encoded"));
-        return Ok(status.into_http::<tonic::body::Body>().map(Answer::Tonic));
+        return Ok(status.into_http::<tonic::body::Body>().map(AnswerBody::Tonic));
     }
-    let mut response = http::Response::new(Answer::Unary(Some(data.freeze()), true));
+    let mut response = http::Response::new(AnswerBody::Unary(Some(data.freeze()), true));
     response.headers_mut().insert(
         http::header::CONTENT_TYPE,
         http::HeaderValue::from_static("application/grpc"),
@@ -431,19 +431,19 @@ impl Framing {
 
 /// An answer's body: tonic's, or a unary answer's one data frame (if not
 /// sent yet) and then, if not sent yet, the trailer `grpc-status: 0`.
-pub(crate) enum Answer {
+pub(crate) enum AnswerBody {
     Tonic(tonic::body::Body),
     Unary(Option<Bytes>, bool),
 }
 
-impl Body for Answer {
+impl Body for AnswerBody {
     type Data = Bytes;
     type Error = tonic::Status;
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, tonic::Status>>> {
         match &mut *self {
-            Answer::Tonic(body) => Pin::new(body).poll_frame(cx),
-            Answer::Unary(data, trailers) => Poll::Ready(if let Some(data) = data.take() {
+            AnswerBody::Tonic(body) => Pin::new(body).poll_frame(cx),
+            AnswerBody::Unary(data, trailers) => Poll::Ready(if let Some(data) = data.take() {
                 Some(Ok(Frame::data(data)))
             } else if std::mem::take(trailers) {
                 let mut ok = HeaderMap::with_capacity(1);
@@ -457,8 +457,8 @@ impl Body for Answer {
 
     fn is_end_stream(&self) -> bool {
         match self {
-            Answer::Tonic(body) => body.is_end_stream(),
-            Answer::Unary(data, trailers) => data.is_none() && !trailers,
+            AnswerBody::Tonic(body) => body.is_end_stream(),
+            AnswerBody::Unary(data, trailers) => data.is_none() && !trailers,
         }
     }
 
@@ -466,8 +466,8 @@ impl Body for Answer {
     /// exact one would add a `content-length` tonic's answers lack).
     fn size_hint(&self) -> SizeHint {
         match self {
-            Answer::Tonic(body) => body.size_hint(),
-            Answer::Unary(..) => SizeHint::default(),
+            AnswerBody::Tonic(body) => body.size_hint(),
+            AnswerBody::Unary(..) => SizeHint::default(),
         }
     }
 }
@@ -492,7 +492,7 @@ impl Future for Deadline {
         timer.as_mut().poll(cx).map(|()| {
             Ok(tonic::Status::cancelled("Timeout expired")
                 .into_http::<tonic::body::Body>()
-                .map(Answer::Tonic))
+                .map(AnswerBody::Tonic))
         })
     }
 }

@@ -1,22 +1,25 @@
-//! Envoy's `RateLimitService` over gRPC, and the conversions between the
-//! wire types and the engine's, which `POST /json` shares.
+//! The wire conversions, both ways, between the front ends' messages and
+//! the service's request and answer: Envoy's protobuf messages (which
+//! `POST /json` carries as proto3 JSON) and the JSON bodies of
+//! `POST /v1/check` and `POST /v1/reset`, and the rate-limit headers of an
+//! answer.
 
+use crate::api::problem::Problem;
 use crate::config::Unit;
-use crate::engine::{Answer, Code, Descriptor, EngineError, Override, Request, Status};
-pub use crate::headers::{HeaderOptions, ResponseHeaderNames};
-use crate::metrics::{Api, Outcome};
+use crate::engine::{Answer, Code, Descriptor, Override, Request, Status};
+use crate::headers::{HeaderOptions, ResponseHeaderNames};
+use crate::proto::descriptor::RateLimitDescriptor;
 use crate::proto::envoy::config::core::v3::HeaderValue as WireHeader;
 use crate::proto::envoy::r#type::v3::RateLimitUnit;
 use crate::proto::rls::rate_limit_response::{self, DescriptorStatus, RateLimit, rate_limit};
-use crate::proto::rls::rate_limit_service_server::{RateLimitService, RateLimitServiceServer};
 use crate::proto::rls::{RateLimitRequest, RateLimitResponse};
-use crate::shared::Shared;
-use crate::trace::DecisionSpan;
 use http::HeaderMap;
-use prost::Message;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use slidegate_core::duration::parse_positive_duration;
+use slidegate_core::{AlgorithmSpec, Decision, Policy, Weighting};
 use slidegate_tower::LimitOutcome;
-use std::sync::Arc;
-use std::time::Instant;
+use std::time::Duration;
 
 /// The engine's request from the wire's.
 pub fn request_from_wire(wire: RateLimitRequest) -> Request {
@@ -268,192 +271,244 @@ pub fn answer_to_wire(
     }
 }
 
-/// The outcome of a request for the metrics.
-pub(crate) fn outcome(result: &Result<Answer, EngineError>) -> Outcome {
-    match result {
-        Ok(answer) if answer.overall == Code::OverLimit => Outcome::OverLimit,
-        Ok(_) => Outcome::Ok,
-        Err(EngineError::Invalid(_)) => Outcome::Invalid,
-        Err(_) => Outcome::Unavailable,
-    }
+/// The body of `/v1/check` and `/v1/reset`, read in one pass: either a
+/// domain with descriptors (the descriptors in proto3 JSON), or an ad-hoc
+/// key with its own policy.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CheckFields {
+    #[serde(default)]
+    domain: Option<String>,
+    #[serde(default)]
+    descriptors: Option<Vec<RateLimitDescriptor>>,
+    #[serde(default, alias = "hitsAddend")]
+    hits_addend: Option<u32>,
+    #[serde(default)]
+    key: Option<String>,
+    #[serde(default)]
+    limit: Option<u64>,
+    #[serde(default)]
+    window: Option<String>,
+    #[serde(default)]
+    algorithm: Option<String>,
+    #[serde(default)]
+    buckets: Option<u32>,
+    #[serde(default)]
+    weighting: Option<String>,
+    #[serde(default)]
+    burst: Option<u64>,
+    #[serde(default)]
+    epsilon: Option<f64>,
+    #[serde(default)]
+    pub(crate) cost: Option<u64>,
 }
 
-/// Decides a wire request, counting it in the metrics, in a decision span
-/// continued from the trace context of `headers`.
-pub(crate) async fn decide(
-    shared: &Shared,
-    api: Api,
-    request: &Request,
-    headers: &HeaderMap,
-) -> Result<Answer, EngineError> {
-    let span = DecisionSpan::start(
-        headers,
-        api,
-        Some(&request.domain),
-        request.descriptors.len(),
-        shared.engine.store_name(),
-    );
-    let start = Instant::now();
-    let result = shared.engine.decide(request).await;
-    let outcome = outcome(&result);
-    shared.metrics.request(api, outcome, start.elapsed());
-    span.finish(outcome);
-    if let Ok(answer) = &result {
-        let config = shared.engine.config();
-        let domain = if config.domain(&request.domain).is_some() {
-            request.domain.as_str()
-        } else {
-            "unknown"
+/// An ad-hoc key with its own policy.
+pub(crate) struct AdHocBody {
+    pub(crate) key: String,
+    limit: u64,
+    window: String,
+    algorithm: Option<String>,
+    buckets: Option<u32>,
+    weighting: Option<String>,
+    burst: Option<u64>,
+    epsilon: Option<f64>,
+    pub(crate) cost: Option<u64>,
+}
+
+impl AdHocBody {
+    pub(crate) fn policy(&self) -> Result<Policy, Problem> {
+        let window = parse_positive_duration(&self.window)
+            .map_err(|e| Problem::bad_request(format!("window: {:?}: {e}", self.window)))?;
+        let weighting = match &self.weighting {
+            Some(w) => Some(
+                w.parse::<Weighting>()
+                    .map_err(|e| Problem::bad_request(e.to_string()))?,
+            ),
+            None => None,
         };
-        shared.metrics.answer_request(domain, request, answer);
-    }
-    result
-}
-
-/// The gRPC service.
-pub struct Grpc {
-    shared: Arc<Shared>,
-}
-
-impl Grpc {
-    /// The tonic service for `shared`.
-    pub(crate) fn service(shared: Arc<Shared>) -> RateLimitServiceServer<Grpc> {
-        RateLimitServiceServer::new(Grpc { shared })
+        let spec = AlgorithmSpec {
+            name: self.algorithm.as_deref(),
+            buckets: self.buckets,
+            weighting,
+            burst: self.burst,
+            epsilon: self.epsilon,
+        };
+        let algorithm = spec
+            .algorithm(self.limit)
+            .map_err(|e| Problem::bad_request(e.to_string()))?;
+        Policy::new(self.limit, window, algorithm).map_err(|e| Problem::bad_request(e.to_string()))
     }
 }
 
-#[tonic::async_trait]
-impl RateLimitService for Grpc {
-    async fn should_rate_limit(
-        &self,
-        request: tonic::Request<RateLimitRequest>,
-    ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
-        let (metadata, _, message) = request.into_parts();
-        respond(&self.shared, message, metadata.as_ref())
-            .await
-            .map(tonic::Response::new)
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
+}
+
+/// The answer to an ad-hoc check.
+#[derive(Serialize)]
+pub(crate) struct DecisionBody<'a> {
+    allowed: bool,
+    key: &'a str,
+    limit: u64,
+    remaining: u64,
+    reset_after_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_after_ms: Option<u64>,
+}
+
+impl<'a> DecisionBody<'a> {
+    pub(crate) fn new(key: &'a str, decision: &Decision) -> Self {
+        DecisionBody {
+            allowed: decision.allowed(),
+            key,
+            limit: decision.limit(),
+            remaining: decision.remaining(),
+            reset_after_ms: millis(decision.reset_after()),
+            retry_after_ms: decision.retry_after().map(millis),
+        }
     }
 }
 
-/// `ShouldRateLimit`: the answer to `message`, whose request carried
-/// `headers` (read for the trace context), or the status it fails with.
-/// The one path of both the tonic service and `crate::grpc_routes`'s
-/// unary calls.
-pub(crate) async fn respond(
-    shared: &Shared,
-    message: RateLimitRequest,
-    headers: &HeaderMap,
-) -> Result<RateLimitResponse, tonic::Status> {
-    let request = request_from_wire(message);
-    match decide(shared, Api::Grpc, &request, headers).await {
-        Ok(answer) => Ok(answer_to_wire(
-            &request,
-            &answer,
-            &shared.grpc_headers,
-            shared.engine.settings().dynamic_metadata,
-        )),
-        Err(e) => Err(grpc_status(e)),
-    }
-}
-
-/// `ShouldRateLimit` answered by tonic's server (`tonic::server::Grpc`,
-/// as the generated [`RateLimitServiceServer`] serves it, messages of at
-/// most `limit` bytes, no compression taken) but with [`RequestCodec`]:
-/// a request whose message does not decode, or whose body ends inside a
-/// message (the error of `crate::grpc_routes`'s replayed body), is
-/// `INVALID_ARGUMENT`; anything else tonic refuses is answered as tonic
-/// answers it.
-pub(crate) async fn tonic_unary<B>(
-    shared: Arc<Shared>,
-    limit: usize,
-    request: http::Request<B>,
-) -> http::Response<tonic::body::Body>
-where
-    B: hyper::body::Body + Send + 'static,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send,
-{
-    let mut grpc = tonic::server::Grpc::new(RequestCodec).apply_max_message_size_config(Some(limit), None);
-    grpc.unary(ShouldRateLimit(shared), request).await
-}
-
-/// `ShouldRateLimit` as tonic's server calls it: [`respond`].
-struct ShouldRateLimit(Arc<Shared>);
-
-impl tonic::server::UnaryService<RateLimitRequest> for ShouldRateLimit {
-    type Response = RateLimitResponse;
-    type Future = tonic::codegen::BoxFuture<tonic::Response<RateLimitResponse>, tonic::Status>;
-
-    fn call(&mut self, request: tonic::Request<RateLimitRequest>) -> Self::Future {
-        let shared = Arc::clone(&self.0);
-        Box::pin(async move {
-            let (metadata, _, message) = request.into_parts();
-            respond(&shared, message, metadata.as_ref())
-                .await
-                .map(tonic::Response::new)
+pub(crate) fn answer_json(answer: &Answer) -> Value {
+    let statuses: Vec<Value> = answer
+        .statuses
+        .iter()
+        .map(|s| {
+            let limits: Vec<Value> = s
+                .applied
+                .iter()
+                .map(|a| {
+                    let mut limit = serde_json::Map::new();
+                    limit.insert("name".into(), json!(a.name));
+                    limit.insert("requests_per_unit".into(), json!(a.requests_per_unit));
+                    limit.insert("unit".into(), json!(a.unit.map(crate::config::Unit::name)));
+                    limit.insert(
+                        "allowed".into(),
+                        json!(a.decision.as_ref().is_some_and(Decision::allowed)),
+                    );
+                    if let Some(p) = &a.policy {
+                        limit.insert("window_ms".into(), json!(millis(p.window())));
+                        limit.insert("algorithm".into(), json!(p.algorithm().to_string()));
+                    }
+                    if let Some(d) = a.shown() {
+                        limit.insert("remaining".into(), json!(d.remaining()));
+                        limit.insert("reset_after_ms".into(), json!(millis(d.reset_after())));
+                        if let Some(retry) = d.retry_after() {
+                            limit.insert("retry_after_ms".into(), json!(millis(retry)));
+                        }
+                    }
+                    Value::Object(limit)
+                })
+                .collect();
+            json!({
+                "code": if s.code == Code::Ok { "OK" } else { "OVER_LIMIT" },
+                "remaining": s.remaining,
+                "until_reset_ms": s.until_reset.map(millis),
+                "limits": limits,
+            })
         })
+        .collect();
+    json!({
+        "allowed": answer.overall == Code::Ok,
+        "overall_code": if answer.overall == Code::Ok { "OK" } else { "OVER_LIMIT" },
+        "statuses": statuses,
+    })
+}
+
+/// Which form a `/v1/check` or `/v1/reset` body has.
+pub(crate) enum CheckBody {
+    Descriptors(Request),
+    AdHoc(AdHocBody),
+}
+
+pub(crate) fn parse_check_body(bytes: &[u8]) -> Result<CheckBody, Problem> {
+    if bytes
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|&b| b != b'{')
+    {
+        return Err(Problem::bad_request("the body must be a JSON object"));
+    }
+    // The fast path; on an error, parse again to name the field at fault.
+    let fields: CheckFields = match serde_json::from_slice(bytes) {
+        Ok(fields) => fields,
+        Err(_) => return Err(check_body_error(bytes)),
+    };
+
+    let ad_hoc = [
+        fields.key.is_some(),
+        fields.limit.is_some(),
+        fields.window.is_some(),
+        fields.algorithm.is_some(),
+        fields.buckets.is_some(),
+        fields.weighting.is_some(),
+        fields.burst.is_some(),
+        fields.epsilon.is_some(),
+        fields.cost.is_some(),
+    ];
+    match (fields.domain, fields.descriptors) {
+        (Some(domain), descriptors) => {
+            if ad_hoc.iter().any(|&given| given) {
+                return Err(Problem::bad_request(
+                    "a body with `domain` takes `descriptors` and `hits_addend`, not the ad-hoc `key`, `limit`, `window`, `algorithm`, `buckets`, `weighting`, `burst`, `epsilon` or `cost`",
+                ));
+            }
+            Ok(CheckBody::Descriptors(request_from_wire(RateLimitRequest {
+                domain,
+                descriptors: descriptors.unwrap_or_default(),
+                hits_addend: fields.hits_addend.unwrap_or(0),
+            })))
+        }
+        (None, Some(_)) => Err(Problem::bad_request("`descriptors` needs a `domain`")),
+        (None, None) => {
+            if fields.hits_addend.is_some() {
+                return Err(Problem::bad_request(
+                    "`hits_addend` needs a `domain`; an ad-hoc key takes `cost`",
+                ));
+            }
+            let missing = |name: &str| {
+                Problem::bad_request(format!(
+                    "the body must have `domain` and `descriptors`, or `key`, `limit` and `window`: `{name}` is missing"
+                ))
+            };
+            Ok(CheckBody::AdHoc(AdHocBody {
+                key: fields.key.ok_or_else(|| missing("key"))?,
+                limit: fields.limit.ok_or_else(|| missing("limit"))?,
+                window: fields.window.ok_or_else(|| missing("window"))?,
+                algorithm: fields.algorithm,
+                buckets: fields.buckets,
+                weighting: fields.weighting,
+                burst: fields.burst,
+                epsilon: fields.epsilon,
+                cost: fields.cost,
+            }))
+        }
     }
 }
 
-/// `ShouldRateLimit`'s messages as prost encodes and decodes them, but a
-/// request that does not decode is the client's fault: `INVALID_ARGUMENT`
-/// ([`undecodable`]), where prost's codec answers `INTERNAL`.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct RequestCodec;
-
-impl tonic::codec::Codec for RequestCodec {
-    type Encode = RateLimitResponse;
-    type Decode = RateLimitRequest;
-    type Encoder = tonic_prost::ProstEncoder<RateLimitResponse>;
-    type Decoder = RequestCodec;
-
-    fn encoder(&mut self) -> Self::Encoder {
-        tonic_prost::ProstEncoder::default()
-    }
-
-    fn decoder(&mut self) -> Self::Decoder {
-        RequestCodec
-    }
-}
-
-impl tonic::codec::Decoder for RequestCodec {
-    type Item = RateLimitRequest;
-    type Error = tonic::Status;
-
-    fn decode(&mut self, buf: &mut tonic::codec::DecodeBuf<'_>) -> Result<Option<RateLimitRequest>, tonic::Status> {
-        RateLimitRequest::decode(buf).map(Some).map_err(undecodable)
-    }
-}
-
-/// A request message that does not decode as a `RateLimitRequest`:
-/// `INVALID_ARGUMENT`, with prost's reason (which names no byte of the
-/// message).
-pub(crate) fn undecodable(e: prost::DecodeError) -> tonic::Status {
-    tonic::Status::invalid_argument(format!("the request message is not a RateLimitRequest: {e}"))
-}
-
-/// A request that could not be decided, as gRPC says it: a bad request is
-/// `INVALID_ARGUMENT`; a store that cannot count is `UNAVAILABLE`, never a
-/// silent OK, so that Envoy's `failure_mode_deny` decides.
-fn grpc_status(e: EngineError) -> tonic::Status {
-    match e {
-        EngineError::Invalid(message) => tonic::Status::invalid_argument(message),
-        e @ EngineError::Unavailable(_) => tonic::Status::unavailable(e.to_string()),
+/// Why a `/v1/check` or `/v1/reset` body does not parse, naming the field.
+fn check_body_error(bytes: &[u8]) -> Problem {
+    let mut json = serde_json::Deserializer::from_slice(bytes);
+    match serde_path_to_error::deserialize::<_, CheckFields>(&mut json) {
+        Ok(_) => Problem::bad_request("the body is not JSON: characters follow the object"),
+        Err(e) => {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            if inner.is_syntax() || inner.is_eof() {
+                Problem::bad_request(format!("the body is not JSON: {inner}"))
+            } else if path == "." {
+                Problem::bad_request(format!("the body is not a check: {inner}"))
+            } else {
+                Problem::bad_request(format!("the body is not a check: `{path}`: {inner}"))
+            }
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn errors_map_to_grpc_codes() {
-        let invalid = grpc_status(EngineError::Invalid("the domain is empty".to_owned()));
-        assert_eq!(invalid.code(), tonic::Code::InvalidArgument);
-        assert_eq!(invalid.message(), "the domain is empty");
-        let down = grpc_status(EngineError::Unavailable("the store is full".to_owned()));
-        assert_eq!(down.code(), tonic::Code::Unavailable);
-        assert!(down.message().contains("the store is full"));
-    }
 
     #[test]
     fn units_go_both_ways() {

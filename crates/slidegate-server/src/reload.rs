@@ -1,30 +1,19 @@
-//! What the HTTP and gRPC front ends share ([`Shared`]): the engine, the
-//! metrics, the answers' header options, the admission control, and the
-//! config's reload (the files watched, one reload at a time, refused when
-//! it would turn the limits off). Below the front ends and `server.rs`,
-//! which builds it (`Shared::new`) and starts the service around it.
+//! The config's reload ([`Reloader`]): the files watched, one reload at a
+//! time, refused when it would turn the limits off; and the TLS files'.
+//! Beside `crate::server`, which starts it.
 
-use crate::admission::Admission;
 use crate::config::{Config, ConfigError, LoadOptions};
-use crate::engine::Engine;
-use crate::headers::HeaderOptions;
-use crate::metrics::Metrics;
-use crate::tls::{Tls, TlsError};
-use crate::watch::{FileStamp, fingerprint};
+use crate::net::tls::{Tls, TlsError};
+use crate::net::watch::{FileStamp, fingerprint};
+use crate::service::Shared;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
-/// What the HTTP and gRPC front ends share.
-pub struct Shared {
-    pub(crate) engine: Engine,
-    pub(crate) metrics: Metrics,
-    pub(crate) grpc_headers: HeaderOptions,
-    pub(crate) http_headers: HeaderOptions,
-    pub(crate) body_limit: usize,
-    pub(crate) body_timeout: Duration,
-    pub(crate) admin_token: Option<Box<[u8]>>,
+/// Reloads the config files (and the TLS files) of a running server.
+pub struct Reloader {
+    pub(crate) shared: Arc<Shared>,
     pub(crate) paths: Vec<PathBuf>,
     /// How a reload reads them (a folder without a config file allowed
     /// with `Options::allow_empty_reload`).
@@ -36,20 +25,13 @@ pub struct Shared {
     /// run one at a time.
     pub(crate) watched: parking_lot::Mutex<Watched>,
     pub(crate) give_back_memory: fn(),
-    /// The server is draining: `/readyz` answers 503.
-    pub(crate) draining: std::sync::atomic::AtomicBool,
-    /// Redis does not answer and readiness requires it: `/readyz` answers
-    /// 503.
-    pub(crate) redis_down: std::sync::atomic::AtomicBool,
     /// Reloads tried so far, good or bad.
     pub(crate) reloads: watch::Sender<u64>,
     /// TLS, when on.
     pub(crate) tls: Option<Arc<Tls>>,
-    /// The open connections and calls in flight of both front ends.
-    pub(crate) admission: Arc<Admission>,
 }
 
-impl Shared {
+impl Reloader {
     /// Reads the TLS files again (blocking: call it off the async
     /// runtime's threads) and, if they are good, serves new handshakes
     /// with them; if not, the old ones stay in force. Either way the
@@ -113,35 +95,6 @@ impl Shared {
         Some(result)
     }
 
-    /// Readiness follows Redis: NOT_SERVING (and `/readyz` 503) when it
-    /// stops answering, SERVING again when it answers (unless draining);
-    /// each change logged once.
-    pub(crate) async fn redis_readiness(&self, answers: bool, health: &tonic_health::server::HealthReporter) {
-        use std::sync::atomic::Ordering::Relaxed;
-        let was_down = self.redis_down.swap(!answers, Relaxed);
-        if was_down != answers {
-            // No change.
-            return;
-        }
-        let status = if answers && !self.draining() {
-            tracing::info!("Redis answers: ready again");
-            tonic_health::ServingStatus::Serving
-        } else {
-            if !answers {
-                tracing::warn!("Redis does not answer: not ready (--ready-requires-redis)");
-            }
-            tonic_health::ServingStatus::NotServing
-        };
-        for name in HEALTH_NAMES {
-            health.set_service_status(name, status).await;
-        }
-    }
-
-    /// Whether the server is draining (stopping: health NOT_SERVING).
-    pub fn draining(&self) -> bool {
-        self.draining.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
     /// Reloads tried so far (good or bad), to wait on.
     pub fn reloads(&self) -> watch::Receiver<u64> {
         self.reloads.subscribe()
@@ -154,17 +107,19 @@ impl Shared {
         let loaded = Config::load_with(&self.paths, &self.load_options).inspect(log_warnings);
         // An emptying reload, allowed: said in the log.
         let mut emptying = false;
-        let checked = loaded.and_then(|config| match Config::check_reload(&self.engine.config(), &config) {
-            Err(_) if self.allow_empty_reload => {
-                emptying = true;
-                Ok(config)
-            }
-            checked => checked.map(|()| config),
-        });
-        match checked.and_then(|config| self.engine.replace_config(config)) {
+        let checked = loaded.and_then(
+            |config| match Config::check_reload(&self.shared.engine().config(), &config) {
+                Err(_) if self.allow_empty_reload => {
+                    emptying = true;
+                    Ok(config)
+                }
+                checked => checked.map(|()| config),
+            },
+        );
+        match checked.and_then(|config| self.shared.engine().replace_config(config)) {
             Ok(before) => {
-                self.metrics.reload(true);
-                let after = self.engine.config();
+                self.shared.service.metrics().reload(true);
+                let after = self.shared.engine().config();
                 let changes = crate::config::ConfigChanges::between(&before, &after);
                 let domains = after.domains().count();
                 drop(after);
@@ -183,28 +138,13 @@ impl Shared {
             }
             Err(e) => {
                 (self.give_back_memory)();
-                self.metrics.reload(false);
+                self.shared.service.metrics().reload(false);
                 tracing::error!(error = %e, "config reload failed; the previous config stays in force");
                 Err(e)
             }
         }
     }
-
-    /// The engine.
-    pub fn engine(&self) -> &Engine {
-        &self.engine
-    }
-
-    /// The metrics in text form.
-    pub fn metrics_text(&self) -> String {
-        self.metrics.connections(&self.admission.stats());
-        self.metrics.render(&self.engine.stats(), self.engine.shared_store())
-    }
 }
-
-/// The names the gRPC health service answers for: the whole server (`""`)
-/// and envoyproxy/ratelimit's service name.
-pub(crate) const HEALTH_NAMES: [&str; 2] = ["", "ratelimit"];
 
 /// What the config watcher knows of the files.
 #[derive(Default)]

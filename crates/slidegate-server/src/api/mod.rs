@@ -1,0 +1,11 @@
+//! The front ends: gRPC ([`grpc`], the routes a connection serves and
+//! tonic's service) and HTTP ([`http`](mod@http), routes and problem
+//! documents), and the wire conversions between their messages and the
+//! service's request and answer. They decide through
+//! [`crate::service`] and never reach the network layer.
+
+pub mod grpc;
+pub(crate) mod grpc_routes;
+pub mod http;
+pub(crate) mod problem;
+pub mod wire;
