@@ -9,6 +9,7 @@ use anyhow::{Context, Result};
 use slidegate_core::{Algorithm, Policy, Weighting};
 use slidegate_plot::Line;
 use slidegate_sim::{Metrics, Request, Row};
+use slidegate_whatif::policy_label;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -25,16 +26,6 @@ pub(crate) fn label(row: &Row) -> String {
         (_, _, Some(burst), _) => format!("{} burst={burst}", row.algorithm),
         (_, _, _, Some(eps)) => format!("{} ε={eps}", row.algorithm),
         _ => row.algorithm.to_owned(),
-    }
-}
-
-/// A policy's algorithm with its parameters (`sliding_window n=8 conservative`).
-pub(crate) fn policy_label(policy: &Policy) -> String {
-    match policy.algorithm() {
-        Algorithm::SlidingWindow { buckets, weighting } => format!("sliding_window n={buckets} {}", weighting.name()),
-        Algorithm::Gcra { burst } => format!("gcra burst={burst}"),
-        Algorithm::ExponentialHistogram { epsilon } => format!("exponential_histogram ε={epsilon}"),
-        other => other.name().to_owned(),
     }
 }
 
@@ -238,8 +229,8 @@ const WHATIF_RULE_PLOTS: usize = 6;
 /// as `_`), that
 /// rule's refusals as configured, by the exact sliding log and by a fixed
 /// window; each as SVG and PNG. Returns the files written.
-pub(crate) fn whatif_plots(dir: &Path, report: &crate::whatif::Report) -> Result<Vec<PathBuf>> {
-    use crate::whatif::View;
+pub(crate) fn whatif_plots(dir: &Path, report: &slidegate_whatif::Report) -> Result<Vec<PathBuf>> {
+    use slidegate_whatif::View;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut written = Vec::new();
     let all = report.rules.iter().flat_map(|r| &r.views).map(|v| &v.series);
@@ -249,7 +240,7 @@ pub(crate) fn whatif_plots(dir: &Path, report: &crate::whatif::Report) -> Result
         return Ok(written);
     }
     let per = slidegate_core::duration::format_duration(Duration::from_nanos(interval_ns));
-    let line = |label: String, series: &crate::whatif::Series| {
+    let line = |label: String, series: &slidegate_whatif::Series| {
         let points = series
             .aligned(interval_ns, len)
             .into_iter()
@@ -271,8 +262,8 @@ pub(crate) fn whatif_plots(dir: &Path, report: &crate::whatif::Report) -> Result
         slidegate_plot::refusals_over_time(&dir.join("whatif-refusals"), &title, &configured)
             .map_err(|e| anyhow::anyhow!("{e}"))?,
     );
-    let mut rules: Vec<&crate::whatif::RuleReport> = report.rules.iter().collect();
-    let refused = |r: &crate::whatif::RuleReport| r.views.first().map_or(0, |v| v.refused);
+    let mut rules: Vec<&slidegate_whatif::RuleReport> = report.rules.iter().collect();
+    let refused = |r: &slidegate_whatif::RuleReport| r.views.first().map_or(0, |v| v.refused);
     rules.sort_by(|a, b| refused(b).cmp(&refused(a)).then_with(|| a.rule.cmp(&b.rule)));
     for rule in rules.into_iter().take(WHATIF_RULE_PLOTS) {
         let lines: Vec<Line> = rule

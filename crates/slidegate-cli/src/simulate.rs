@@ -165,12 +165,12 @@ pub(crate) struct Args {
     /// without this descriptor, as Envoy leaves out a descriptor it cannot
     /// fill.
     #[arg(long, value_name = "KEY=FIELD", requires = "config")]
-    descriptor: Vec<crate::whatif::EntrySpec>,
+    descriptor: Vec<slidegate_whatif::EntrySpec>,
 
     /// Another descriptor of the same what-if requests: its entries as KEY=FIELD or KEY=literal:TEXT separated
     /// by commas; repeat for more descriptors
     #[arg(long, value_name = "ENTRIES", requires = "descriptor", value_parser = parse_descriptor)]
-    other_descriptor: Vec<Vec<crate::whatif::EntrySpec>>,
+    other_descriptor: Vec<Vec<slidegate_whatif::EntrySpec>>,
 
     /// Memory of each what-if store, in MiB: the config's sliding windows, its other algorithms, the sliding
     /// logs and the fixed windows each get this much
@@ -180,7 +180,7 @@ pub(crate) struct Args {
 }
 
 /// `--other-descriptor`: entries separated by commas.
-fn parse_descriptor(s: &str) -> Result<Vec<crate::whatif::EntrySpec>, String> {
+fn parse_descriptor(s: &str) -> Result<Vec<slidegate_whatif::EntrySpec>, String> {
     s.split(',').map(str::parse).collect()
 }
 
@@ -426,14 +426,14 @@ fn replay(args: &Args, policies: &[Policy], out: &mut dyn Write, progress: bool)
 fn whatif(args: &Args, out: &mut dyn Write, progress: bool) -> Result<()> {
     let mut descriptors = vec![args.descriptor.clone()];
     descriptors.extend(args.other_descriptor.iter().cloned());
-    let setup = crate::whatif::Setup {
+    let setup = slidegate_whatif::Setup {
         config: args.config.clone(),
         domain: args.domain.clone().unwrap_or_default(),
         descriptors,
         memory_bytes: (args.memory_mib as usize) << 20,
         order: reorder_options(args),
     };
-    let mut replay = crate::whatif::Replay::new(&setup)?;
+    let mut replay = slidegate_whatif::Replay::new(&setup)?;
     let options = log_options(args);
     let mut files = Vec::new();
     for path in unique(&args.trace) {
@@ -516,7 +516,7 @@ struct Resolved<'r, 'a> {
     fields: &'r [(&'r str, slidegate_sim::Field)],
 }
 
-impl crate::whatif::Fields for Resolved<'_, '_> {
+impl slidegate_whatif::Fields for Resolved<'_, '_> {
     fn field(&self, name: &str) -> Option<std::borrow::Cow<'_, str>> {
         let (_, field) = self.fields.iter().find(|(n, _)| *n == name)?;
         self.record.get(field)

@@ -1,9 +1,9 @@
 //! `slidegate simulate --config` as a process: the what-if replay of the
-//! committed nginx log (`tests/data/whatif/access.log`, nginx's stock
-//! `main` format) through the committed config, in the three output
-//! formats, and its errors.
+//! committed nginx log (`slidegate-whatif`'s `tests/data/access.log`,
+//! nginx's stock `main` format) through the committed config, in the three
+//! output formats, and its errors.
 //!
-//! The expected figures are those of `tests/data/whatif/oracle.py`, which
+//! The expected figures are those of `tests/data/oracle.py` there, which
 //! works them out from the algorithms' definitions request by request,
 //! apart from slidegate's code:
 //!
@@ -22,7 +22,7 @@ use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/whatif");
+const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../slidegate-whatif/tests/data");
 
 fn data(name: &str) -> String {
     format!("{DATA}/{name}")
