@@ -9,26 +9,31 @@
 
 use axum::{Router, routing::get};
 use slidegate_core::{Algorithm, Policy, Weighting};
-use slidegate_redis::RedisStore;
+use slidegate_redis::RedisOptions;
 use slidegate_store::FailurePolicy;
 use slidegate_tower::{PeerIp, RateLimitLayer};
 use std::{net::SocketAddr, time::Duration};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    // Every replica uses the same prefix: they share the counts under it.
-    // Each decision is one script call, bounded by 50 ms.
-    let store = RedisStore::connect("redis://127.0.0.1:6379", "slidegate:", Duration::from_millis(50)).await?;
+    // The store as `slidegate serve --redis` builds it. Every replica uses
+    // the same prefix (by default `slidegate:`): they share the counts
+    // under it. Each decision is one script call, bounded by the timeout
+    // (by default 50 ms). On an outage: pass, without `RateLimit` headers;
+    // `Closed` refuses instead, `Local { instances: 3 }` counts a third of
+    // the limit in each of three replicas.
+    let options = RedisOptions {
+        urls: vec!["redis://127.0.0.1:6379".to_owned()],
+        failure: FailurePolicy::Open,
+        ..RedisOptions::default()
+    };
+    let store = options.connect().await?;
     let sliding = Algorithm::SlidingWindow {
         buckets: 8,
         weighting: Weighting::Conservative,
     };
     let limit = RateLimitLayer::builder_with_store(PeerIp::new(), store)
         .quota("per-client", Policy::new(100, Duration::from_secs(60), sliding)?)
-        // On an outage: pass, without `RateLimit` headers. `Closed` refuses
-        // instead; `local_failover(3, MemoryStore::new(...))` counts a third
-        // of the limit in each of three replicas.
-        .failure_policy(FailurePolicy::Open)
         .build()?;
     let app = Router::new().route("/", get(|| async { "hello\n" })).layer(limit);
     let port: u16 = std::env::var("PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(3000);

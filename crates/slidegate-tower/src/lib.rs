@@ -7,15 +7,20 @@
 //! in any [`slidegate_store::Store`]: by default a bounded in-memory
 //! [`MemoryStore`] of this process (made by the first
 //! [`limit`](RateLimitLayerBuilder::limit)), or a store shared by every
-//! replica, such as `slidegate_redis::RedisStore`, given to
-//! [`RateLimitLayer::builder_with_store`] (limits added with
+//! replica, such as the Redis store that `slidegate_redis::RedisOptions`
+//! builds (as `slidegate serve --redis` does: one server, a Sentinel's
+//! primary or a Cluster, the hybrid mode, behind its failure policy),
+//! given to [`RateLimitLayer::builder_with_store`] (limits added with
 //! [`quota`](RateLimitLayerBuilder::quota)):
 //!
 //! ```ignore
-//! let store = RedisStore::connect("redis://127.0.0.1:6379", "slidegate:", Duration::from_millis(50)).await?;
-//! let limit = RateLimitLayer::builder_with_store(PeerIp::new(), store)
+//! let options = RedisOptions {
+//!     urls: vec!["redis://127.0.0.1:6379".to_owned()],
+//!     failure: FailurePolicy::Open,
+//!     ..RedisOptions::default()
+//! };
+//! let limit = RateLimitLayer::builder_with_store(PeerIp::new(), options.connect().await?)
 //!     .quota("per-client", Policy::new(100, Duration::from_secs(60), sliding)?)
-//!     .failure_policy(FailurePolicy::Open)
 //!     .build()?;
 //! ```
 //!

@@ -1,6 +1,7 @@
 //! Two replicas of an axum app on loopback ports, each with its own
 //! `RedisStore` (or, in the hybrid mode, `HybridStore`) on one throw-away
-//! `redis-server`: one limit for both, however the requests are spread.
+//! `redis-server`: one limit for both, however the requests are spread;
+//! and a layer over the store as `RedisOptions` builds it for the service.
 
 use axum::Router;
 use axum::routing::get;
@@ -11,7 +12,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use slidegate_conformance::redis::{KEY_PREFIX, RedisServer};
 use slidegate_core::{Algorithm, Policy, Weighting};
-use slidegate_redis::{HybridOptions, HybridStore, RedisStore};
+use slidegate_redis::{HybridOptions, HybridStore, RedisOptions, RedisStore};
 use slidegate_store::{FailurePolicy, Store};
 use slidegate_tower::{PeerIp, RateLimitLayer};
 use std::net::SocketAddr;
@@ -185,4 +186,55 @@ async fn hybrid_replicas_admit_the_limit_in_all() {
         "every admitted count reached Redis"
     );
     server.assert_every_key_expires();
+}
+
+/// A layer over the store as `RedisOptions` builds it (behind its failure
+/// policy, as `slidegate serve` runs it) decides: 3 of 5 requests pass,
+/// with the headers of what Redis counted, then 429.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layer_over_the_built_store_decides() {
+    let server = RedisServer::start();
+    let options = RedisOptions {
+        urls: vec![server.url()],
+        prefix: format!("{KEY_PREFIX}built:"),
+        timeout: Duration::from_secs(2),
+        failure: FailurePolicy::Closed,
+        ..RedisOptions::default()
+    };
+    let store = options.connect().await.unwrap();
+    let layer = RateLimitLayer::builder_with_store(slidegate_tower::GlobalKey, store)
+        .quota(
+            "global",
+            Policy::new(3, Duration::from_secs(60), Algorithm::FixedWindow).unwrap(),
+        )
+        .build()
+        .unwrap();
+    let app = Router::new().route("/", get(|| async { "hello" })).layer(layer);
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        let request = http::Request::builder()
+            .uri("/")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let response = tower::ServiceExt::oneshot(app.clone(), request).await.unwrap();
+        statuses.push(response.status());
+        if response.status() == StatusCode::OK {
+            assert!(response.headers().contains_key("ratelimit"));
+        }
+    }
+    let ok = StatusCode::OK;
+    let refused = StatusCode::TOO_MANY_REQUESTS;
+    assert_eq!(statuses, [ok, ok, ok, refused, refused]);
+    // The counts are Redis's: the window's key holds the three.
+    let mut conn = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{KEY_PREFIX}built:*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(keys.len(), 1, "{keys:?}");
 }
