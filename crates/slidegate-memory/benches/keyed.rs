@@ -75,7 +75,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use slidegate_conformance::alloc::Counting;
 use slidegate_core::{Algorithm, Decision, ManualClock, Policy, Weighting};
-use slidegate_memory::{Budget, Key, KeyedLimiter, StoreError};
+use slidegate_memory::{Budget, Key, KeyedLimiter, MemoryError};
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -146,8 +146,8 @@ impl Traffic {
 /// What a line's threads reuse between chunks.
 struct Scratch<'k> {
     requests: Vec<(&'k u64, u64)>,
-    admitted: Vec<Result<bool, StoreError>>,
-    decisions: Vec<Result<Decision, StoreError>>,
+    admitted: Vec<Result<bool, MemoryError>>,
+    decisions: Vec<Result<Decision, MemoryError>>,
 }
 
 impl Scratch<'_> {

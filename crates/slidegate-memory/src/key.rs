@@ -3,7 +3,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
-/// A key of a [`Store`](crate::Store): hashable, comparable, and able to
+/// A key of a [`StateMap`](crate::internals::StateMap): hashable, comparable, and able to
 /// say how many bytes it holds on the heap, so that the store's byte budget
 /// counts them.
 pub trait Key: std::hash::Hash + Eq + Send + Sync + 'static {

@@ -1,11 +1,12 @@
 //! A concurrent keyed store of slidegate limits: millions of keys in a
 //! memory budget fixed when the store is built.
 //!
-//! [`KeyedLimiter`] limits every key to one policy with a clock;
-//! [`Store`] is the map underneath, which takes the policy and the time on
-//! every call. Keys are any [`Key`] (integers, addresses, `String`,
-//! `Vec<u8>`, ...), looked up by borrowed forms (`&str`, `&[u8]`) that
-//! allocate only when a new key is stored.
+//! [`KeyedLimiter`] limits every key to one policy with a clock, and
+//! [`MemoryStore`] is the store of any limits behind the store interface;
+//! the map underneath takes the policy and the time on every call. Keys are
+//! any [`Key`] (integers, addresses, `String`, `Vec<u8>`, ...), looked up
+//! by borrowed forms (`&str`, `&[u8]`) that allocate only when a new key is
+//! stored.
 //!
 //! # Layout
 //!
@@ -48,7 +49,7 @@
 //! - **Eviction**: when a shard is full of live keys, the key evicted is
 //!   the one whose loss costs least among the 8 keys from the new key's
 //!   home slot on: an idle one if there is one, else the one holding fewest
-//!   units ([`KeyState::held`]), the soonest-expiring of those. Every
+//!   units (`KeyState::held`), the soonest-expiring of those. Every
 //!   eviction is counted in [`Stats::evictions`]; a key dropped this way
 //!   that was idle after all (the sweep had not reached it) is counted in
 //!   [`Stats::reclaimed`] instead.
@@ -82,14 +83,14 @@
 //!   (each seeded key's counts fold back in, so the level climbs towards
 //!   the limits); keys held keep their counts. [`Stats::seeded`],
 //!   [`Stats::summarised`] and [`Stats::summary_fill`] show it; size the
-//!   budget so that live evictions are rare. [`Store::reset`] forgets a
-//!   held key, but not what the summary holds for it.
+//!   budget so that live evictions are rare. [`KeyedLimiter::reset`]
+//!   forgets a held key, but not what the summary holds for it.
 //! - One shard holds `1/shards` of the budget, so a shard can fill (and
 //!   evict) a little before the whole store does.
 //!
 //! # Concurrency
 //!
-//! Any number of threads may share a store (`&Store` is `Sync`). Each
+//! Any number of threads may share a store (`&KeyedLimiter` is `Sync`). Each
 //! decision holds its shard's lock from reading the key's state to writing
 //! it back, so decisions on one key are linearizable: no update is lost and
 //! no two requests are admitted on the same budget. Calls on keys of
@@ -105,7 +106,7 @@
 //!
 //! # Batches
 //!
-//! [`Store::check_many`] decides many independent keys at once: it
+//! [`KeyedLimiter::check_many`] decides many independent keys at once: it
 //! prefetches each key's home slot a few requests ahead, so that on a
 //! table larger than the caches the memory misses of a batch overlap
 //! instead of costing one DRAM round trip each in sequence.
@@ -124,5 +125,17 @@ mod table;
 pub use key::Key;
 pub use limiter::KeyedLimiter;
 pub use memory_store::MemoryStore;
-pub use state::{CacheLine, KeyState, Ring2, Ring8, Timed};
-pub use store::{Budget, Group, Stats, Store, StoreError};
+pub use store::{Budget, MemoryError, Stats};
+
+/// The parts of the store that other slidegate crates build on (the Redis
+/// crate's hybrid mode keeps its local views in a [`StateMap`] of its own
+/// [`KeyState`]), and this crate's tests and benchmarks: not a stable
+/// interface.
+///
+/// [`StateMap`]: internals::StateMap
+/// [`KeyState`]: internals::KeyState
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::state::{CacheLine, KeyState, Ring2, Ring8, Timed};
+    pub use crate::store::{Group, StateMap};
+}

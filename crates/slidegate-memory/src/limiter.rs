@@ -2,7 +2,7 @@
 
 use crate::key::Key;
 use crate::state::{KeyState, Ring2, Ring8};
-use crate::store::{Budget, Stats, Store, StoreError};
+use crate::store::{Budget, MemoryError, StateMap, Stats};
 use slidegate_core::{Algorithm, Clock, Decision, FixedWindow, Gcra, Policy, State};
 use std::borrow::Borrow;
 use std::hash::Hash;
@@ -10,13 +10,13 @@ use std::hash::Hash;
 /// The store of a [`KeyedLimiter`], with the smallest state that serves
 /// its policy.
 enum Table<K> {
-    Ring2Small(Store<K, Ring2<u16>>),
-    Ring2(Store<K, Ring2<u32>>),
-    Ring8Small(Store<K, Ring8<u16>>),
-    Ring8(Store<K, Ring8<u32>>),
-    Fixed(Store<K, FixedWindow>),
-    Gcra(Store<K, Gcra>),
-    Any(Store<K, State>),
+    Ring2Small(StateMap<K, Ring2<u16>>),
+    Ring2(StateMap<K, Ring2<u32>>),
+    Ring8Small(StateMap<K, Ring8<u16>>),
+    Ring8(StateMap<K, Ring8<u32>>),
+    Fixed(StateMap<K, FixedWindow>),
+    Gcra(StateMap<K, Gcra>),
+    Any(StateMap<K, State>),
 }
 
 /// Calls `$call` on the store inside any variant.
@@ -79,13 +79,13 @@ impl<K: Key, C: Clock> KeyedLimiter<K, C> {
         let small = policy.limit() <= u64::from(u16::MAX);
         let wide = policy.limit() > u64::from(u32::MAX);
         let table = match policy.algorithm() {
-            Algorithm::SlidingWindow { buckets: 2, .. } if small => Table::Ring2Small(Store::new(budget)),
-            Algorithm::SlidingWindow { buckets: 2, .. } if !wide => Table::Ring2(Store::new(budget)),
-            Algorithm::SlidingWindow { buckets: 3..=8, .. } if small => Table::Ring8Small(Store::new(budget)),
-            Algorithm::SlidingWindow { buckets: 3..=8, .. } if !wide => Table::Ring8(Store::new(budget)),
-            Algorithm::FixedWindow => Table::Fixed(Store::new(budget)),
-            Algorithm::Gcra { .. } => Table::Gcra(Store::new(budget)),
-            _ => Table::Any(Store::new(budget)),
+            Algorithm::SlidingWindow { buckets: 2, .. } if small => Table::Ring2Small(StateMap::new(budget)),
+            Algorithm::SlidingWindow { buckets: 2, .. } if !wide => Table::Ring2(StateMap::new(budget)),
+            Algorithm::SlidingWindow { buckets: 3..=8, .. } if small => Table::Ring8Small(StateMap::new(budget)),
+            Algorithm::SlidingWindow { buckets: 3..=8, .. } if !wide => Table::Ring8(StateMap::new(budget)),
+            Algorithm::FixedWindow => Table::Fixed(StateMap::new(budget)),
+            Algorithm::Gcra { .. } => Table::Gcra(StateMap::new(budget)),
+            _ => Table::Any(StateMap::new(budget)),
         };
         KeyedLimiter { policy, clock, table }
     }
@@ -99,9 +99,9 @@ impl<K: Key, C: Clock> KeyedLimiter<K, C> {
     ///
     /// # Errors
     ///
-    /// [`StoreError::KeyTooLarge`] for a key larger than a shard's share of
+    /// [`MemoryError::KeyTooLarge`] for a key larger than a shard's share of
     /// the byte budget.
-    pub fn check<Q>(&self, key: &Q, cost: u64) -> Result<Decision, StoreError>
+    pub fn check<Q>(&self, key: &Q, cost: u64) -> Result<Decision, MemoryError>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -115,7 +115,7 @@ impl<K: Key, C: Clock> KeyedLimiter<K, C> {
     /// # Errors
     ///
     /// As [`KeyedLimiter::check`].
-    pub fn admit<Q>(&self, key: &Q, cost: u64) -> Result<bool, StoreError>
+    pub fn admit<Q>(&self, key: &Q, cost: u64) -> Result<bool, MemoryError>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -125,8 +125,8 @@ impl<K: Key, C: Clock> KeyedLimiter<K, C> {
     }
 
     /// Decides many requests at one reading of the clock, overlapping their
-    /// memory misses; see [`Store::check_many`].
-    pub fn check_many<Q>(&self, requests: &[(&Q, u64)], out: &mut Vec<Result<Decision, StoreError>>)
+    /// memory misses; see the crate's [batches](crate#batches).
+    pub fn check_many<Q>(&self, requests: &[(&Q, u64)], out: &mut Vec<Result<Decision, MemoryError>>)
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -136,7 +136,7 @@ impl<K: Key, C: Clock> KeyedLimiter<K, C> {
     }
 
     /// [`KeyedLimiter::check_many`] answering only admitted or not.
-    pub fn admit_many<Q>(&self, requests: &[(&Q, u64)], out: &mut Vec<Result<bool, StoreError>>)
+    pub fn admit_many<Q>(&self, requests: &[(&Q, u64)], out: &mut Vec<Result<bool, MemoryError>>)
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -145,7 +145,9 @@ impl<K: Key, C: Clock> KeyedLimiter<K, C> {
         each!(&self.table, s => s.admit_many(&self.policy, now, requests, out))
     }
 
-    /// Forgets `key`; see [`Store::reset`].
+    /// Forgets `key`: its next request starts from a fresh state (or, if
+    /// the key was evicted while live before, from what the summary of
+    /// evicted keys still holds for it). Returns whether the key was held.
     pub fn reset<Q>(&self, key: &Q) -> bool
     where
         K: Borrow<Q>,

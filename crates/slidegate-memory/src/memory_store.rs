@@ -1,7 +1,7 @@
 //! The in-memory implementation of the store interface.
 
 use crate::state::{KeyState, Ring8, Timed};
-use crate::store::{Budget, Group, Stats, Store, StoreError};
+use crate::store::{Budget, Group, MemoryError, StateMap, Stats};
 use slidegate_core::{Clock, Decision, MonotonicClock, Policy, State};
 use slidegate_store::{Decisions, Quota, StoreError as Error, StoreStats, decide_all};
 use std::future::{Future, Ready, ready};
@@ -25,8 +25,8 @@ use std::future::{Future, Ready, ready};
 /// nothing, atomically. Decisions are made when `decide` is called: the
 /// future is [`Ready`], with no allocation, boxing or await point.
 pub struct MemoryStore<C = MonotonicClock> {
-    ring: Store<u64, Timed<Ring8<u32>>>,
-    other: Store<u64, Timed<State>>,
+    ring: StateMap<u64, Timed<Ring8<u32>>>,
+    other: StateMap<u64, Timed<State>>,
     clock: C,
 }
 
@@ -52,8 +52,8 @@ impl<C: Clock> MemoryStore<C> {
     /// and every other policy within `other_budget`, on `clock`.
     pub fn with_clock(budget: Budget, other_budget: Budget, clock: C) -> Self {
         MemoryStore {
-            ring: Store::new(budget),
-            other: Store::new(other_budget),
+            ring: StateMap::new(budget),
+            other: StateMap::new(other_budget),
             clock,
         }
     }
@@ -187,9 +187,9 @@ impl<St: KeyState> KeyStateMut for St {
     }
 }
 
-fn memory_error(e: &StoreError) -> Error {
+fn memory_error(e: &MemoryError) -> Error {
     match e {
-        StoreError::Unsuited { .. } => Error::Unsupported {
+        MemoryError::Unsuited { .. } => Error::Unsupported {
             policy: String::new(),
             reason: e.to_string(),
         },

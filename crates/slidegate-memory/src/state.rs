@@ -2,7 +2,7 @@
 
 use slidegate_core::{Algorithm, Decision, FixedWindow, Gcra, LimitState, Policy, SlidingWindow, Slot, State};
 
-/// A per-key state as a [`Store`](crate::Store) keeps it.
+/// A per-key state as a [`StateMap`](crate::internals::StateMap) keeps it.
 ///
 /// The store builds a fresh state for a new key, checks it on every call
 /// and drops it once [`KeyState::expires`] has passed. The compact states

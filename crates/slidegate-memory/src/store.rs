@@ -10,7 +10,7 @@ use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// How much a [`Store`] may hold, fixed when it is built.
+/// How much a [`StateMap`] may hold, fixed when it is built.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Budget {
     keys: usize,
@@ -65,7 +65,7 @@ impl Budget {
 /// Why a store could not decide.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum StoreError {
+pub enum MemoryError {
     /// The key (with its fresh state) holds more heap memory than one shard
     /// of the budget allows.
     #[error("key of {bytes} bytes exceeds the store's per-shard allowance of {max} bytes")]
@@ -164,7 +164,7 @@ struct Shard<K, St: KeyState> {
 
 /// A concurrent map from keys to limit states, in a memory budget fixed at
 /// construction. See the [crate documentation](crate) for its rules.
-pub struct Store<K, St: KeyState> {
+pub struct StateMap<K, St: KeyState> {
     shards: Box<[Shard<K, St>]>,
     hasher: foldhash::fast::RandomState,
     slot_bytes: usize,
@@ -174,9 +174,9 @@ pub struct Store<K, St: KeyState> {
     max_keys: usize,
 }
 
-impl<K: Key, St: KeyState> std::fmt::Debug for Store<K, St> {
+impl<K: Key, St: KeyState> std::fmt::Debug for StateMap<K, St> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store")
+        f.debug_struct("StateMap")
             .field("shards", &self.shards.len())
             .field("stats", &self.stats())
             .finish()
@@ -194,7 +194,7 @@ fn reduce(hash: u64, n: usize) -> usize {
     ((u128::from(mixed) * n as u128) >> 64) as usize
 }
 
-impl<K: Key, St: KeyState> Store<K, St> {
+impl<K: Key, St: KeyState> StateMap<K, St> {
     /// A store within `budget`. Its whole table is allocated now; keys and
     /// states that hold heap memory add to it, up to the budget.
     pub fn new(budget: Budget) -> Self {
@@ -240,7 +240,7 @@ impl<K: Key, St: KeyState> Store<K, St> {
                 }
             })
             .collect();
-        Store {
+        StateMap {
             shards,
             hasher,
             slot_bytes,
@@ -274,14 +274,14 @@ impl<K: Key, St: KeyState> Store<K, St> {
     ///
     /// # Errors
     ///
-    /// As [`Store::check`].
+    /// As [`StateMap::check`].
     pub fn update<Q, T>(
         &self,
         policy: &Policy,
         key: &Q,
         now: u64,
         f: impl FnOnce(&mut St) -> T,
-    ) -> Result<T, StoreError>
+    ) -> Result<T, MemoryError>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -289,7 +289,7 @@ impl<K: Key, St: KeyState> Store<K, St> {
         self.update_clocked(policy, key, || now, |state, _| f(state))
     }
 
-    /// [`Store::update`] reading the time from `now` once the key's slot
+    /// [`StateMap::update`] reading the time from `now` once the key's slot
     /// is on its way: a clock read (a few dozen cycles, and on some CPUs a
     /// stall for loads in flight) then overlaps the memory miss instead of
     /// delaying it. `f` gets the time read.
@@ -299,7 +299,7 @@ impl<K: Key, St: KeyState> Store<K, St> {
         key: &Q,
         now: impl FnOnce() -> u64,
         f: impl FnOnce(&mut St, u64) -> T,
-    ) -> Result<T, StoreError>
+    ) -> Result<T, MemoryError>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -314,7 +314,7 @@ impl<K: Key, St: KeyState> Store<K, St> {
         self.update_in(&mut table, hash, policy, key, now, |state| f(state, now))
     }
 
-    /// [`Store::update`] in a table already locked, `hash` being the key's.
+    /// [`StateMap::update`] in a table already locked, `hash` being the key's.
     fn update_in<Q, T>(
         &self,
         table: &mut Table<K, St>,
@@ -323,13 +323,13 @@ impl<K: Key, St: KeyState> Store<K, St> {
         key: &Q,
         now: u64,
         f: impl FnOnce(&mut St) -> T,
-    ) -> Result<T, StoreError>
+    ) -> Result<T, MemoryError>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         if !St::suits(policy) {
-            return Err(StoreError::Unsuited {
+            return Err(MemoryError::Unsuited {
                 algorithm: policy.algorithm().name(),
                 limit: policy.limit(),
             });
@@ -387,7 +387,7 @@ impl<K: Key, St: KeyState> Store<K, St> {
         seed: Option<(u64, u64)>,
         policy: &Policy,
         now: u64,
-    ) -> Result<(), StoreError>
+    ) -> Result<(), MemoryError>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -431,7 +431,7 @@ impl<K: Key, St: KeyState> Store<K, St> {
         state: St,
         policy: &Policy,
         now: u64,
-    ) -> Result<(), StoreError>
+    ) -> Result<(), MemoryError>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -456,7 +456,7 @@ impl<K: Key, St: KeyState> Store<K, St> {
             if K::HEAP {
                 let estimate = size_of_val(key) + state.heap_bytes();
                 if !table.make_room(tag, estimate, policy, now, full) {
-                    return Err(StoreError::KeyTooLarge {
+                    return Err(MemoryError::KeyTooLarge {
                         bytes: estimate,
                         max: table.max_heap(),
                     });
@@ -465,7 +465,7 @@ impl<K: Key, St: KeyState> Store<K, St> {
             let key = key.to_owned();
             let bytes = key.heap_bytes() + state.heap_bytes();
             if !table.insert(tag, key, state, policy, now, full && !K::HEAP) {
-                return Err(StoreError::KeyTooLarge {
+                return Err(MemoryError::KeyTooLarge {
                     bytes,
                     max: table.max_heap(),
                 });
@@ -478,10 +478,10 @@ impl<K: Key, St: KeyState> Store<K, St> {
     ///
     /// # Errors
     ///
-    /// [`StoreError::Unsuited`] if this store's states cannot serve
-    /// `policy`; [`StoreError::KeyTooLarge`] for a key larger than a
+    /// [`MemoryError::Unsuited`] if this store's states cannot serve
+    /// `policy`; [`MemoryError::KeyTooLarge`] for a key larger than a
     /// shard's share of the byte budget (nothing is counted).
-    pub fn check<Q>(&self, policy: &Policy, key: &Q, now: u64, cost: u64) -> Result<Decision, StoreError>
+    pub fn check<Q>(&self, policy: &Policy, key: &Q, now: u64, cost: u64) -> Result<Decision, MemoryError>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -489,12 +489,12 @@ impl<K: Key, St: KeyState> Store<K, St> {
         self.update(policy, key, now, |s| s.check(policy, now, cost))
     }
 
-    /// [`Store::check`] without the headers: only whether it was admitted.
+    /// [`StateMap::check`] without the headers: only whether it was admitted.
     ///
     /// # Errors
     ///
-    /// As [`Store::check`].
-    pub fn admit<Q>(&self, policy: &Policy, key: &Q, now: u64, cost: u64) -> Result<bool, StoreError>
+    /// As [`StateMap::check`].
+    pub fn admit<Q>(&self, policy: &Policy, key: &Q, now: u64, cost: u64) -> Result<bool, MemoryError>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -502,7 +502,7 @@ impl<K: Key, St: KeyState> Store<K, St> {
         self.update(policy, key, now, |s| s.admit(policy, now, cost))
     }
 
-    /// Decides many independent requests at `now`, as [`Store::check`] one
+    /// Decides many independent requests at `now`, as [`StateMap::check`] one
     /// after another would, appending one result per request to `out`.
     ///
     /// Each key's slot is prefetched a few requests ahead, so that the
@@ -512,7 +512,7 @@ impl<K: Key, St: KeyState> Store<K, St> {
         policy: &Policy,
         now: u64,
         requests: &[(&Q, u64)],
-        out: &mut Vec<Result<Decision, StoreError>>,
+        out: &mut Vec<Result<Decision, MemoryError>>,
     ) where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -520,13 +520,13 @@ impl<K: Key, St: KeyState> Store<K, St> {
         self.many(requests, out, |(key, cost)| self.check(policy, key, now, *cost));
     }
 
-    /// [`Store::check_many`] answering only admitted or not.
+    /// [`StateMap::check_many`] answering only admitted or not.
     pub fn admit_many<Q>(
         &self,
         policy: &Policy,
         now: u64,
         requests: &[(&Q, u64)],
-        out: &mut Vec<Result<bool, StoreError>>,
+        out: &mut Vec<Result<bool, MemoryError>>,
     ) where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -585,7 +585,7 @@ impl<K: Key, St: KeyState> Store<K, St> {
     }
 
     /// Locks the shard of the key group `group` (a hash of the group's
-    /// name, from [`Store::hash`]), so that several keys of the group are
+    /// name, from [`StateMap::hash`]), so that several keys of the group are
     /// decided under one lock: every key used through a [`Group`] lives in
     /// the shard its group picks. Keys must be used either only through
     /// groups or never: a key's place depends on it.
@@ -630,26 +630,26 @@ impl<K: Key, St: KeyState> Store<K, St> {
     }
 }
 
-/// The locked shard of a key group ([`Store::group`]): its keys are
+/// The locked shard of a key group ([`StateMap::group`]): its keys are
 /// decided under the one lock until the group is dropped.
 pub struct Group<'a, K, St: KeyState> {
-    store: &'a Store<K, St>,
+    store: &'a StateMap<K, St>,
     table: parking_lot::MutexGuard<'a, Table<K, St>>,
 }
 
 impl<K: Key, St: KeyState> Group<'_, K, St> {
-    /// [`Store::update`] for a key of the group.
+    /// [`StateMap::update`] for a key of the group.
     ///
     /// # Errors
     ///
-    /// As [`Store::check`].
+    /// As [`StateMap::check`].
     pub fn update<Q, T>(
         &mut self,
         policy: &Policy,
         key: &Q,
         now: u64,
         f: impl FnOnce(&mut St) -> T,
-    ) -> Result<T, StoreError>
+    ) -> Result<T, MemoryError>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -658,7 +658,7 @@ impl<K: Key, St: KeyState> Group<'_, K, St> {
         self.store.update_in(&mut self.table, hash, policy, key, now, f)
     }
 
-    /// [`Store::reset`] for a key of the group.
+    /// [`StateMap::reset`] for a key of the group.
     pub fn reset<Q>(&mut self, key: &Q) -> bool
     where
         K: Borrow<Q>,
@@ -700,7 +700,7 @@ mod tests {
             weighting: Weighting::Interpolated,
         };
         let policy = Policy::new(3, Duration::from_secs(1), algorithm).unwrap();
-        let store: Store<u64, Ring2<u16>> = Store::new(Budget::keys(64));
+        let store: StateMap<u64, Ring2<u16>> = StateMap::new(Budget::keys(64));
         assert!(store.shards.len() > 1, "{store:?}");
         let shard_of = |key: u64| std::ptr::from_ref(store.locate(&key).1);
         let empty = shard_of(0);

@@ -426,7 +426,7 @@ mod tests {
         assert_eq!(size_of::<Option<Entry<u64, Ring8<u16>>>>(), 40);
         assert_eq!(size_of::<Option<Entry<u64, Ring8<u32>>>>(), 64);
         assert_eq!(align_of::<Option<Entry<u64, Ring8<u32>>>>(), 64);
-        assert_eq!(size_of::<Option<Entry<u64, crate::Timed<Ring8<u32>>>>>(), 64);
+        assert_eq!(size_of::<Option<Entry<u64, crate::state::Timed<Ring8<u32>>>>>(), 64);
         assert_eq!(size_of::<Option<Entry<u64, Gcra>>>(), 24);
         assert_eq!(size_of::<Option<Entry<u64, FixedWindow>>>(), 32);
     }

@@ -8,7 +8,8 @@ mod common;
 use common::accounts_for;
 use slidegate_conformance::alloc::Counting;
 use slidegate_core::{Algorithm, ManualClock, Policy, State, Weighting};
-use slidegate_memory::{Budget, KeyedLimiter, Stats, Store, StoreError, Timed};
+use slidegate_memory::internals::{StateMap, Timed};
+use slidegate_memory::{Budget, KeyedLimiter, MemoryError, Stats};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -146,7 +147,7 @@ fn heap_states_stay_in_budget() {
     )
     .unwrap();
     let meter = Meter::start(&serial);
-    let store: Store<u64, Timed<State>> = Store::new(Budget::bytes(BUDGET));
+    let store: StateMap<u64, Timed<State>> = StateMap::new(Budget::bytes(BUDGET));
     for i in 0..KEYS {
         for policy in [&log, &ring] {
             for t in 0..3 {
@@ -201,7 +202,7 @@ fn string_keys_stay_in_budget() {
             // A new key whose cells in the summary of evicted keys are all
             // taken starts from what they hold, and may be refused.
             Ok(allowed) => seeded_refused += u64::from(!allowed),
-            Err(StoreError::KeyTooLarge { .. }) => refused += 1,
+            Err(MemoryError::KeyTooLarge { .. }) => refused += 1,
             Err(e) => panic!("{e}"),
         }
         // 100 ms every 10 000 keys: idle 100 000 keys later.

@@ -8,7 +8,8 @@ use parking_lot::Mutex;
 use redis::Script;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use slidegate_core::{Algorithm, Decision, FixedWindow, LimitState, Policy, SlidingWindow, State};
-use slidegate_memory::{Budget, KeyState, Store};
+use slidegate_memory::Budget;
+use slidegate_memory::internals::{KeyState, StateMap};
 use slidegate_store::{Quota, Store as _, StoreError};
 use std::collections::HashMap;
 use std::fmt;
@@ -84,7 +85,7 @@ pub(crate) enum NotLocal {
     /// The key is new and the outbox holds `max_pending_keys` keys.
     NoRoom(usize),
     /// The key's view is larger than the budget's share.
-    TooLarge(slidegate_memory::StoreError),
+    TooLarge(slidegate_memory::MemoryError),
 }
 
 impl From<NotLocal> for StoreError {
@@ -358,7 +359,7 @@ struct Inner<C> {
     /// The locks of a [`crate::HybridStore`]'s keys, which a reply takes
     /// too; none for a limiter of its own.
     stripes: Option<Arc<Stripes>>,
-    views: Store<String, View>,
+    views: StateMap<String, View>,
     outbox: [Mutex<HashMap<String, Pending>>; OUTBOX_SHARDS],
     hasher: foldhash::fast::FixedState,
     pending_keys: AtomicUsize,
@@ -548,7 +549,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
                 stripes,
                 share: slidegate_store::share_of(&micro, options.instances),
                 micro,
-                views: Store::new(options.budget),
+                views: StateMap::new(options.budget),
                 outbox: std::array::from_fn(|_| Mutex::new(HashMap::new())),
                 hasher: foldhash::fast::FixedState::default(),
                 pending_keys: AtomicUsize::new(0),

@@ -17,7 +17,8 @@ use proptest::prelude::*;
 use slidegate_conformance::oracle::ExactLog;
 use slidegate_conformance::strategy::{config, ring};
 use slidegate_core::{Algorithm, Policy, State, Weighting};
-use slidegate_memory::{Budget, KeyState, Ring8, Store, Timed};
+use slidegate_memory::Budget;
+use slidegate_memory::internals::{KeyState, Ring8, StateMap, Timed};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -69,7 +70,7 @@ fn ring_floods() -> Vec<Policy> {
 
 /// Runs the adversary's steps on `store` and checks every key's bound.
 fn run<St: KeyState>(
-    store: &Store<u64, St>,
+    store: &StateMap<u64, St>,
     victim: &Policy,
     floods: &[Policy],
     ops: &[Op],
@@ -183,14 +184,14 @@ proptest! {
     /// for every policy but the inline rings).
     #[test]
     fn no_key_gains_from_eviction_any_algorithm(victim in victim_policy(), ops in ops()) {
-        let store: Store<u64, Timed<State>> = Store::new(Budget::keys(4));
+        let store: StateMap<u64, Timed<State>> = StateMap::new(Budget::keys(4));
         run(&store, &victim, &any_floods(), &ops)?;
     }
 
     /// The inline rings of 2 to 8 buckets (`MemoryStore`'s other store).
     #[test]
     fn no_key_gains_from_eviction_rings(victim in ring_victim(), ops in ops()) {
-        let store: Store<u64, Timed<Ring8<u32>>> = Store::new(Budget::keys(4));
+        let store: StateMap<u64, Timed<Ring8<u32>>> = StateMap::new(Budget::keys(4));
         run(&store, &victim, &ring_floods(), &ops)?;
     }
 }
@@ -199,7 +200,7 @@ proptest! {
 /// itself is right.
 #[test]
 fn the_bounds_hold_without_eviction() {
-    let store: Store<u64, Timed<State>> = Store::new(Budget::keys(10_000));
+    let store: StateMap<u64, Timed<State>> = StateMap::new(Budget::keys(10_000));
     let victim = policy(3, 300, Algorithm::SlidingLog);
     let mut ops = Vec::new();
     for i in 0..400u64 {

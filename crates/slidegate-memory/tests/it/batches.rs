@@ -3,7 +3,7 @@
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use slidegate_core::{Algorithm, Decision, ManualClock, Policy, Weighting};
-use slidegate_memory::{Budget, KeyedLimiter, StoreError};
+use slidegate_memory::{Budget, KeyedLimiter, MemoryError};
 use std::time::Duration;
 
 /// What a caller sees of a decision. (Two stores may differ in the raw
@@ -11,7 +11,7 @@ use std::time::Duration;
 /// holds answers alike, but remembers instants in the past.)
 type Seen = (bool, u64, u64, Duration, Option<Duration>, f64);
 
-fn seen(d: &Result<Decision, StoreError>) -> Result<Seen, StoreError> {
+fn seen(d: &Result<Decision, MemoryError>) -> Result<Seen, MemoryError> {
     d.clone().map(|d| {
         (
             d.allowed(),
@@ -59,14 +59,14 @@ fn batches_decide_as_one_at_a_time() {
             let batch: Vec<(&u64, u64)> = keys.iter().map(|k| (k, rng.random_range(0..=5))).collect();
             out.clear();
             batched.check_many(&batch, &mut out);
-            let one_by_one: Vec<Result<Decision, StoreError>> =
+            let one_by_one: Vec<Result<Decision, MemoryError>> =
                 batch.iter().map(|&(key, cost)| single.check(key, cost)).collect();
             let (out_seen, one_seen): (Vec<_>, Vec<_>) =
                 (out.iter().map(seen).collect(), one_by_one.iter().map(seen).collect());
             assert_eq!(out_seen, one_seen, "{policy}");
             out_admit.clear();
             admitted.admit_many(&batch, &mut out_admit);
-            let one_by_one: Vec<Result<bool, StoreError>> = batch
+            let one_by_one: Vec<Result<bool, MemoryError>> = batch
                 .iter()
                 .map(|&(key, cost)| single_admitted.admit(key, cost))
                 .collect();
@@ -106,6 +106,6 @@ fn batches_of_str_keys_answer_for_each_request() {
         allowed,
         [Some(true), None, Some(true), Some(true), Some(false), Some(false)]
     );
-    assert!(matches!(out[1], Err(StoreError::KeyTooLarge { bytes: 100_000, .. })));
+    assert!(matches!(out[1], Err(MemoryError::KeyTooLarge { bytes: 100_000, .. })));
     assert_eq!(limiter.stats().keys, 2);
 }

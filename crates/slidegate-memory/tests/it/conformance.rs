@@ -7,7 +7,7 @@
 
 use crate::subjects::{Crowded, Keyed, OneKey};
 use slidegate_core::{FixedWindow, Gcra, State};
-use slidegate_memory::{Ring2, Ring8, Timed};
+use slidegate_memory::internals::{Ring2, Ring8, Timed};
 
 /// Cases per property (`PROPTEST_CASES` overrides): fewer than the core's,
 /// as every what-if question replays the key's history into a new store,

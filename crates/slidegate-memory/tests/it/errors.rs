@@ -1,7 +1,8 @@
 //! What the store refuses, and what it forgets.
 
 use slidegate_core::{Algorithm, Policy, State, Weighting};
-use slidegate_memory::{Budget, Ring2, Ring8, Store, StoreError, Timed};
+use slidegate_memory::internals::{Ring2, Ring8, StateMap, Timed};
+use slidegate_memory::{Budget, MemoryError};
 use std::time::Duration;
 
 fn policy(limit: u64, algorithm: Algorithm) -> Policy {
@@ -19,12 +20,12 @@ fn buckets(n: u32) -> Algorithm {
 /// the sizes named, and nothing of it is kept or counted.
 #[test]
 fn a_key_larger_than_the_shard_allowance_is_refused() {
-    let store: Store<String, Ring2<u16>> = Store::new(Budget::bytes(64 << 10));
+    let store: StateMap<String, Ring2<u16>> = StateMap::new(Budget::bytes(64 << 10));
     let p = policy(3, buckets(2));
     let empty = store.stats();
     let huge = "k".repeat(64 << 10);
     let err = store.check(&p, huge.as_str(), 0, 1).unwrap_err();
-    let StoreError::KeyTooLarge { bytes, max } = err.clone() else {
+    let MemoryError::KeyTooLarge { bytes, max } = err.clone() else {
         panic!("{err:?}")
     };
     assert_eq!(bytes, huge.len());
@@ -43,7 +44,7 @@ fn a_key_larger_than_the_shard_allowance_is_refused() {
     for _ in 0..5 {
         assert!(matches!(
             store.admit(&p, huge.as_str(), 0, 1),
-            Err(StoreError::KeyTooLarge { .. })
+            Err(MemoryError::KeyTooLarge { .. })
         ));
     }
     assert_eq!(store.stats().keys, 1);
@@ -53,11 +54,11 @@ fn a_key_larger_than_the_shard_allowance_is_refused() {
 /// nothing is kept.
 #[test]
 fn a_policy_the_states_cannot_serve_is_refused() {
-    let ring2: Store<u64, Ring2<u16>> = Store::new(Budget::keys(100));
-    let ring8: Store<u64, Ring8<u32>> = Store::new(Budget::keys(100));
-    let fixed: Store<u64, slidegate_core::FixedWindow> = Store::new(Budget::keys(100));
-    let gcra: Store<u64, slidegate_core::Gcra> = Store::new(Budget::keys(100));
-    let unsuited = |algorithm: &'static str, limit| Err(StoreError::Unsuited { algorithm, limit });
+    let ring2: StateMap<u64, Ring2<u16>> = StateMap::new(Budget::keys(100));
+    let ring8: StateMap<u64, Ring8<u32>> = StateMap::new(Budget::keys(100));
+    let fixed: StateMap<u64, slidegate_core::FixedWindow> = StateMap::new(Budget::keys(100));
+    let gcra: StateMap<u64, slidegate_core::Gcra> = StateMap::new(Budget::keys(100));
+    let unsuited = |algorithm: &'static str, limit| Err(MemoryError::Unsuited { algorithm, limit });
     assert_eq!(
         ring2.check(&policy(5, Algorithm::SlidingLog), &1, 0, 1),
         unsuited("sliding_log", 5)
@@ -72,7 +73,7 @@ fn a_policy_the_states_cannot_serve_is_refused() {
     );
     assert_eq!(
         ring2.admit(&policy(5, Algorithm::FixedWindow), &1, 0, 1),
-        Err(StoreError::Unsuited {
+        Err(MemoryError::Unsuited {
             algorithm: "fixed_window",
             limit: 5
         })
@@ -111,7 +112,7 @@ fn a_policy_the_states_cannot_serve_is_refused() {
 /// `reset` forgets a key: its next request starts afresh.
 #[test]
 fn reset_forgets_a_key() {
-    let store: Store<String, Ring8<u16>> = Store::new(Budget::keys(100));
+    let store: StateMap<String, Ring8<u16>> = StateMap::new(Budget::keys(100));
     let p = policy(2, buckets(4));
     for _ in 0..2 {
         assert!(store.check(&p, "alice", 10, 1).unwrap().allowed());
@@ -134,7 +135,7 @@ fn reset_forgets_a_key() {
 /// stores nothing; a refused new key is not stored either.
 #[test]
 fn a_peek_or_a_refusal_of_an_unknown_key_stores_nothing() {
-    let store: Store<u64, Timed<State>> = Store::new(Budget::keys(100));
+    let store: StateMap<u64, Timed<State>> = StateMap::new(Budget::keys(100));
     let empty = store.stats();
     for algorithm in [
         buckets(2),
@@ -159,7 +160,7 @@ fn a_peek_or_a_refusal_of_an_unknown_key_stores_nothing() {
 /// after `reset`, the store is back to its empty size.
 #[test]
 fn a_key_under_another_policy_starts_afresh_and_its_bytes_stay_counted() {
-    let store: Store<u64, Timed<State>> = Store::new(Budget::keys(100));
+    let store: StateMap<u64, Timed<State>> = StateMap::new(Budget::keys(100));
     let empty = store.stats();
     let ring = policy(2, buckets(40));
     let log = policy(50, Algorithm::SlidingLog);

@@ -3,7 +3,8 @@
 
 use crate::common::accounts_for;
 use slidegate_core::{Algorithm, Clock, ManualClock, Policy, State, Weighting};
-use slidegate_memory::{Budget, KeyedLimiter, Ring2, Store, Timed};
+use slidegate_memory::internals::{Ring2, StateMap, Timed};
+use slidegate_memory::{Budget, KeyedLimiter};
 use std::time::Duration;
 
 const WINDOW: Duration = Duration::from_millis(10);
@@ -73,7 +74,7 @@ fn idle_keys_are_reclaimed_by_ordinary_calls() {
 /// short one are swept.
 #[test]
 fn timed_states_expire_by_their_own_policy() {
-    let store: Store<u64, Timed<State>> = Store::new(Budget::keys(1_000));
+    let store: StateMap<u64, Timed<State>> = StateMap::new(Budget::keys(1_000));
     let long = Policy::new(2, Duration::from_secs(3_600), Algorithm::SlidingLog).unwrap();
     let short = Policy::new(2, Duration::from_millis(1), Algorithm::SlidingLog).unwrap();
     let hour = 3_600_000_000_000;
@@ -143,7 +144,7 @@ fn a_reclaimed_key_starts_afresh() {
 #[test]
 fn an_evicted_key_keeps_its_counts() {
     let clock = ManualClock::new(0);
-    let store: Store<u64, Ring2<u16>> = Store::new(Budget::keys(64));
+    let store: StateMap<u64, Ring2<u16>> = StateMap::new(Budget::keys(64));
     let p = two_buckets(3);
     assert!(store.admit(&p, &1, clock.now(), 3).unwrap());
     assert!(!store.admit(&p, &1, clock.now(), 1).unwrap());

@@ -6,7 +6,8 @@
 
 use slidegate_conformance::Subject;
 use slidegate_core::{Decision, ManualClock, Policy};
-use slidegate_memory::{Budget, KeyState, KeyedLimiter, Stats, Store};
+use slidegate_memory::internals::{KeyState, StateMap};
+use slidegate_memory::{Budget, KeyedLimiter, Stats};
 
 /// The key every subject decides for.
 const KEY: u64 = 0;
@@ -34,7 +35,7 @@ impl History {
 /// keys are only swept when another key is inserted), so it decides
 /// exactly as the state it keeps, in any order of time.
 pub(crate) struct OneKey<St: KeyState> {
-    store: Store<u64, St>,
+    store: StateMap<u64, St>,
     policy: Policy,
     history: History,
 }
@@ -42,7 +43,7 @@ pub(crate) struct OneKey<St: KeyState> {
 impl<St: KeyState> OneKey<St> {
     pub(crate) fn new(policy: &Policy) -> Self {
         OneKey {
-            store: Store::new(Budget::keys(8)),
+            store: StateMap::new(Budget::keys(8)),
             policy: *policy,
             history: History::default(),
         }
@@ -88,7 +89,7 @@ const NEIGHBOURS: u64 = 6;
 /// A key dropped once idle decides like a fresh one only for requests in
 /// time order, so this subject runs the `in_order` suite.
 pub(crate) struct Crowded<St: KeyState> {
-    store: Store<u64, St>,
+    store: StateMap<u64, St>,
     policy: Policy,
     history: History,
     turn: u64,
@@ -96,7 +97,7 @@ pub(crate) struct Crowded<St: KeyState> {
 
 impl<St: KeyState> Crowded<St> {
     pub(crate) fn new(policy: &Policy) -> Self {
-        let store = Store::new(Budget::keys(7));
+        let store = StateMap::new(Budget::keys(7));
         assert_eq!(store.stats().capacity, 7, "one shard of 8 slots");
         Crowded {
             store,

@@ -3,7 +3,8 @@
 //! algorithms admit exactly their limit, whatever the interleaving.
 
 use slidegate_core::{Algorithm, Clock, ManualClock, Policy, State, Weighting};
-use slidegate_memory::{Budget, KeyedLimiter, Store, Timed};
+use slidegate_memory::internals::{StateMap, Timed};
+use slidegate_memory::{Budget, KeyedLimiter};
 use std::sync::Barrier;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -69,7 +70,7 @@ fn one_key_admits_exactly_the_limit() {
             assert!(!limiter.check(&42, 1).unwrap().allowed());
             assert_eq!(limiter.check(&42, 0).unwrap().remaining(), 0);
 
-            let store: Store<u64, Timed<State>> = Store::new(Budget::keys(1_000));
+            let store: StateMap<u64, Timed<State>> = StateMap::new(Budget::keys(1_000));
             let admitted = admitted_by(threads, per_thread, |thread, i| {
                 store.admit(&policy, &42, START + thread % 2 * (i % 2), 1).unwrap()
             });
