@@ -9,7 +9,7 @@ use slidegate_core::ManualClock;
 use slidegate_memory::Budget;
 use slidegate_server::api::wire::{answer_to_wire, request_from_wire};
 use slidegate_server::config::{Config, ConfigError, Domain};
-use slidegate_server::engine::{Engine, EngineError, InputLimits, Request as EngineRequest};
+use slidegate_server::engine::{Engine, InputLimits, Request as EngineRequest};
 use slidegate_server::proto::rls::{RateLimitRequest, RateLimitResponse};
 use slidegate_server::server::HeaderOptions;
 use slidegate_server::server::{Options, http_router};
@@ -256,7 +256,7 @@ fn malformed(request: &EngineRequest) -> bool {
 /// # Panics
 ///
 /// When anything panics, a malformed request is not refused as
-/// [`EngineError::Invalid`] (or a well-formed one is), the memory store
+/// [`EngineError::is_invalid`](slidegate_server::engine::EngineError::is_invalid) (or a well-formed one is), the memory store
 /// fails, or an answer does not have one status per descriptor or does
 /// not go back through protobuf.
 pub fn grpc_request(data: &[u8]) {
@@ -286,7 +286,8 @@ pub fn grpc_request(data: &[u8]) {
                         .unwrap_or_else(|e| panic!("the answer does not decode: {e}"));
                     assert_eq!(again, back);
                 }
-                Err(EngineError::Invalid(why)) => {
+                Err(e) if e.is_invalid() => {
+                    let why = e.detail();
                     assert!(invalid, "refused a well-formed request ({why}): {request:?}");
                 }
                 Err(e) => panic!("the memory store failed: {e}"),

@@ -237,17 +237,41 @@ pub struct Answer {
     pub configured: bool,
 }
 
-/// Why a request could not be decided.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+/// Why a request could not be decided. A store's error is kept as the
+/// source; [`EngineError::detail`] is what a client is told.
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum EngineError {
     /// The request is malformed or over an input limit (gRPC
     /// `INVALID_ARGUMENT`, HTTP 400).
     #[error("invalid request: {0}")]
     Invalid(String),
+    /// The request brings a limit (an override, an ad-hoc policy) that the
+    /// store cannot keep: the request's fault (gRPC `INVALID_ARGUMENT`,
+    /// HTTP 400).
+    #[error("invalid request: a limit the store cannot keep")]
+    Unkeepable(#[source] StoreError),
     /// The store could not count (gRPC `UNAVAILABLE`, HTTP 503).
-    #[error("the counter store cannot answer: {0}")]
-    Unavailable(String),
+    #[error("the counter store cannot answer")]
+    Unavailable(#[source] StoreError),
+}
+
+impl EngineError {
+    /// Whether the request is at fault (not the store).
+    pub fn is_invalid(&self) -> bool {
+        !matches!(self, EngineError::Unavailable(_))
+    }
+
+    /// What a client is told: a malformed request's reason, the store's
+    /// reason for a limit it cannot keep, or this error and its causes
+    /// (`a: b: c`), each once.
+    pub fn detail(&self) -> String {
+        match self {
+            EngineError::Invalid(reason) => reason.clone(),
+            EngineError::Unkeepable(e) => chain(e),
+            EngineError::Unavailable(_) => chain(self),
+        }
+    }
 }
 
 /// An ad-hoc check: a key with its own policy, outside any config.
@@ -678,7 +702,7 @@ impl Engine {
             .await?;
         out.first()
             .copied()
-            .ok_or_else(|| EngineError::Unavailable("the store gave no decision".to_owned()))
+            .ok_or_else(|| EngineError::Unavailable(StoreError::Unavailable("the store gave no decision".into())))
     }
 
     /// Forgets an ad-hoc key's counts; true if it was held.
@@ -854,8 +878,8 @@ fn override_limit(o: Override) -> Result<Limit, EngineError> {
 /// fault; anything else is the store's.
 fn store_error(e: StoreError) -> EngineError {
     match e {
-        StoreError::Unsupported { .. } | StoreError::NoQuota => EngineError::Invalid(chain(&e)),
-        e => EngineError::Unavailable(chain(&e)),
+        StoreError::Unsupported { .. } | StoreError::NoQuota => EngineError::Unkeepable(e),
+        e => EngineError::Unavailable(e),
     }
 }
 

@@ -87,7 +87,7 @@ impl Service {
         let outcome = match &result {
             Ok(d) if d.allowed() => Outcome::Ok,
             Ok(_) => Outcome::OverLimit,
-            Err(EngineError::Invalid(_)) => Outcome::Invalid,
+            Err(e) if e.is_invalid() => Outcome::Invalid,
             Err(_) => Outcome::Unavailable,
         };
         self.metrics.request(Api::AdHoc, outcome, start.elapsed());
@@ -107,7 +107,7 @@ pub(crate) fn outcome(result: &Result<Answer, EngineError>) -> Outcome {
     match result {
         Ok(answer) if answer.overall == Code::OverLimit => Outcome::OverLimit,
         Ok(_) => Outcome::Ok,
-        Err(EngineError::Invalid(_)) => Outcome::Invalid,
+        Err(e) if e.is_invalid() => Outcome::Invalid,
         Err(_) => Outcome::Unavailable,
     }
 }

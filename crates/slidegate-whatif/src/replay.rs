@@ -10,7 +10,7 @@ use futures_util::FutureExt;
 use slidegate_core::{Algorithm, ManualClock};
 use slidegate_memory::Budget;
 use slidegate_server::config::{Config, LoadOptions};
-use slidegate_server::engine::{Code, Descriptor, Engine, EngineError, InputLimits, Request};
+use slidegate_server::engine::{Code, Descriptor, Engine, InputLimits, Request};
 use slidegate_sim::Reorder;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
@@ -326,10 +326,7 @@ impl Decider {
                         self.invalid += 1;
                         if self.first_invalid.is_none() {
                             let at = format_unix_ns(i64::try_from(now).unwrap_or(i64::MAX));
-                            self.first_invalid = Some(match e {
-                                EngineError::Invalid(m) | EngineError::Unavailable(m) => format!("at {at}: {m}"),
-                                other => format!("at {at}: {other}"),
-                            });
+                            self.first_invalid = Some(format!("at {at}: {}", e.detail()));
                         }
                     }
                     continue;

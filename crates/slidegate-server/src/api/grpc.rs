@@ -138,21 +138,24 @@ pub(crate) fn undecodable(e: prost::DecodeError) -> tonic::Status {
 /// silent OK, so that Envoy's `failure_mode_deny` decides.
 fn grpc_status(e: EngineError) -> tonic::Status {
     match e {
-        EngineError::Invalid(message) => tonic::Status::invalid_argument(message),
-        e @ EngineError::Unavailable(_) => tonic::Status::unavailable(e.to_string()),
+        e if e.is_invalid() => tonic::Status::invalid_argument(e.detail()),
+        e => tonic::Status::unavailable(e.detail()),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use slidegate_store::StoreError;
 
     #[test]
     fn errors_map_to_grpc_codes() {
         let invalid = grpc_status(EngineError::Invalid("the domain is empty".to_owned()));
         assert_eq!(invalid.code(), tonic::Code::InvalidArgument);
         assert_eq!(invalid.message(), "the domain is empty");
-        let down = grpc_status(EngineError::Unavailable("the store is full".to_owned()));
+        let down = grpc_status(EngineError::Unavailable(StoreError::KeyRefused(
+            "the store is full".to_owned(),
+        )));
         assert_eq!(down.code(), tonic::Code::Unavailable);
         assert!(down.message().contains("the store is full"));
     }

@@ -39,12 +39,10 @@ impl Problem {
 
 impl From<EngineError> for Problem {
     fn from(e: EngineError) -> Self {
-        match e {
-            EngineError::Invalid(detail) => Problem::bad_request(detail),
-            other => Problem {
-                status: StatusCode::SERVICE_UNAVAILABLE,
-                detail: other.to_string(),
-            },
+        if e.is_invalid() {
+            Problem::bad_request(e.detail())
+        } else {
+            Problem::new(StatusCode::SERVICE_UNAVAILABLE, e.detail())
         }
     }
 }
