@@ -1,5 +1,5 @@
 //! The `application/problem+json` documents (RFC 9457) every error answer
-//! of the HTTP API carries, hyper's own answers included (`canned.rs`).
+//! of the HTTP API carries, hyper's own answers included (`net/canned.rs`).
 
 use crate::engine::EngineError;
 use axum::response::{IntoResponse, Response};
