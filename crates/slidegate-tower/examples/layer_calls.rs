@@ -7,11 +7,10 @@
 //! keys in turn) and `refused` (limit 1 per hour: all but the first
 //! refused), as the `layer_overhead` criterion group measures them.
 
-use http::{Request, Response};
+use http::Request;
 use slidegate_core::{Algorithm, MonotonicClock, Policy, Weighting};
 use slidegate_memory::Budget;
 use slidegate_tower::{PeerIp, RateLimitLayer};
-use std::convert::Infallible;
 use std::future::Future;
 use std::hint::black_box;
 use std::net::SocketAddr;
@@ -20,29 +19,9 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 use tower::{Layer, Service};
 
-/// The service behind the layer: answers at once, as a handler returning
-/// text would.
-#[derive(Clone)]
-struct Hello;
-
-impl Service<Request<String>> for Hello {
-    type Response = Response<String>;
-    type Error = Infallible;
-    type Future = std::future::Ready<Result<Response<String>, Infallible>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _request: Request<String>) -> Self::Future {
-        let mut response = Response::new(String::from("hello"));
-        response.headers_mut().insert(
-            http::header::CONTENT_TYPE,
-            http::HeaderValue::from_static("text/plain; charset=utf-8"),
-        );
-        std::future::ready(Ok(response))
-    }
-}
+#[path = "../benches/support/hello.rs"]
+mod hello;
+use hello::Hello;
 
 fn main() {
     let mut args = std::env::args().skip(1);
