@@ -248,9 +248,9 @@ pub enum EngineError {
     Invalid(String),
     /// The request brings a limit (an override, an ad-hoc policy) that the
     /// store cannot keep: the request's fault (gRPC `INVALID_ARGUMENT`,
-    /// HTTP 400).
-    #[error("invalid request: a limit the store cannot keep")]
-    Unkeepable(#[source] StoreError),
+    /// HTTP 400). Said as the store says it.
+    #[error(transparent)]
+    Unkeepable(StoreError),
     /// The store could not count (gRPC `UNAVAILABLE`, HTTP 503).
     #[error("the counter store cannot answer")]
     Unavailable(#[source] StoreError),
