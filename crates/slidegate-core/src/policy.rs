@@ -484,53 +484,6 @@ impl Policy {
     }
 }
 
-impl Policy {
-    /// The version of [`Policy::tag`]'s format. A change to the format
-    /// bumps it, so that counts kept under an older tag are never read as
-    /// the new one's.
-    pub const TAG_VERSION: u32 = 1;
-
-    /// The policy's stable identity: `v1:<algorithm>:<limit>:<window in
-    /// ns>`, then `:<buckets><i|c>` for a sliding window (interpolated or
-    /// conservative), `:<burst>` for GCRA or `:<epsilon>` for the
-    /// exponential histogram. Two policies that decide differently never
-    /// share a tag, and a policy keeps its tag across restarts, reloads and
-    /// instances: stores key their counts by it (memory keys, Redis keys)
-    /// and metrics name limits by it.
-    pub fn tag(&self) -> String {
-        let mut out = String::with_capacity(48);
-        // Writing into a `String` cannot fail.
-        let _ = self.write_tag(&mut out);
-        out
-    }
-
-    /// Writes [`Policy::tag`] into `out`, without allocating.
-    ///
-    /// # Errors
-    ///
-    /// Only those of `out`.
-    pub fn write_tag<W: fmt::Write>(&self, out: &mut W) -> fmt::Result {
-        let algorithm = self.algorithm;
-        write!(
-            out,
-            "v{}:{}:{}:{}",
-            Self::TAG_VERSION,
-            algorithm.name(),
-            self.limit,
-            self.window_ns
-        )?;
-        match algorithm {
-            Algorithm::SlidingWindow { buckets, weighting } => {
-                let w = if weighting == Weighting::Conservative { 'c' } else { 'i' };
-                write!(out, ":{buckets}{w}")
-            }
-            Algorithm::Gcra { burst } => write!(out, ":{burst}"),
-            Algorithm::ExponentialHistogram { epsilon } => write!(out, ":{epsilon}"),
-            Algorithm::FixedWindow | Algorithm::SlidingLog => Ok(()),
-        }
-    }
-}
-
 impl fmt::Display for Policy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} per {:?} by {}", self.limit, self.window(), self.algorithm)

@@ -219,16 +219,11 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisStore<C> {
     }
 
     /// The Redis key of the state of `key` under `quota`,
-    /// `<prefix><tag>:{<key>}` (for `sliding_log`, the stem of its two).
+    /// `<prefix><tag>:{<key>}`: its identity's
+    /// ([`Identity::redis_key`](slidegate_core::Identity::redis_key); for
+    /// `sliding_log`, the stem of its two).
     pub(crate) fn redis_key(&self, key: &str, quota: &Quota) -> String {
-        let tag = quota.tag();
-        let mut out = String::with_capacity(self.prefix.len() + tag.len() + key.len() + 3);
-        out.push_str(&self.prefix);
-        out.push_str(tag);
-        out.push_str(":{");
-        out.push_str(key);
-        out.push('}');
-        out
+        quota.identity().redis_key(&self.prefix, key)
     }
 
     /// Every Redis key of the state of `key` under `quota`:

@@ -38,91 +38,54 @@ mod failover;
 pub use dyn_store::{BoxFuture, DynStore, StoreFuture};
 pub use failover::{FailOver, FailOverStats, FailurePolicy, Source, share_of};
 
-use slidegate_core::{Algorithm, Decision, Policy, Weighting};
+use slidegate_core::{Decision, Identity, Policy};
 use std::future::Future;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 /// One decision per limit, in the order of the limits; inline for up to
 /// four limits, so that a decision allocates nothing.
 pub type Decisions = smallvec::SmallVec<[Decision; 4]>;
 
-/// A limit as stores keep it: a [`Policy`] and its identity, the tag
-/// ([`Policy::tag`]) that memory keys, Redis keys and metric labels share.
-/// Made once (when a layer is built or a config is loaded), so that a
-/// decision neither formats nor hashes the policy. Making one allocates
-/// nothing: its [`Quota::id`] is hashed as the tag is written, and the tag
-/// is kept the first time a store asks for it.
+/// A limit as stores keep it: a [`Policy`] and the [`Identity`] every
+/// store counts it under (by default its policy's, [`Policy::tag`]):
+/// in-memory stores by its [`Identity::digest`], Redis stores by its
+/// [`Identity::redis_key`], metric labels by its text. Made once (when a
+/// layer is built or a config is loaded), so that a decision neither
+/// formats nor hashes the policy. Making one allocates nothing: its
+/// digest is hashed as the identity's text is written, and the text is
+/// kept the first time a store asks for it.
 #[derive(Clone, Debug)]
 pub struct Quota {
     policy: Policy,
-    tag: OnceLock<Arc<str>>,
+    identity: OnceLock<Identity>,
     id: u64,
 }
 
-/// FNV-1a, fed field by field.
-struct Fnv(u64);
-
-impl Fnv {
-    fn bytes(mut self, bytes: &[u8]) -> Self {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
-        }
-        self
-    }
-
-    fn u64(self, v: u64) -> Self {
-        self.bytes(&v.to_le_bytes())
-    }
-}
-
 impl Quota {
-    /// The quota of `policy`.
+    /// The quota of `policy`, counted under [`Identity::of`]`(policy)`.
     pub fn new(policy: Policy) -> Self {
-        // FNV-1a of what the tag is made of (its version, the algorithm's
-        // name, limit, window and parameters): stable across processes and
-        // instances, equal exactly when the tags are, and cheap enough for
-        // a policy made per request (the ad-hoc API's).
-        let algorithm = policy.algorithm();
-        let (a, b) = match algorithm {
-            Algorithm::SlidingWindow { buckets, weighting } => {
-                (u64::from(buckets), u64::from(weighting == Weighting::Conservative))
-            }
-            Algorithm::Gcra { burst } => (burst, 0),
-            Algorithm::ExponentialHistogram { epsilon } => (epsilon.to_bits(), 0),
-            Algorithm::FixedWindow | Algorithm::SlidingLog => (0, 0),
-        };
-        let id = Fnv(0xcbf2_9ce4_8422_2325)
-            .u64(u64::from(Policy::TAG_VERSION))
-            .bytes(algorithm.name().as_bytes())
-            .u64(policy.limit())
-            .u64(policy.window_ns())
-            .u64(a)
-            .u64(b)
-            .0;
         Quota {
             policy,
-            tag: OnceLock::new(),
-            id,
+            identity: OnceLock::new(),
+            id: Identity::digest_of(&policy),
         }
     }
 
     /// The quota of `policy`, counted under `identity` instead of its
-    /// policy's tag: [`Quota::tag`] is `identity` and [`Quota::id`] its
-    /// digest, so that stores keep its count where they keep the counts of
-    /// every quota of that identity. A consumer gives two policies one
-    /// identity so that a count carries over from one to the other (the
-    /// service keeps a limit's count when a reload changes only its
-    /// `requests_per_unit`); it must never give one identity to two quotas
-    /// of one decision, and only to policies whose states the stores can
-    /// share (the same algorithm, window and parameters). `identity` must
-    /// not contain `{` or `}` (Redis keys put the key in braces).
-    pub fn with_identity(policy: Policy, identity: &str) -> Self {
-        let id = Fnv(0xcbf2_9ce4_8422_2325).bytes(identity.as_bytes()).0;
+    /// policy's: stores keep its count where they keep the counts of every
+    /// quota of that identity. A consumer gives two policies one identity
+    /// so that a count carries over from one to the other (the service
+    /// keeps a limit's count when a reload changes only its
+    /// `requests_per_unit`: [`Identity::of_count`]); it must never give
+    /// one identity to two quotas of one decision, and only to policies
+    /// whose states the stores can share (the same algorithm, window and
+    /// parameters).
+    pub fn with_identity(policy: Policy, identity: Identity) -> Self {
         Quota {
             policy,
-            tag: OnceLock::from(Arc::<str>::from(identity)),
-            id,
+            id: identity.digest(),
+            identity: OnceLock::from(identity),
         }
     }
 
@@ -131,14 +94,20 @@ impl Quota {
         &self.policy
     }
 
-    /// The policy's tag, [`Policy::tag`], or the identity it was given
-    /// ([`Quota::with_identity`]).
-    pub fn tag(&self) -> &str {
-        self.tag.get_or_init(|| self.policy.tag().into())
+    /// What the stores count it under.
+    pub fn identity(&self) -> &Identity {
+        self.identity.get_or_init(|| Identity::of(&self.policy))
     }
 
-    /// A 64-bit digest of the tag's fields, the same in every process
-    /// (FNV-1a): for stores that hash a key together with its limit.
+    /// The identity's text: the policy's tag, [`Policy::tag`], or the
+    /// identity it was given ([`Quota::with_identity`]).
+    pub fn tag(&self) -> &str {
+        self.identity().as_str()
+    }
+
+    /// The identity's digest ([`Identity::digest`]: FNV-1a of its text, the
+    /// same in every process), for stores that hash a key together with its
+    /// limit.
     pub fn id(&self) -> u64 {
         self.id
     }
@@ -430,6 +399,7 @@ pub fn decide_all(quotas: usize, cost: u64, out: &mut Decisions, mut check: impl
 #[cfg(test)]
 mod tests {
     use super::*;
+    use slidegate_core::{Algorithm, Weighting};
 
     #[test]
     fn a_quota_is_its_policys_tag_and_the_tags_fnv_digest() {
@@ -440,13 +410,10 @@ mod tests {
         let policy = Policy::new(100, Duration::from_secs(60), algorithm).expect("a valid policy");
         let quota = Quota::new(policy);
         assert_eq!(quota.tag(), "v1:sliding_window:100:60000000000:8c");
-        // FNV-1a of the fields, computed here from its definition: the
-        // version, the name, the limit, the window, buckets, conservative.
-        let mut bytes = 1u64.to_le_bytes().to_vec();
-        bytes.extend_from_slice(b"sliding_window");
-        for v in [100u64, 60_000_000_000, 8, 1] {
-            bytes.extend_from_slice(&v.to_le_bytes());
-        }
+        // FNV-1a of the tag's text, computed here from its definition (the
+        // identity's digest: the in-memory store counts by the same text as
+        // Redis).
+        let bytes = quota.tag().as_bytes().to_vec();
         let mut fnv: u64 = 0xcbf2_9ce4_8422_2325;
         for b in bytes {
             fnv ^= u64::from(b);
@@ -461,11 +428,16 @@ mod tests {
         assert_ne!(other, quota);
         assert_ne!(other.id(), quota.id());
         // Given an identity: counted as it, whatever the limit.
-        let a = Quota::with_identity(policy, "rule-7");
-        let b = Quota::with_identity(*other.policy(), "rule-7");
+        let rule = Identity::parse("rule-7").expect("an identity");
+        let a = Quota::with_identity(policy, rule.clone());
+        let b = Quota::with_identity(*other.policy(), rule);
         assert_eq!((a.tag(), a.id()), (b.tag(), b.id()));
         assert_ne!(a, b);
         assert_ne!(a, quota);
+        // A quota given its policy's own identity counts as the policy's.
+        let same = Quota::with_identity(policy, Identity::of(&policy));
+        assert_eq!((same.tag(), same.id()), (quota.tag(), quota.id()));
+        assert_eq!(same, quota);
     }
 
     #[test]

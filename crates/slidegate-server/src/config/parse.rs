@@ -1005,37 +1005,12 @@ pub(super) fn name_counts(rules: &mut [Rule]) {
             if let Some(policy) = limit.policy {
                 limit.quota = Some(slidegate_store::Quota::with_identity(
                     policy,
-                    &count_identity(&policy, j),
+                    slidegate_core::Identity::of_count(&policy, j),
                 ));
             }
         }
         name_counts(&mut rule.children);
     }
-}
-
-/// The identity of the count of `policy`, the `j`-th limit of its rule.
-fn count_identity(policy: &Policy, j: usize) -> String {
-    use slidegate_core::Algorithm;
-    let algorithm = policy.algorithm();
-    if matches!(algorithm, Algorithm::Gcra { .. }) {
-        return format!("{}#{j}", policy.tag());
-    }
-    let params = match algorithm {
-        Algorithm::SlidingWindow { buckets, weighting } => {
-            format!(
-                ":{buckets}{}",
-                if weighting == Weighting::Conservative { 'c' } else { 'i' }
-            )
-        }
-        Algorithm::ExponentialHistogram { epsilon } => format!(":{epsilon}"),
-        _ => String::new(),
-    };
-    format!(
-        "v{}:{}:count:{}{params}#{j}",
-        Policy::TAG_VERSION,
-        algorithm.name(),
-        policy.window_ns()
-    )
 }
 
 #[cfg(test)]
