@@ -545,12 +545,6 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
         None => None,
     };
     init_log(args.log_format, otlp.as_ref())?;
-    if args.config.is_empty() {
-        tracing::warn!(
-            "no config given (--config, or SLIDEGATE_CONFIG in the environment): no domain has limits, \
-             so every descriptor is answered OK; only the ad-hoc checks of POST /v1/check limit anything"
-        );
-    }
     if let Some(endpoint) = endpoint {
         tracing::info!("exporting a span per decision over OTLP to {endpoint}");
     }
