@@ -346,7 +346,11 @@ impl Config {
                 line,
                 column,
                 key: Some("domain".to_owned()),
-                message: format!("domain `{}` is already defined in {first}", domain.name),
+                message: format!(
+                    "domain `{}` is already defined in {first}; to join the files of one domain, \
+                     give --merge-domain-config (MERGE_DOMAIN_CONFIG=true)",
+                    domain.name
+                ),
             });
         }
         let state = loading.entry(domain.name.clone()).or_default();

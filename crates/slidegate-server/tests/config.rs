@@ -1429,7 +1429,13 @@ fn without_merging_a_domain_in_two_files_is_an_error() {
             "{e}"
         );
         let first = data("merge/1-checkout.yaml").display().to_string();
-        assert_eq!(e.message, format!("domain `shop` is already defined in {first}"));
+        assert_eq!(
+            e.message,
+            format!(
+                "domain `shop` is already defined in {first}; to join the files of one domain, \
+                 give --merge-domain-config (MERGE_DOMAIN_CONFIG=true)"
+            )
+        );
     }
 }
 
