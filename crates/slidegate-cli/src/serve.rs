@@ -555,6 +555,13 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
         let running = server::start(options, MonotonicClock::new())
             .await
             .map_err(name_the_flag)?;
+        // Said once the server runs: a start that fails says only why.
+        if args.config.is_empty() {
+            tracing::warn!(
+                "no config given (--config, or SLIDEGATE_CONFIG in the environment): no domain has limits, \
+                 so every descriptor is answered OK; only the ad-hoc checks of POST /v1/check limit anything"
+            );
+        }
         // SIGHUP reloads the config and the TLS files now, through the
         // watchers' paths (which log the outcome; the config's is counted).
         let reloader = std::sync::Arc::clone(running.reloader());

@@ -131,6 +131,44 @@ fn a_bad_config_or_flag_stops_it_with_the_reason() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--max-body 0"));
 }
 
+/// Without `--config` (or `SLIDEGATE_CONFIG`) the server says once, before
+/// it listens, that nothing is limited, naming the flag and the variable;
+/// it serves all the same.
+#[test]
+fn without_a_config_it_warns_once_that_nothing_is_limited() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        .args(["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
+        .env_remove("SLIDEGATE_CONFIG")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let mut before = Vec::new();
+    let mut listening = None;
+    let mut lines = BufReader::new(stderr).lines();
+    for line in lines.by_ref().map_while(Result::ok) {
+        if let Some(rest) = line.strip_prefix("slidegate: HTTP on ") {
+            listening = rest.split(',').next().map(str::to_owned);
+            break;
+        }
+        before.push(line);
+    }
+    // Keep draining stderr so the child never blocks on it.
+    std::thread::spawn(move || for _ in lines {});
+    let addr = listening.expect("the server says where it listens");
+    let warnings: Vec<&String> = before.iter().filter(|l| l.contains("no config given")).collect();
+    assert_eq!(warnings.len(), 1, "{before:#?}");
+    assert!(
+        warnings[0].contains("--config") && warnings[0].contains("SLIDEGATE_CONFIG"),
+        "{}",
+        warnings[0]
+    );
+    assert_eq!(status_line(&get(&addr, "/healthz")), "HTTP/1.1 200 OK");
+    terminate(child);
+}
+
 #[test]
 fn flags_come_from_the_environment_too() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_slidegate"))
