@@ -250,8 +250,8 @@ pub(crate) struct Args {
     /// answer at start, or `serve` exits with status 1 and the reason; once
     /// started, a Redis that fails is `--redis-failure`'s business, and
     /// decisions come from Redis again when it is back. Every limit of the
-    /// config needs a Redis form (not `exponential_histogram`; see the
-    /// README for the ranges): a config with a limit that has none is
+    /// config needs a Redis form (not `exponential_histogram`; see
+    /// docs/service.md for the ranges): a config with a limit that has none is
     /// refused at start and at reload. In the environment, separate URLs with `,`.
     #[arg(long = "redis", env = "SLIDEGATE_REDIS", value_delimiter = ',', value_name = "URL")]
     redis: Vec<String>,
@@ -311,7 +311,7 @@ pub(crate) struct Args {
     /// DURATION (say 50ms) in one pipelined batch: no round trip per
     /// decision, one command per key per interval. Instances together may
     /// admit more than the limit, up to about (instances − 1) × rate ×
-    /// interval (two intervals at worst; see the README). Other algorithms
+    /// interval (two intervals at worst; see docs/service.md). Other algorithms
     /// stay script decisions (see `--redis-batching`). Syncs failing for 4 intervals (at
     /// least 200 ms) hand decisions to `--redis-failure`. SIGTERM sends
     /// the counts not yet synced; a process killed (SIGKILL, a crash)

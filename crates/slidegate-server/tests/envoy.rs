@@ -351,7 +351,7 @@ async fn envoyproxys_response_headers() {
     assert_eq!(get("ratelimit-remaining").as_deref(), Some("4"));
     // The seconds until the limit's counted usage has expired, rounded up:
     // the status's `duration_until_reset` (for a sliding window, up to a
-    // bucket beyond the window; see the README's table of differences).
+    // bucket beyond the window; see the table of differences in docs/from-envoyproxy-ratelimit.md).
     let until = r.statuses[1].duration_until_reset.unwrap();
     let secs = until.seconds + i64::from(until.nanos > 0);
     assert!((60..=68).contains(&secs), "{until:?}");
