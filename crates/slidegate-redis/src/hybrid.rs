@@ -382,7 +382,8 @@ struct Inner<C> {
     /// When the last early sync was asked for (health ns).
     last_early: AtomicU64,
     /// One sync at a time: in the bounded mode, two syncs of a key in
-    /// flight at once would each replace the other's lease.
+    /// flight at once would each replace the other's lease. A reset holds
+    /// it too, so that no sync of counts made before it lands after it.
     syncing: tokio::sync::Mutex<()>,
     /// The bounded mode's batches go one per hash slot (the server is a
     /// Cluster: it refused a batch across slots).
@@ -1143,6 +1144,12 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
     /// Other instances' views keep what they last heard until their next
     /// sync of the key. True if Redis held the key.
     ///
+    /// A sync of this instance on its way when the reset comes finishes
+    /// first (the reset waits for it, at most its
+    /// [`sync_timeout`](HybridOptions::sync_timeout)): the counts it carries
+    /// were made before the reset, and neither they nor its reply may
+    /// reach Redis or the view after the key is forgotten.
+    ///
     /// # Errors
     ///
     /// As the store's [`reset`](slidegate_store::Store::reset); the local
@@ -1153,8 +1160,9 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> HybridLimiter<C> {
     /// still hold and register what they carry at their next sync, so until
     /// then a grant does not see their leases.
     pub async fn reset(&self, key: &str) -> Result<bool, StoreError> {
-        self.forget(key);
         let i = &self.inner;
+        let _no_sync = i.syncing.lock().await;
+        self.forget(key);
         if i.lease_ns > 0 {
             let mut conn = i.redis.connection().clone();
             let timeout = i.redis.timeout();

@@ -8,7 +8,8 @@ mod common;
 use common::{Backend, PREFIX, RedisCluster, RedisServer};
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
-use redis::aio::ConnectionManager;
+use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
+use redis::{Cmd, Pipeline, RedisFuture, Value};
 use slidegate_conformance::Figures;
 use slidegate_conformance::oracle::ExactLog;
 use slidegate_conformance::strategy::{config, requests, times};
@@ -17,8 +18,10 @@ use slidegate_redis::{
     HybridLimiter, HybridOptions, RedisClock, RedisStore, RedisStoreError, StaleSyncs, microsecond_policy,
 };
 use slidegate_store::{Quota, StoreError};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
+use tokio::sync::Notify;
 
 const CASES: u32 = 32;
 
@@ -460,4 +463,126 @@ async fn a_new_key_is_decided_on_the_instance_share_until_its_second_sync() {
         .map(|_| u64::from(alone.decide("other", 1).unwrap().allowed()))
         .sum();
     assert_eq!(first, 100);
+}
+
+/// A connection that, once armed, holds the next command it is given until
+/// the test opens it: a sync caught on its way to Redis.
+#[derive(Clone)]
+struct Gated {
+    conn: MultiplexedConnection,
+    gate: Arc<Gate>,
+}
+
+#[derive(Default)]
+struct Gate {
+    armed: AtomicBool,
+    held: Notify,
+    open: Notify,
+}
+
+impl Gated {
+    async fn pass(&self) {
+        if self.gate.armed.swap(false, Ordering::SeqCst) {
+            self.gate.held.notify_one();
+            self.gate.open.notified().await;
+        }
+    }
+}
+
+impl ConnectionLike for Gated {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            self.pass().await;
+            self.conn.req_packed_command(cmd).await
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            self.pass().await;
+            self.conn.req_packed_commands(pipeline, offset, count).await
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.conn.get_db()
+    }
+}
+
+/// A reset while a sync is on its way: the sync's counts, made before the
+/// reset, reach neither Redis nor the view after it (they did once, when
+/// the reset did not wait for the sync: the key came back with its old
+/// counts). In both modes, the plain and the bounded.
+#[tokio::test]
+async fn a_reset_is_not_undone_by_a_sync_on_its_way() {
+    let server = RedisServer::start();
+    let policy = sliding_window(10, Duration::from_secs(60), 4, Weighting::Conservative);
+    for bounded in [false, true] {
+        let clock = ManualClock::new(1_700_000_000_000_000_000);
+        let gate = Arc::new(Gate::default());
+        let conn = Gated {
+            conn: server.conn().await,
+            gate: Arc::clone(&gate),
+        };
+        let redis = RedisStore::new(conn, PREFIX, Duration::from_secs(2))
+            .unwrap()
+            .with_clock(RedisClock::client(clock.clone()));
+        let mut options = if bounded {
+            HybridOptions::leased(Duration::from_millis(50))
+        } else {
+            options()
+        };
+        // The sync is held by the test, not by Redis: no timeout in the way.
+        options.sync_timeout = Duration::from_secs(3600);
+        let h = HybridLimiter::new(redis, policy, options).unwrap();
+        let key = if bounded { "bounded" } else { "plain" };
+        if bounded {
+            // A first sync, so that the instance holds a lease to spend.
+            assert!(!h.decide(key, 10).unwrap().allowed(), "no lease before the first sync");
+            h.sync().await.unwrap();
+        }
+        let spent = (0..6).filter(|_| h.decide(key, 1).unwrap().allowed()).count();
+        assert!(spent > 0, "{key}: something admitted before the reset");
+
+        gate.armed.store(true, Ordering::SeqCst);
+        let sync = tokio::spawn({
+            let h = h.clone();
+            async move { h.sync().await }
+        });
+        gate.held.notified().await;
+        let reset = tokio::spawn({
+            let h = h.clone();
+            let key = key.to_owned();
+            async move { h.reset(&key).await }
+        });
+        // Let the reset go as far as it can while the sync is held.
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        gate.open.notify_one();
+        sync.await.unwrap().unwrap();
+        reset.await.unwrap().unwrap();
+
+        let left: Vec<String> = server
+            .keys_and_ttls()
+            .into_iter()
+            .map(|(k, _)| k)
+            .filter(|k| k.contains(key))
+            .collect();
+        assert!(
+            left.is_empty(),
+            "{key}: Redis holds nothing made before the reset: {left:?}"
+        );
+        if bounded {
+            assert!(!h.decide(key, 10).unwrap().allowed(), "no lease before the next sync");
+        }
+        h.sync().await.unwrap();
+        let admitted = (0..20).filter(|_| h.decide(key, 1).unwrap().allowed()).count();
+        assert_eq!(admitted, 10, "{key}: the whole limit after the reset");
+    }
 }
