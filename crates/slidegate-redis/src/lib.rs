@@ -637,9 +637,11 @@ pub enum RedisStoreError {
     /// No answer within the timeout.
     #[error("no answer from Redis within {0:?}")]
     Timeout(Duration),
-    /// Redis or the connection failed.
+    /// Redis or the connection failed. Its message says the cause, which
+    /// is therefore not also its [`source`](std::error::Error::source): a
+    /// printer of error chains says it once.
     #[error("Redis: {0}")]
-    Redis(#[from] redis::RedisError),
+    Redis(redis::RedisError),
     /// Options that cannot work (a zero sync interval).
     #[error("invalid options: {0}")]
     Options(&'static str),
@@ -653,6 +655,12 @@ pub enum RedisStoreError {
     /// shut down).
     #[error("the call this request waited for was dropped")]
     Abandoned,
+}
+
+impl From<redis::RedisError> for RedisStoreError {
+    fn from(e: redis::RedisError) -> Self {
+        RedisStoreError::Redis(e)
+    }
 }
 
 /// The policy a script runs for `policy`: the same limit and algorithm, with
@@ -799,7 +807,23 @@ pub(crate) fn decision_of(policy: &Policy, reply: &[i64]) -> Result<Decision, Re
 
 #[cfg(test)]
 mod tests {
-    use super::cluster_slot;
+    use super::{RedisStoreError, cluster_slot};
+
+    /// A Redis failure printed with its sources says its cause once.
+    #[test]
+    fn a_redis_failure_says_its_cause_once() {
+        let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused by 127.0.0.1:1");
+        let e = RedisStoreError::from(redis::RedisError::from(refused));
+        let mut said = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(s) = source {
+            said.push_str(": ");
+            said.push_str(&s.to_string());
+            source = s.source();
+        }
+        assert!(said.starts_with("Redis: "), "{said}");
+        assert_eq!(said.matches("refused by 127.0.0.1:1").count(), 1, "{said}");
+    }
 
     /// The slots Redis 7.0's `CLUSTER KEYSLOT` gives.
     #[test]
