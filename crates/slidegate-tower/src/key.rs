@@ -153,24 +153,30 @@ impl<B> KeyExtractor<B> for GlobalKey {
 }
 
 /// The peer's address, as the server saw the connection: a `SocketAddr`
-/// in the request's extensions, or axum's `ConnectInfo<SocketAddr>` (with
+/// in the request's extensions, axum's `ConnectInfo<SocketAddr>` (with
 /// the default `axum` feature; serve with
-/// `into_make_service_with_connect_info::<SocketAddr>()`).
+/// `into_make_service_with_connect_info::<SocketAddr>()`), or tonic's
+/// `TcpConnectInfo` (with the `tonic` feature; tonic's
+/// `Server::builder()` records it for every TCP connection, so a layer
+/// given to `Server::builder().layer(..)` keys gRPC calls by their peer
+/// with nothing more to write). Behind a TLS listener tonic records a
+/// `TlsConnectInfo` instead: key by it with a closure and
+/// [`PeerIp::key_of`].
 ///
 /// IPv6 clients usually hold a whole /64 (or more), so an address is cut
 /// to its first `v6_prefix` bits (64 by default): limiting single IPv6
 /// addresses limits nobody. IPv4-mapped IPv6 addresses count as IPv4.
 ///
-/// tonic records the peer as a `TcpConnectInfo`; key by it with a closure:
-///
 /// ```
-/// # use slidegate_tower::{PeerIp, RateLimitLayer};
-/// let peer = |request: &http::Request<tonic::body::Body>| {
-///     let info = request.extensions().get::<tonic::transport::server::TcpConnectInfo>()?;
-///     Some(PeerIp::new().key_of(info.remote_addr()?.ip()))
-/// };
-/// let builder = RateLimitLayer::<_>::builder(peer);
-/// # drop(builder);
+/// # use slidegate_tower::{KeyExtractor, PeerIp, RequestKey};
+/// # #[cfg(feature = "tonic")] {
+/// use tonic::transport::server::TcpConnectInfo;
+///
+/// let mut request = http::Request::new(());
+/// let info = TcpConnectInfo { local_addr: None, remote_addr: Some("[2001:db8:1:2::7]:50051".parse().unwrap()) };
+/// request.extensions_mut().insert(info);
+/// assert_eq!(PeerIp::new().extract(&request), Some(RequestKey::Ip("2001:db8:1:2::".parse().unwrap())));
+/// # }
 /// ```
 #[derive(Clone, Copy, Debug)]
 pub struct PeerIp {
@@ -221,7 +227,9 @@ fn group(ip: IpAddr, bits: u8) -> IpAddr {
     }
 }
 
-/// The peer address of the connection, if the server recorded it.
+/// The peer address of the connection, if the server recorded it: a
+/// `SocketAddr`, axum's `ConnectInfo` or tonic's `TcpConnectInfo`, in that
+/// order.
 fn peer<B>(request: &Request<B>) -> Option<IpAddr> {
     let extensions = request.extensions();
     if let Some(addr) = extensions.get::<SocketAddr>() {
@@ -229,6 +237,13 @@ fn peer<B>(request: &Request<B>) -> Option<IpAddr> {
     }
     #[cfg(feature = "axum")]
     if let Some(axum::extract::ConnectInfo(addr)) = extensions.get::<axum::extract::ConnectInfo<SocketAddr>>() {
+        return Some(addr.ip());
+    }
+    #[cfg(feature = "tonic")]
+    if let Some(addr) = extensions
+        .get::<tonic::transport::server::TcpConnectInfo>()
+        .and_then(tonic::transport::server::TcpConnectInfo::remote_addr)
+    {
         return Some(addr.ip());
     }
     None
@@ -528,6 +543,64 @@ mod tests {
         assert_eq!(xff.extract(&unknown), None);
         // A trusted peer that forwards nothing is the client.
         assert_eq!(xff.extract(&request("10.0.0.2:5", &[])), Some(ip("10.0.0.2")));
+    }
+
+    /// A request as tonic's server hands it to a layer: the peer only in
+    /// its `TcpConnectInfo`.
+    #[cfg(feature = "tonic")]
+    fn tonic_request(peer: Option<&str>, headers: &[(&str, &str)]) -> Request<()> {
+        let mut builder = Request::builder();
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
+        let mut request = builder.body(()).unwrap();
+        request
+            .extensions_mut()
+            .insert(tonic::transport::server::TcpConnectInfo {
+                local_addr: Some("127.0.0.1:50051".parse().unwrap()),
+                remote_addr: peer.map(|p| p.parse().unwrap()),
+            });
+        request
+    }
+
+    #[cfg(feature = "tonic")]
+    #[test]
+    fn tonic_peers_are_keyed_like_any_other() {
+        let peer = PeerIp::new();
+        assert_eq!(
+            peer.extract(&tonic_request(Some("192.0.2.7:1"), &[])),
+            Some(ip("192.0.2.7"))
+        );
+        // IPv6 grouped by /64, or by the prefix asked for.
+        let v6 = tonic_request(Some("[2001:db8:1:2:3:4:5:6]:1"), &[]);
+        assert_eq!(peer.extract(&v6), Some(ip("2001:db8:1:2::")));
+        assert_eq!(PeerIp::new().v6_prefix(48).extract(&v6), Some(ip("2001:db8:1::")));
+        // A connection without a peer address gives no key.
+        assert_eq!(peer.extract(&tonic_request(None, &[])), None);
+        // A `SocketAddr` put there by the server's own code wins.
+        let mut both = tonic_request(Some("192.0.2.7:1"), &[]);
+        both.extensions_mut()
+            .insert("198.51.100.1:2".parse::<SocketAddr>().unwrap());
+        assert_eq!(peer.extract(&both), Some(ip("198.51.100.1")));
+    }
+
+    #[cfg(feature = "tonic")]
+    #[test]
+    fn tonic_peers_forward_only_through_trusted_proxies() {
+        let xff = ForwardedFor::new(["10.0.0.0/8".parse().unwrap()]);
+        let forged = tonic_request(Some("203.0.113.9:5"), &[("x-forwarded-for", "1.1.1.1")]);
+        assert_eq!(xff.extract(&forged), Some(ip("203.0.113.9")));
+        let chain = tonic_request(
+            Some("10.0.0.2:5"),
+            &[("x-forwarded-for", "6.6.6.6, 198.51.100.4, 10.0.0.3")],
+        );
+        assert_eq!(xff.extract(&chain), Some(ip("198.51.100.4")));
+        let rfc = tonic_request(Some("10.0.0.2:5"), &[("forwarded", "for=\"[2001:db8:7::1]:443\"")]);
+        assert_eq!(xff.extract(&rfc), Some(ip("2001:db8:7::")));
+        assert_eq!(
+            xff.extract(&tonic_request(None, &[("x-forwarded-for", "1.1.1.1")])),
+            None
+        );
     }
 
     #[test]

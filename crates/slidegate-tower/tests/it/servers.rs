@@ -9,7 +9,7 @@ use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use slidegate_core::{Algorithm, ManualClock, Policy};
 use slidegate_memory::{Budget, MemoryStore};
-use slidegate_tower::{GlobalKey, PeerIp, RateLimitLayer};
+use slidegate_tower::{ForwardedFor, GlobalKey, PeerIp, RateLimitLayer};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -121,6 +121,8 @@ async fn tonic_server(layer: RateLimitLayer<tonic::body::Body, MemoryStore<Manua
 #[tokio::test]
 async fn a_tonic_client_sees_resource_exhausted_with_the_delay() {
     let clock = ManualClock::new(0);
+    // tonic's own connect info, read by a closure (as a TLS listener's
+    // `TlsConnectInfo` would be).
     let peer = |request: &Request<tonic::body::Body>| {
         let info = request.extensions().get::<TcpConnectInfo>()?;
         Some(PeerIp::new().key_of(info.remote_addr()?.ip()))
@@ -151,6 +153,75 @@ async fn a_tonic_client_sees_resource_exhausted_with_the_delay() {
     assert!(status.message().contains("retry in 2 s"), "{status:?}");
     assert_eq!(status.metadata().get("grpc-retry-pushback-ms").unwrap(), "2000");
     clock.advance(Duration::from_secs(2));
+    assert!(client.check(check()).await.is_ok());
+}
+
+/// With the `tonic` feature the ready-made extractors read tonic's
+/// `TcpConnectInfo` themselves: the peer is a trusted proxy (loopback), so
+/// the client is the address it forwards in `x-forwarded-for`.
+#[tokio::test]
+async fn a_tonic_server_keys_by_the_forwarded_client_behind_a_trusted_proxy() {
+    let clock = ManualClock::new(0);
+    let layer = RateLimitLayer::builder(ForwardedFor::new(["127.0.0.0/8".parse().unwrap()]))
+        .limit(
+            "grpc",
+            log(1, Duration::from_secs(10)),
+            clock.clone(),
+            Budget::keys(100),
+        )
+        .build()
+        .unwrap();
+    let addr = tonic_server(layer).await;
+    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = HealthClient::new(channel);
+    let check = |client_ip: &str| {
+        let mut request = tonic::Request::new(HealthCheckRequest { service: String::new() });
+        request
+            .metadata_mut()
+            .insert("x-forwarded-for", format!("203.0.113.66, {client_ip}").parse().unwrap());
+        request
+    };
+    assert!(client.check(check("198.51.100.1")).await.is_ok());
+    let refused = client.check(check("198.51.100.1")).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+    // Another client behind the same proxy has its own budget.
+    assert!(client.check(check("198.51.100.2")).await.is_ok());
+    // So has the proxy itself, keyed by its own (loopback) address.
+    let direct = tonic::Request::new(HealthCheckRequest { service: String::new() });
+    assert!(client.check(direct).await.is_ok());
+}
+
+/// `PeerIp` alone keys a tonic server by the peer address.
+#[tokio::test]
+async fn a_tonic_server_keys_by_peer_ip() {
+    let clock = ManualClock::new(0);
+    let layer = RateLimitLayer::builder(PeerIp::new())
+        .limit(
+            "grpc",
+            log(2, Duration::from_secs(10)),
+            clock.clone(),
+            Budget::keys(100),
+        )
+        .build()
+        .unwrap();
+    let addr = tonic_server(layer).await;
+    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = HealthClient::new(channel);
+    let check = || tonic::Request::new(HealthCheckRequest { service: String::new() });
+    let served = client.check(check()).await.unwrap();
+    assert_eq!(served.metadata().get("ratelimit").unwrap(), r#""grpc";r=1;t=10"#);
+    assert!(client.check(check()).await.is_ok());
+    let refused = client.check(check()).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+    clock.advance(Duration::from_secs(10));
     assert!(client.check(check()).await.is_ok());
 }
 
