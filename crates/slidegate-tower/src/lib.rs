@@ -13,18 +13,28 @@
 //! given to [`RateLimitLayer::builder_with_store`] (limits added with
 //! [`quota`](RateLimitLayerBuilder::quota)):
 //!
-//! ```ignore
+//! ```no_run
+//! # use slidegate_core::{Algorithm, Policy};
+//! # use slidegate_redis::RedisOptions;
+//! # use slidegate_store::FailurePolicy;
+//! # use slidegate_tower::{PeerIp, RateLimitLayer};
+//! # use std::time::Duration;
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! # let sliding = Algorithm::DEFAULT;
 //! let options = RedisOptions {
 //!     urls: vec!["redis://127.0.0.1:6379".to_owned()],
 //!     failure: FailurePolicy::Open,
 //!     ..RedisOptions::default()
 //! };
-//! let limit = RateLimitLayer::builder_with_store(PeerIp::new(), options.connect().await?)
+//! let limit = RateLimitLayer::<(), _>::builder_with_store(PeerIp::new(), options.connect().await?)
 //!     .quota("per-client", Policy::new(100, Duration::from_secs(60), sliding)?)
 //!     .build()?;
+//! # drop(limit);
+//! # Ok(())
+//! # }
 //! ```
 //!
-//! (`examples/axum_redis.rs` in full.) The layer decides in `call`, so the
+//! (`crates/slidegate/examples/axum_redis.rs` in full.) The layer decides in `call`, so the
 //! clones that axum makes of a service all share one budget, with one
 //! [`Store::decide`](slidegate_store::Store::decide) per request for all
 //! of its limits: all or nothing, atomically. A store that does no IO (the

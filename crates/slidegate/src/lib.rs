@@ -1,37 +1,11 @@
-//! Sliding-window rate limiting, as one dependency.
-//!
-//! `cargo add slidegate` gives the policies and their algorithms
-//! (`slidegate-core`), the one store interface and its failure policy
-//! (`slidegate-store`), the bounded in-memory store (`slidegate-memory`),
-//! and with the default `tower` feature the tower/axum middleware
-//! (`slidegate-tower`); the `redis` feature adds Redis, Redis Cluster,
-//! Sentinel and the hybrid mode as stores (`slidegate-redis`).
-//!
-//! ```
-//! use slidegate::{Algorithm, Budget, Decisions, ManualClock, MemoryStore, Policy, Quota, Store};
-//! use std::time::Duration;
-//!
-//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
-//! let clock = ManualClock::new(0);
-//! let store = MemoryStore::with_clock(Budget::keys(1_000_000), Budget::keys(1_000_000), clock);
-//! // 5 per second and 100 per hour, decided together: all or nothing.
-//! let quotas = [
-//!     Quota::new(Policy::new(5, Duration::from_secs(1), Algorithm::DEFAULT)?),
-//!     Quota::new(Policy::new(100, Duration::from_secs(3600), Algorithm::DEFAULT)?),
-//! ];
-//! let mut out = Decisions::new();
-//! store.decide("alice", &quotas, 1, &mut out).await?;
-//! assert!(out.iter().all(|d| d.allowed()));
-//! assert_eq!(out[1].remaining(), 99);
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! # }).unwrap();
-//! ```
+#![doc = include_str!("../../../README.md")]
 #![forbid(unsafe_code)]
 
 pub use slidegate_core::{
-    Algorithm, AlgorithmSpec, Clock, Decision, ManualClock, MonotonicClock, Policy, PolicyError, SpecError, Weighting,
+    Algorithm, AlgorithmSpec, Clock, Decision, Limiter, ManualClock, MonotonicClock, Policy, PolicyError, SpecError,
+    Weighting,
 };
-pub use slidegate_memory::{Budget, MemoryStore};
+pub use slidegate_memory::{Budget, KeyedLimiter, MemoryStore};
 pub use slidegate_store::{
     Decisions, DynStore, FailOver, FailOverStats, FailurePolicy, Quota, Source, Store, StoreError, StoreStats,
 };
@@ -51,18 +25,54 @@ pub mod memory {
     pub use slidegate_memory::*;
 }
 
-/// The tower/axum middleware (feature `tower`, on by default).
+/// The tower/axum/tonic middleware (feature `tower`, on by default), in
+/// full; the layer, its builder and the key extractors are also at the
+/// crate's root.
 #[cfg(feature = "tower")]
 pub mod tower {
     pub use slidegate_tower::*;
 }
 
 #[cfg(feature = "tower")]
-pub use slidegate_tower::RateLimitLayer;
+pub use slidegate_tower::{
+    ForwardedFor, GlobalKey, HeaderKey, KeyExtractor, LayerError, MissingKey, Network, NetworkError, PeerIp,
+    RateLimitLayer, RateLimitLayerBuilder, RequestKey,
+};
 
 /// Redis, Redis Cluster, Sentinel and the hybrid mode as stores (feature
-/// `redis`).
+/// `redis`), in full; the stores and the options that build them are also
+/// at the crate's root.
 #[cfg(feature = "redis")]
 pub mod redis {
     pub use slidegate_redis::*;
+}
+
+#[cfg(feature = "redis")]
+pub use slidegate_redis::{HybridOptions, HybridStore, RedisConnectError, RedisOptions, RedisStore};
+
+/// The guides of the repository's `docs/` folder, as pages of these docs.
+/// Every Rust block in them (and in the README, the crate's front page) is
+/// a doctest of this crate, compiled against `slidegate` alone
+/// (`tests/doc_blocks.rs` holds every guide to it).
+pub mod guide {
+    #[doc = include_str!("../../../docs/algorithms.md")]
+    pub mod algorithms {}
+
+    #[doc = include_str!("../../../docs/library.md")]
+    pub mod library {}
+
+    #[doc = include_str!("../../../docs/service.md")]
+    pub mod service {}
+
+    #[doc = include_str!("../../../docs/operating.md")]
+    pub mod operating {}
+
+    #[doc = include_str!("../../../docs/from-envoyproxy-ratelimit.md")]
+    pub mod from_envoyproxy_ratelimit {}
+
+    #[doc = include_str!("../../../docs/simulator.md")]
+    pub mod simulator {}
+
+    #[doc = include_str!("../../../docs/benchmarks.md")]
+    pub mod benchmarks {}
 }

@@ -3,13 +3,11 @@
 //! with `RateLimit` headers on every answer and `429` + `Retry-After` on
 //! refusals.
 //!
-//! `cargo run -p slidegate-tower --example axum`, then
+//! `cargo run -p slidegate --example axum`, then
 //! `curl -i http://127.0.0.1:3000/`.
 
 use axum::{Router, routing::get};
-use slidegate_core::{Algorithm, MonotonicClock, Policy, Weighting};
-use slidegate_memory::Budget;
-use slidegate_tower::{PeerIp, RateLimitLayer};
+use slidegate::{Algorithm, Budget, MonotonicClock, PeerIp, Policy, RateLimitLayer, Weighting};
 use std::{net::SocketAddr, time::Duration};
 
 #[tokio::main]

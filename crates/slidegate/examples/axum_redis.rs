@@ -4,14 +4,12 @@
 //! pass uncounted (`FailurePolicy::Open`) rather than fail.
 //!
 //! Start Redis (`redis-server`), then
-//! `cargo run -p slidegate-tower --example axum_redis` (on as many ports as
-//! you like: `PORT=3001 cargo run ...`) and `curl -i http://127.0.0.1:3000/`.
+//! `cargo run -p slidegate --features redis --example axum_redis` (on as
+//! many ports as you like: `PORT=3001 cargo run ...`) and
+//! `curl -i http://127.0.0.1:3000/`.
 
 use axum::{Router, routing::get};
-use slidegate_core::{Algorithm, Policy, Weighting};
-use slidegate_redis::RedisOptions;
-use slidegate_store::FailurePolicy;
-use slidegate_tower::{PeerIp, RateLimitLayer};
+use slidegate::{Algorithm, FailurePolicy, PeerIp, Policy, RateLimitLayer, RedisOptions, Weighting};
 use std::{net::SocketAddr, time::Duration};
 
 #[tokio::main]
