@@ -587,114 +587,6 @@ fn threads_cpu(name: &str) -> Duration {
         .sum()
 }
 
-fn write_table(cases: &[Case], out: &mut dyn Write) -> Result<()> {
-    let width = cases.iter().map(|c| c.name.chars().count()).max().unwrap_or(4).max(4);
-    writeln!(
-        out,
-        "{:<10}  {:<width$}  {:>14}  {:>8}  {:>10}  {:>10}",
-        "group", "case", "decisions/s", "ratio", "p50 µs", "p99 µs"
-    )?;
-    for c in cases {
-        let opt = |v: Option<f64>, digits: usize| v.map_or_else(|| "—".to_owned(), |v| format!("{v:.digits$}"));
-        writeln!(
-            out,
-            "{:<10}  {:<width$}  {:>14.0}  {:>8}  {:>10}  {:>10}",
-            c.group,
-            c.name,
-            c.per_second,
-            opt(c.ratio, 2),
-            opt(c.p50_us, 1),
-            opt(c.p99_us, 1)
-        )?;
-    }
-    writeln!(
-        out,
-        "ratio: decisions/s of the case over its baseline in the same run (an earlier line: \
-         governor's in the algorithms and store groups; in the redis group, the INCR line of \
-         the same concurrency)"
-    )?;
-    for c in cases {
-        if let Some(k) = c.commands_per_1000 {
-            writeln!(out, "{}: {k:.2} Redis commands per 1000 decisions", c.name)?;
-        }
-        match (c.redis_cpu_us, c.requests_per_call) {
-            (Some(us), Some(r)) => writeln!(
-                out,
-                "{}: {us:.2} µs of Redis CPU per decision, {r:.1} requests per script call",
-                c.name
-            )?,
-            (Some(us), None) => writeln!(out, "{}: {us:.2} µs of Redis CPU per decision", c.name)?,
-            _ => {}
-        }
-        if let Some(us) = c.server_cpu_us {
-            writeln!(out, "{}: {us:.2} µs of the service's CPU per decision", c.name)?;
-        }
-        if let Some(r) = c.admitted_over_limit {
-            writeln!(out, "{}: {r:.3} × the limit", c.name)?;
-        }
-    }
-    write_redis_matrix(cases, out)
-}
-
-/// The `redis` group again, one line per case and one column per
-/// concurrency: decisions/s and, for the scripts, the ratio to `INCR` at
-/// that concurrency. Nothing when the run has no `redis` case.
-fn write_redis_matrix(cases: &[Case], out: &mut dyn Write) -> Result<()> {
-    let redis: Vec<(&str, usize, &Case)> = cases
-        .iter()
-        .filter(|c| c.group == "redis")
-        .filter_map(|c| {
-            let concurrency = c.concurrency?;
-            let label = [" on their own connections", ""]
-                .iter()
-                .find_map(|own| c.name.strip_suffix(&format!(", {concurrency} in flight{own}")))
-                .unwrap_or(&c.name);
-            Some((label, concurrency, c))
-        })
-        .collect();
-    if redis.is_empty() {
-        return Ok(());
-    }
-    let mut labels: Vec<&str> = Vec::new();
-    let mut concurrencies: Vec<usize> = Vec::new();
-    for &(label, concurrency, _) in &redis {
-        if !labels.contains(&label) {
-            labels.push(label);
-        }
-        if !concurrencies.contains(&concurrency) {
-            concurrencies.push(concurrency);
-        }
-    }
-    let title = "redis: decisions/s (ratio to INCR) by calls in flight";
-    let width = labels
-        .iter()
-        .map(|l| l.chars().count())
-        .max()
-        .unwrap_or(0)
-        .max(title.chars().count());
-    writeln!(out)?;
-    write!(out, "{title:<width$}")?;
-    for c in &concurrencies {
-        write!(out, "  {:>17}", format!("{c} in flight"))?;
-    }
-    writeln!(out)?;
-    for label in labels {
-        write!(out, "{label:<width$}")?;
-        for &c in &concurrencies {
-            let cell = redis.iter().find(|&&(l, k, _)| l == label && k == c).map_or_else(
-                || "—".to_owned(),
-                |(_, _, case)| match case.ratio {
-                    Some(ratio) => format!("{:.0} ({ratio:.2})", case.per_second),
-                    None => format!("{:.0}", case.per_second),
-                },
-            );
-            write!(out, "  {cell:>17}")?;
-        }
-        writeln!(out)?;
-    }
-    Ok(())
-}
-
 /// Runs the chosen groups and writes the summary.
 pub(crate) fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     let chosen = |group: &str| args.only.is_empty() || args.only.iter().any(|g| g == group);
@@ -750,7 +642,7 @@ pub(crate) fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     bar.finish_and_clear();
     match args.format {
         Format::Json => writeln!(out, "{}", serde_json::to_string_pretty(&cases)?)?,
-        Format::Table => write_table(&cases, out)?,
+        Format::Table => crate::table::write_table(&cases, out)?,
     }
     out.flush()?;
     Ok(())

@@ -18,6 +18,7 @@ mod bench_redis;
 mod case;
 mod progress;
 mod redis_conn;
+mod table;
 
 use clap::Parser;
 use std::process::ExitCode;

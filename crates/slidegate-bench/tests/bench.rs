@@ -43,6 +43,47 @@ fn algorithms_and_store_beside_their_baselines() {
     }
 }
 
+/// The table: a section per group with its header row, figures with
+/// thousands separators, the baseline's decisions/s in its own column and
+/// the ratio named for what it divides.
+#[test]
+fn the_table_names_its_columns_and_separates_thousands() {
+    let out = Command::new(env!("CARGO_BIN_EXE_slidegate-bench"))
+        .args(["--only", "algorithms", "--time", "5ms"])
+        .output()
+        .expect("the binary runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let table = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(lines[0].starts_with("algorithms: "), "{table}");
+    let header: Vec<&str> = lines[1].split("  ").map(str::trim).filter(|c| !c.is_empty()).collect();
+    assert_eq!(
+        header,
+        [
+            "case",
+            "decisions/s",
+            "ns/decision",
+            "governor decisions/s",
+            "slidegate / governor"
+        ],
+        "{table}"
+    );
+    let row = lines
+        .iter()
+        .find(|l| l.trim_start().starts_with("sliding_window n=8 conservative admit "))
+        .expect("a row of ours");
+    let cells: Vec<&str> = row.split("  ").map(str::trim).filter(|c| !c.is_empty()).collect();
+    assert_eq!(cells.len(), 5, "{row}");
+    // Over a million a second in any build: separated by commas.
+    for figure in [cells[1], cells[3]] {
+        assert!(
+            figure.contains(',') && figure.replace(',', "").parse::<u64>().is_ok(),
+            "{row}"
+        );
+    }
+    assert!(cells[4].parse::<f64>().is_ok(), "{row}");
+}
+
 #[test]
 fn the_service_answers_over_loopback() {
     let cases = bench_json(&["--only", "service", "--time", "100ms", "--concurrency", "4"]);
@@ -253,7 +294,7 @@ fn the_redis_table_has_a_line_per_case_and_a_column_per_concurrency() {
     let table = String::from_utf8_lossy(&out.stdout);
     let matrix: Vec<&str> = table
         .lines()
-        .skip_while(|line| !line.starts_with("redis: decisions/s (ratio to INCR) by calls in flight"))
+        .skip_while(|line| !line.starts_with("redis: decisions/s (script / INCR) by calls in flight"))
         .collect();
     assert_eq!(matrix.len(), 1 + 9, "{table}");
     assert!(
