@@ -134,13 +134,21 @@ pub(crate) struct Args {
     format: Format,
 
     /// Write plots (SVG and PNG) of each traffic into this folder: true
-    /// against estimated count for the busiest clients, wrong decisions
-    /// against buckets, the most admitted in a window per algorithm
+    /// against estimated count for the three clients where the algorithms
+    /// disagree most (or those of --plot-client), wrong decisions against
+    /// buckets, the most admitted in a window per algorithm
     ///
     /// With --trace, each file is read a second time for the count plots,
-    /// which hold every request of its three busiest clients in memory.
+    /// which hold every request of their clients in memory.
     #[arg(long, value_name = "DIR")]
     plot: Option<PathBuf>,
+
+    /// The client of a count plot: its key (a --trace file's) or its number (a traffic model's); repeat for more
+    ///
+    /// Without it, the count plots show the three clients where the
+    /// algorithms' decisions differ most from the exact count's.
+    #[arg(long, value_name = "KEY", requires = "plot", conflicts_with = "config")]
+    plot_client: Vec<String>,
 
     /// What-if replay: the service's config (files or directories, as `serve --config`); every --trace line is
     /// decided as a request of --domain, and each rule's refusals are reported
@@ -303,12 +311,15 @@ fn execute(args: &Args, out: &mut dyn Write, progress: bool) -> Result<()> {
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
     let rows = slidegate_sim::run_many(&policies, &scenarios, threads)?;
     if let (Some(dir), Some(first)) = (&args.plot, policies.first()) {
-        for scenario in &scenarios {
-            let name = scenario.traffic.name();
-            let requests = scenario.requests(first)?;
-            let traffic_rows: Vec<Row> = rows.iter().filter(|r| r.traffic == name).cloned().collect();
-            let files =
-                crate::plots::traffic_plots(dir, name, &requests, &policies, &traffic_rows, &|c| c.to_string())?;
+        let traffics = scenarios
+            .iter()
+            .map(|s| Ok((s.traffic.name(), s.requests(first)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let chosen = given_clients(&args.plot_client, &traffics)?;
+        for ((name, requests), given) in traffics.iter().zip(&chosen) {
+            let traffic_rows: Vec<Row> = rows.iter().filter(|r| r.traffic == *name).cloned().collect();
+            let given = (!args.plot_client.is_empty()).then_some(given.as_slice());
+            let files = crate::plots::traffic_plots(dir, name, requests, &policies, &traffic_rows, given)?;
             report_plots(&files);
         }
     }
@@ -369,20 +380,30 @@ fn replay(args: &Args, policies: &[Policy], out: &mut dyn Write, progress: bool)
         report_skipped(&trace);
         rows.extend(policies.iter().zip(&metrics).map(|(p, m)| Row::new(p, name, m.clone())));
         let error_rates = metrics.get(policies.len()..).unwrap_or_default().to_vec();
-        traces.push((trace, error_rates));
+        // Where the run's algorithms disagree most, unless --plot-client.
+        let run: Vec<&Metrics> = metrics.iter().take(policies.len()).collect();
+        let counts = (0u32..).zip(trace.requests_per_client.iter().copied());
+        let disagreed = crate::plots::most_disagreed(&run, counts, crate::plots::PLOTTED);
+        traces.push((trace, error_rates, disagreed));
     }
     if let Some(dir) = &args.plot {
-        for ((path, name), (trace, error_rates)) in paths.iter().zip(&names).zip(&traces) {
-            let busiest = crate::plots::busiest_of_counts(&trace.requests_per_client);
-            let keyed: Vec<(String, u32)> = busiest
+        let chosen = given_keys(&args.plot_client, &names, &traces)?;
+        for ((path, name), ((trace, error_rates, disagreed), given)) in
+            paths.iter().zip(&names).zip(traces.iter().zip(&chosen))
+        {
+            let clients = if args.plot_client.is_empty() { disagreed } else { given };
+            let keyed: Vec<(String, u32)> = clients
                 .iter()
                 .map(|&c| (trace.keys.get(c as usize).cloned().unwrap_or_default(), c))
                 .collect();
             let requests = trace_requests_file(path, &options, order, &keyed, progress)?;
             let inputs = crate::plots::PlotInputs {
-                busiest: &busiest,
+                clients,
                 requests: &requests,
                 error_rates,
+                time: slidegate_plot::TimeAxis::Clock {
+                    start_unix_ns: trace.start_unix_ns,
+                },
             };
             let traffic_rows: Vec<Row> = rows.iter().filter(|r| &r.traffic == name).cloned().collect();
             let key = |c: u32| trace.keys.get(c as usize).cloned().unwrap_or_else(|| c.to_string());
@@ -396,7 +417,7 @@ fn replay(args: &Args, policies: &[Policy], out: &mut dyn Write, progress: bool)
         format_duration(args.window),
         options.key_by
     );
-    for ((trace, _), name) in traces.iter().zip(&names) {
+    for ((trace, _, _), name) in traces.iter().zip(&names) {
         heading.push_str(&format!(
             "\n{name}: {}, {} requests from {} clients over {}",
             trace.format,
@@ -680,6 +701,63 @@ fn report_skipped(trace: &TraceSummary) {
             trace.name, trace.skipped
         );
     }
+}
+
+/// `--plot-client` for the traffic models: each key is a client number,
+/// plotted in every traffic that has requests from it (a warning for
+/// those that have none); a key that is no number, or no traffic's
+/// client, is an error before any plot is drawn. One list per traffic.
+fn given_clients(given: &[String], traffics: &[(&str, Vec<Request>)]) -> Result<Vec<Vec<u32>>> {
+    let mut chosen = vec![Vec::new(); traffics.len()];
+    for key in given {
+        let client: u32 = key
+            .parse()
+            .map_err(|_| anyhow::anyhow!("--plot-client {key}: a traffic model's clients are numbers (0, 1, …)"))?;
+        let mut found = false;
+        for ((name, requests), chosen) in traffics.iter().zip(&mut chosen) {
+            if requests.iter().any(|r| r.client == client) {
+                if !chosen.contains(&client) {
+                    chosen.push(client);
+                }
+                found = true;
+            } else {
+                eprintln!("plots: no request from client {client} in the {name} traffic");
+            }
+        }
+        anyhow::ensure!(
+            found,
+            "--plot-client {key}: no traffic of the run has requests from client {key}"
+        );
+    }
+    Ok(chosen)
+}
+
+/// `--plot-client` for traces: each key's client number in every trace
+/// that has it (a warning for those that do not); a key in no trace is an
+/// error before any plot is drawn. One list per trace.
+fn given_keys<A, B>(given: &[String], names: &[String], traces: &[(TraceSummary, A, B)]) -> Result<Vec<Vec<u32>>> {
+    let mut chosen = vec![Vec::new(); traces.len()];
+    for key in given {
+        let mut found = false;
+        for (((trace, _, _), name), chosen) in traces.iter().zip(names).zip(&mut chosen) {
+            match trace.keys.iter().position(|k| k == key) {
+                Some(c) => {
+                    let c = c as u32;
+                    if !chosen.contains(&c) {
+                        chosen.push(c);
+                    }
+                    found = true;
+                }
+                None => eprintln!("plots: no request from `{key}` in {name}"),
+            }
+        }
+        anyhow::ensure!(
+            found,
+            "--plot-client {key}: no request has this key (the --key-by field) in {}",
+            names.join(", ")
+        );
+    }
+    Ok(chosen)
 }
 
 /// Says on stderr which plot files were written.

@@ -230,8 +230,35 @@ fn plots_are_written_per_rule() {
         ]
     );
     let svg = std::fs::read_to_string(dir.join("whatif-rule-remote_address-refusals.svg")).unwrap();
-    for label in ["sliding_window n=8 conservative", "sliding_log (exact)", "fixed_window"] {
-        assert!(svg.contains(label), "{label} missing from the legend");
+    // One line per way of counting, its total (the table's) in the legend,
+    // whole; the log's clock time across.
+    for label in [
+        "as configured (sliding_window n=8 conservative): 6 refused",
+        "sliding_log (exact): 6 refused",
+        "fixed_window: 3 refused",
+        "rule remote_address (3 per minute): requests refused so far",
+        "refused requests so far",
+        "time (UTC) on 2023-11-14",
+    ] {
+        assert!(svg.contains(&format!(">\n{label}\n</text>")), "`{label}` missing");
+    }
+    // Each line only rises (SVG's y grows downwards): refusals so far.
+    let lines: Vec<Vec<i64>> = svg
+        .lines()
+        .filter(|l| l.starts_with("<polyline"))
+        .filter_map(|l| {
+            let points = l.split("points=\"").nth(1)?.split('"').next()?;
+            let ys: Vec<i64> = points
+                .split_whitespace()
+                .filter_map(|p| p.split(',').nth(1)?.parse().ok())
+                .collect();
+            // Not a legend swatch (two points on one row).
+            (ys.len() > 2).then_some(ys)
+        })
+        .collect();
+    assert_eq!(lines.len(), 3, "{svg:.2000}");
+    for ys in &lines {
+        assert!(ys.windows(2).all(|w| w[1] <= w[0]), "{ys:?}");
     }
 }
 

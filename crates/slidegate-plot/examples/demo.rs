@@ -11,7 +11,9 @@
 //! attack against every algorithm.
 
 use slidegate_core::{Algorithm, Policy, Weighting};
-use slidegate_plot::{Line, PlotError, count_over_time, count_panels, error_rates_by_buckets, max_window_ratio};
+use slidegate_plot::{
+    Line, PlotError, TimeAxis, count_over_time, count_panels, error_rates_by_buckets, max_window_ratio,
+};
 use slidegate_sim::{Scenario, Traffic, busiest_clients, count_series, run_many};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -98,6 +100,7 @@ fn plots(dir: &Path) -> Result<Vec<PathBuf>, PlotError> {
     written.extend(count_over_time(
         &dir.join("count"),
         &title,
+        TimeAxis::Seconds,
         LIMIT as f64,
         &truth,
         &estimates,
@@ -105,6 +108,7 @@ fn plots(dir: &Path) -> Result<Vec<PathBuf>, PlotError> {
     written.extend(count_panels(
         &dir.join("count_panels"),
         &title,
+        TimeAxis::Seconds,
         LIMIT as f64,
         &truth,
         &estimates,

@@ -3,7 +3,8 @@
 //! files.
 
 use crate::bitmap::Bitmap;
-use crate::{HEIGHT, Line, PlotError, WIDTH};
+use crate::time::TimeCoord;
+use crate::{HEIGHT, Line, PlotError, TimeAxis, WIDTH};
 use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, Ranged};
 use plotters::coord::types::RangedCoordf64;
 use plotters::coord::{CoordTranslate, Shift};
@@ -208,6 +209,85 @@ fn fit<DB: DrawingBackend>(
     Ok(("…".to_string(), width("…")?))
 }
 
+/// White background and the title on top; returns the area under it.
+fn titled<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str) -> Result<DrawingArea<DB, Shift>, PlotError> {
+    root.fill(&WHITE).map_err(drawing)?;
+    let root = root.margin(8, 0, 0, 0);
+    if title.trim().is_empty() {
+        return Ok(root);
+    }
+    let style = text(TITLE_SIZE);
+    let (title, _) = fit(&root, title, &style, WIDTH as i32 - 40)?;
+    root.titled(&title, style).map_err(drawing)
+}
+
+/// The most rows of a legend under the chart; past them, the last row
+/// says how many more series there are.
+const LEGEND_ROWS_BELOW: usize = 6;
+
+/// White background, the title on top and the legend under the chart:
+/// its entries side by side in rows across the whole width, each label
+/// whole unless it is wider than the figure. Returns the area left for
+/// the chart.
+fn frame_below<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    legend: &[Entry],
+) -> Result<DrawingArea<DB, Shift>, PlotError> {
+    let area = titled(root, title)?;
+    let (area_w, area_h) = (area.dim_in_pixel().0 as i32, area.dim_in_pixel().1 as i32);
+    let style = text(LEGEND_SIZE);
+    let gap = 3 * PAD;
+    let max_label = area_w - 4 * PAD - SWATCH;
+    let mut labels = Vec::with_capacity(legend.len());
+    for e in legend {
+        labels.push(fit(&area, &e.label, &style, max_label)?);
+    }
+    // Entries left to right, a new row when the next does not fit.
+    let mut rows: Vec<Vec<usize>> = vec![Vec::new()];
+    let mut x = PAD;
+    for (i, (_, w)) in labels.iter().enumerate() {
+        let entry = SWATCH + PAD + w;
+        if let Some(row) = rows.last_mut()
+            && (x + entry <= area_w - PAD || row.is_empty())
+        {
+            row.push(i);
+        } else {
+            rows.push(vec![i]);
+            x = PAD;
+        }
+        x += entry + gap;
+    }
+    let more = if rows.len() > LEGEND_ROWS_BELOW {
+        let shown: usize = rows[..LEGEND_ROWS_BELOW - 1].iter().map(Vec::len).sum();
+        rows.truncate(LEGEND_ROWS_BELOW - 1);
+        legend.len() - shown
+    } else {
+        0
+    };
+    let height = (rows.len() + usize::from(more > 0)) as i32 * ROW + 2 * PAD;
+    let (plot, below) = area.split_vertically(area_h - height);
+    let label_style = style.pos(Pos::new(HPos::Left, VPos::Center));
+    for (r, row) in rows.iter().enumerate() {
+        let y = PAD + r as i32 * ROW + ROW / 2;
+        let mut x = PAD;
+        for &i in row {
+            draw_swatch(&below, &legend[i].swatch, x, y)?;
+            below
+                .draw_text(&labels[i].0, &label_style, (x + SWATCH + PAD, y))
+                .map_err(drawing)?;
+            x += SWATCH + PAD + labels[i].1 + gap;
+        }
+    }
+    if more > 0 {
+        let y = PAD + rows.len() as i32 * ROW + ROW / 2;
+        below
+            .draw_text(&format!("… and {more} more"), &label_style, (PAD, y))
+            .map_err(drawing)?;
+    }
+    Ok(plot)
+}
+
 /// White background, the title on top and the legend on the right; returns
 /// the area left for the chart.
 fn frame<DB: DrawingBackend>(
@@ -215,15 +295,7 @@ fn frame<DB: DrawingBackend>(
     title: &str,
     legend: &[Entry],
 ) -> Result<DrawingArea<DB, Shift>, PlotError> {
-    root.fill(&WHITE).map_err(drawing)?;
-    let root = root.margin(8, 0, 0, 0);
-    let area = if title.trim().is_empty() {
-        root
-    } else {
-        let style = text(TITLE_SIZE);
-        let (title, _) = fit(&root, title, &style, WIDTH as i32 - 40)?;
-        root.titled(&title, style).map_err(drawing)?
-    };
+    let area = titled(root, title)?;
     let (area_w, area_h) = area.dim_in_pixel();
     let style = text(LEGEND_SIZE);
     let max_label = WIDTH as i32 * 36 / 100 - SWATCH - 3 * PAD;
@@ -325,7 +397,7 @@ fn draw_marker<DB: DrawingBackend, CT: CoordTranslate<From = C>, C: Clone + 'sta
 
 /// A tick label for `v` on an axis spanning `span`: as many decimals as
 /// the span needs, trailing zeros dropped.
-fn tick(v: f64, span: f64) -> String {
+pub(crate) fn tick(v: f64, span: f64) -> String {
     let decimals = if span > 0.0 {
         (2 - span.log10().floor() as i32).clamp(0, 9) as usize
     } else {
@@ -442,6 +514,7 @@ impl Ranged for Keyed {
 /// [`crate::count_over_time`].
 pub(crate) struct CountOverTime<'a> {
     pub(crate) title: &'a str,
+    pub(crate) time: TimeAxis,
     pub(crate) limit: f64,
     pub(crate) truth: &'a Line,
     pub(crate) estimates: &'a [Line],
@@ -480,8 +553,8 @@ fn y_samples(ys: &Range<f64>) -> [String; 4] {
     [ys.start, ys.end, (ys.start + ys.end) / 2.0, ys.end * 0.9].map(|v| tick(v, span) + "0")
 }
 
-/// A chart with linear f64 axes.
-type Chart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+/// A chart of values over time: x in seconds on a [`TimeCoord`], y linear.
+type Chart<'a, DB> = ChartContext<'a, DB, Cartesian2d<TimeCoord, RangedCoordf64>>;
 
 /// Each of `runs` as a line of `colour`, `width` px wide; a run of one
 /// point as a dot.
@@ -505,21 +578,19 @@ fn draw_runs<DB: DrawingBackend>(
     Ok(())
 }
 
-/// The limit, dashed, across the whole x axis.
-/// The grid, ticks and axis names of a plot of numbers against numbers
-/// (ticks worded for axes spanning `xspan` and `yspan`).
+/// The grid, ticks and axis names of a chart over time (x ticks worded
+/// by its [`TimeCoord`], y ticks for an axis spanning `yspan`).
 fn draw_mesh<DB: DrawingBackend>(
     chart: &mut Chart<'_, DB>,
-    x_desc: &str,
+    time: &TimeCoord,
     y_desc: &str,
-    xspan: f64,
     yspan: f64,
 ) -> Result<(), PlotError> {
-    let xfmt = |v: &f64| tick(*v, xspan);
+    let xfmt = |v: &f64| time.label(*v);
     let yfmt = |v: &f64| tick(*v, yspan);
     chart
         .configure_mesh()
-        .x_desc(x_desc)
+        .x_desc(time.desc())
         .y_desc(y_desc)
         .axis_desc_style(text(DESC_SIZE))
         .label_style(text(TICK_SIZE))
@@ -533,6 +604,7 @@ fn draw_mesh<DB: DrawingBackend>(
         .map_err(drawing)
 }
 
+/// The limit, dashed, across the whole x axis.
 fn draw_limit<DB: DrawingBackend>(chart: &mut Chart<'_, DB>, xs: &Range<f64>, limit: f64) -> Result<(), PlotError> {
     chart
         .draw_series(DashedLineSeries::new(
@@ -577,9 +649,10 @@ impl Figure for CountOverTime<'_> {
             .margin_bottom(10)
             .x_label_area_size(X_AREA)
             .y_label_area_size(y_area(&plot, &y_samples(&ys))?)
-            .build_cartesian_2d(xs.clone(), ys)
+            .build_cartesian_2d(TimeCoord::new(xs.clone(), self.time, 10), ys)
             .map_err(drawing)?;
-        draw_mesh(&mut chart, "time (s)", "requests in the window", xspan, yspan)?;
+        let time = TimeCoord::new(xs.clone(), self.time, 10);
+        draw_mesh(&mut chart, &time, "requests in the window", yspan)?;
         let lines = std::iter::once((self.truth, BLACK.to_rgba(), 4))
             .chain(self.estimates.iter().enumerate().map(|(i, l)| (l, colour(i), 2)));
         for (line, c, width) in lines {
@@ -625,6 +698,8 @@ const PANELS_FOOT: i32 = 40;
 const PANELS_LEFT: i32 = 36;
 /// Size of a panel's title.
 const PANEL_TITLE_SIZE: f64 = 19.0;
+/// The most ticks on a panel's time axis.
+const PANEL_X_TICKS: usize = 6;
 
 /// `(columns, rows)` of a grid of `n` panels: one column for one panel,
 /// two for up to four, three beyond.
@@ -648,6 +723,7 @@ fn panels_size(n: usize) -> (u32, u32) {
 /// [`crate::count_panels`].
 pub(crate) struct CountPanels<'a> {
     pub(crate) title: &'a str,
+    pub(crate) time: TimeAxis,
     pub(crate) limit: f64,
     pub(crate) truth: &'a Line,
     pub(crate) estimates: &'a [Line],
@@ -714,9 +790,11 @@ impl Figure for CountPanels<'_> {
         }
 
         // The axis names, once for all panels.
+        let (xs, ys) = count_ranges(self.truth, self.estimates, self.limit)?;
+        let time = TimeCoord::new(xs.clone(), self.time, PANEL_X_TICKS);
         let body_h = height - PANELS_HEAD;
         body.draw_text(
-            "time (s)",
+            &time.desc(),
             &text(DESC_SIZE).pos(Pos::new(HPos::Center, VPos::Center)),
             (PANELS_LEFT + (width - PANELS_LEFT) / 2, body_h - PANELS_FOOT / 2),
         )
@@ -730,7 +808,6 @@ impl Figure for CountPanels<'_> {
         )
         .map_err(drawing)?;
 
-        let (xs, ys) = count_ranges(self.truth, self.estimates, self.limit)?;
         let (xspan, yspan) = (xs.end - xs.start, ys.end - ys.start);
         let truth_runs = runs(&self.truth.points, xspan);
         let (columns, rows) = grid(self.estimates.len());
@@ -743,7 +820,7 @@ impl Figure for CountPanels<'_> {
             widest = widest.max(body.estimate_text_size(&s, &tick_style).map_err(drawing)?.0 as i32);
         }
         let caption = text(PANEL_TITLE_SIZE);
-        let xfmt = |v: &f64| tick(*v, xspan);
+        let xfmt = |v: &f64| time.label(*v);
         let yfmt = |v: &f64| tick(*v, yspan);
         for (i, (line, cell)) in self.estimates.iter().zip(&cells).enumerate() {
             let (cell_w, _) = cell.dim_in_pixel();
@@ -756,14 +833,14 @@ impl Figure for CountPanels<'_> {
                 .margin_bottom(10)
                 .x_label_area_size(28)
                 .y_label_area_size(widest + 14)
-                .build_cartesian_2d(xs.clone(), ys.clone())
+                .build_cartesian_2d(TimeCoord::new(xs.clone(), self.time, PANEL_X_TICKS), ys.clone())
                 .map_err(drawing)?;
             chart
                 .configure_mesh()
                 .label_style(tick_style.clone())
                 .x_label_formatter(&xfmt)
                 .y_label_formatter(&yfmt)
-                .x_labels(6)
+                .x_labels(PANEL_X_TICKS)
                 .y_labels(5)
                 .bold_line_style(GRID)
                 .light_line_style(WHITE)
@@ -777,10 +854,22 @@ impl Figure for CountPanels<'_> {
     }
 }
 
-/// [`crate::refusals_over_time`].
+/// [`crate::cumulative_refusals`].
 pub(crate) struct Refusals<'a> {
     pub(crate) title: &'a str,
+    pub(crate) time: TimeAxis,
     pub(crate) lines: &'a [Line],
+}
+
+/// The width of the `i`th line of refusals: the first lines wider, as
+/// they are drawn under the later ones, so that lines that coincide (two
+/// ways of counting that refuse alike) all show.
+fn refusal_width(i: usize) -> u32 {
+    match i {
+        0 => 6,
+        1 => 4,
+        _ => 2,
+    }
 }
 
 /// `points` cut at every point whose y is NaN (no data there), which is
@@ -799,20 +888,21 @@ impl Figure for Refusals<'_> {
                 label: line.label.clone(),
                 swatch: Swatch::Line {
                     colour: colour(i),
-                    width: 2,
+                    width: refusal_width(i),
                     dashed: false,
                     marker: None,
                 },
             })
             .collect();
-        let plot = frame(root, self.title, &legend)?;
+        let plot = frame_below(root, self.title, &legend)?;
 
         let all = || self.lines.iter().flat_map(|l| l.points.iter());
         let (x0, x1) = bounds(all().map(|p| p.0));
         let (lo, hi) = extent(all().map(|p| p.1).filter(|y| !y.is_nan()));
         let (y0, y1) = y_range(lo, hi);
         let (xs, ys) = (axis("time", x0, x1)?, axis("refusals", y0, y1)?);
-        let (xspan, yspan) = (x1 - x0, y1 - y0);
+        let yspan = y1 - y0;
+        let time = TimeCoord::new(xs.clone(), self.time, 10);
         let mut chart = ChartBuilder::on(&plot)
             .margin_top(TOP)
             .margin_right(30)
@@ -820,17 +910,11 @@ impl Figure for Refusals<'_> {
             .margin_bottom(10)
             .x_label_area_size(X_AREA)
             .y_label_area_size(y_area(&plot, &y_samples(&ys))?)
-            .build_cartesian_2d(xs, ys)
+            .build_cartesian_2d(TimeCoord::new(xs, self.time, 10), ys)
             .map_err(drawing)?;
-        draw_mesh(
-            &mut chart,
-            "time since the log's start (s)",
-            "refused requests per interval",
-            xspan,
-            yspan,
-        )?;
+        draw_mesh(&mut chart, &time, "refused requests so far", yspan)?;
         for (i, line) in self.lines.iter().enumerate() {
-            draw_runs(&mut chart, &defined_runs(&line.points), colour(i), 2)?;
+            draw_runs(&mut chart, &defined_runs(&line.points), colour(i), refusal_width(i))?;
         }
         Ok(())
     }

@@ -7,8 +7,8 @@
 //!   window over time, with the limit drawn across;
 //! - [`count_panels`]: the same, one small panel per estimate, each against
 //!   the true count, on shared axes;
-//! - [`refusals_over_time`]: refused requests per interval over a log's
-//!   time, one line per rule;
+//! - [`cumulative_refusals`]: the requests refused so far over a log's
+//!   time, one rising line per rule or way of counting;
 //! - [`error_rates_by_buckets`]: wrongly allowed and wrongly denied
 //!   requests (% of requests) against the number of buckets, on a log scale;
 //! - [`max_window_ratio`]: the most any key got admitted in one window,
@@ -19,8 +19,13 @@
 //! [`count_panels`] taller when its panels need more rows) and returns both
 //! paths. Every plot has a title, axes labelled with their units, a legend
 //! beside the plot naming every series (for [`count_panels`], a legend row
-//! above the panels and a title on each), and one colour per series (the
-//! Okabe–Ito palette, which colour-blind readers can tell apart).
+//! above the panels and a title on each; for [`cumulative_refusals`], rows
+//! under the plot, so that long labels show whole), and one colour per
+//! series (the Okabe–Ito palette, which colour-blind readers can tell
+//! apart). The plots over time take their x in seconds and a [`TimeAxis`]:
+//! seconds since the start, or a log's clock time (UTC), with ticks on
+//! round clock times labelled `HH:MM` (`MM-DD HH:MM` when the plot crosses
+//! midnight) and the date in the axis's name.
 //!
 //! Text is drawn with DejaVu Sans, embedded in the crate: no system font is
 //! read at run time. It is registered with plotters (process-wide) as the
@@ -29,12 +34,13 @@
 //! when the input is refused.
 //!
 //! ```no_run
-//! use slidegate_plot::{Line, count_over_time};
+//! use slidegate_plot::{Line, TimeAxis, count_over_time};
 //! use std::path::Path;
 //!
 //! let truth = Line::new("exact count", vec![(0.0, 0.0), (1.0, 40.0), (2.0, 95.0)]);
 //! let estimate = Line::new("2 buckets, interpolated", vec![(0.0, 0.0), (1.0, 35.5), (2.0, 101.0)]);
-//! let written = count_over_time(Path::new("plots/count"), "One client", 100.0, &truth, &[estimate])?;
+//! let time = TimeAxis::Seconds;
+//! let written = count_over_time(Path::new("plots/count"), "One client", time, 100.0, &truth, &[estimate])?;
 //! assert_eq!(written.len(), 2); // plots/count.svg and plots/count.png
 //! # Ok::<(), slidegate_plot::PlotError>(())
 //! ```
@@ -43,6 +49,7 @@
 
 mod bitmap;
 mod draw;
+mod time;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -52,13 +59,31 @@ pub const WIDTH: u32 = 1200;
 /// Height of every plot, in pixels.
 pub const HEIGHT: u32 = 700;
 
+/// What the x axis of a plot over time shows; x is given in seconds
+/// either way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TimeAxis {
+    /// Seconds since the start of a run, as numbers (a simulation's time).
+    #[default]
+    Seconds,
+    /// Clock time, UTC: x seconds after `start_unix_ns` (nanoseconds since
+    /// the Unix epoch, a log's first request), labelled `HH:MM` (with
+    /// seconds when the ticks are under a minute apart, with the month and
+    /// day when the plot crosses midnight), the ticks on round clock times
+    /// and the date in the axis's name.
+    Clock {
+        /// The time of x = 0, in nanoseconds since the Unix epoch.
+        start_unix_ns: i64,
+    },
+}
+
 /// One named series of `(x, y)` points, drawn in the order given.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Line {
     /// The name shown in the legend.
     pub label: String,
     /// The points, `(x, y)`; every value must be finite, but for a y of
-    /// [`refusals_over_time`], where NaN means no data.
+    /// [`cumulative_refusals`], where NaN means no data.
     pub points: Vec<(f64, f64)>,
 }
 
@@ -100,8 +125,8 @@ impl fmt::Display for PlotError {
 
 impl std::error::Error for PlotError {}
 
-/// True vs estimated count over time for one key: x in seconds, y in
-/// requests; the limit drawn as a horizontal line.
+/// True vs estimated count over time for one key: x in seconds (shown as
+/// `time` says), y in requests; the limit drawn as a horizontal line.
 ///
 /// `truth` is drawn thick and black under the `estimates`, which get one
 /// colour each; the limit is a dashed dark-red line named `limit (…)` in
@@ -119,6 +144,7 @@ impl std::error::Error for PlotError {}
 pub fn count_over_time(
     path_stem: &Path,
     title: &str,
+    time: TimeAxis,
     limit: f64,
     truth: &Line,
     estimates: &[Line],
@@ -128,6 +154,7 @@ pub fn count_over_time(
         path_stem,
         &draw::CountOverTime {
             title,
+            time,
             limit,
             truth,
             estimates,
@@ -140,7 +167,8 @@ pub const MAX_PANELS: usize = draw::MAX_PANELS;
 
 /// True vs estimated count over time for one key as small multiples: one
 /// panel per estimate, each titled with the estimate's label and drawn
-/// against the true count; x in seconds, y in requests.
+/// against the true count; x in seconds (shown as `time` says), y in
+/// requests.
 ///
 /// Every panel has the same x and y ranges (those of [`count_over_time`],
 /// over the truth, every estimate and the limit), so that panels compare at
@@ -163,6 +191,7 @@ pub const MAX_PANELS: usize = draw::MAX_PANELS;
 pub fn count_panels(
     path_stem: &Path,
     title: &str,
+    time: TimeAxis,
     limit: f64,
     truth: &Line,
     estimates: &[Line],
@@ -178,6 +207,7 @@ pub fn count_panels(
         path_stem,
         &draw::CountPanels {
             title,
+            time,
             limit,
             truth,
             estimates,
@@ -185,25 +215,32 @@ pub fn count_panels(
     )
 }
 
-/// Refused requests per interval over time, one line per rule: x is
-/// seconds since the log's start (where the caller places each interval,
-/// its start or its middle), y the number of requests refused in it.
+/// The requests refused so far over time, one line per rule or way of
+/// counting: x is seconds (shown as `time` says), y the number of requests
+/// refused from the start to x, so that each line only rises and the lines
+/// compare at a glance.
 ///
-/// Give one point per interval, zeros included: a zero is drawn as zero,
-/// and two points are always joined, however far apart. A point whose y is
-/// NaN means "no data" for that interval: the line is broken there (it
-/// stops at the point before and starts again at the point after; a point
-/// alone between two gaps is a dot). Each line gets its own colour and a
-/// legend entry with its label. The y axis starts at zero. Writes
-/// `<path_stem>.svg` and `<path_stem>.png` and returns their paths, SVG
-/// first.
+/// Give one point per interval, from the start: two points are always
+/// joined, however far apart. A point whose y is NaN means "no data" for
+/// that interval: the line is broken there (it stops at the point before
+/// and starts again at the point after; a point alone between two gaps is
+/// a dot). Each line gets its own colour and a legend entry with its
+/// label, in rows under the plot across its whole width, so that long
+/// labels show whole; the first two lines are drawn wider (6 and 4 px)
+/// under the others (2 px), so that lines that coincide all show. The y axis starts at zero. Writes `<path_stem>.svg`
+/// and `<path_stem>.png` and returns their paths, SVG first.
 ///
 /// # Errors
 ///
 /// No line, a line without points, an x that is not finite, a y that is
 /// negative or infinite, values too far apart (or too close) for an axis,
 /// or a file that cannot be written.
-pub fn refusals_over_time(path_stem: &Path, title: &str, lines: &[Line]) -> Result<Vec<PathBuf>, PlotError> {
+pub fn cumulative_refusals(
+    path_stem: &Path,
+    title: &str,
+    time: TimeAxis,
+    lines: &[Line],
+) -> Result<Vec<PathBuf>, PlotError> {
     if lines.is_empty() {
         return Err(PlotError::new("no line to plot"));
     }
@@ -221,7 +258,7 @@ pub fn refusals_over_time(path_stem: &Path, title: &str, lines: &[Line]) -> Resu
             )));
         }
     }
-    draw::render(path_stem, &draw::Refusals { title, lines })
+    draw::render(path_stem, &draw::Refusals { title, time, lines })
 }
 
 /// Wrongly allowed and wrongly denied (% of requests) against the number of

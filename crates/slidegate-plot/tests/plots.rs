@@ -2,8 +2,8 @@
 //! error, never a panic.
 
 use slidegate_plot::{
-    HEIGHT, Line, MAX_PANELS, PlotError, WIDTH, count_over_time, count_panels, error_rates_by_buckets,
-    max_window_ratio, refusals_over_time,
+    HEIGHT, Line, MAX_PANELS, PlotError, TimeAxis, WIDTH, count_over_time, count_panels, cumulative_refusals,
+    error_rates_by_buckets, max_window_ratio,
 };
 use std::path::{Path, PathBuf};
 
@@ -86,11 +86,19 @@ fn count_over_time_writes_both_files() {
     let stem = dir("count").join("count");
     let truth = ramp("exact count", 1.0);
     let estimates = [ramp("two buckets", 1.1), ramp("eight buckets", 0.97)];
-    let written = count_over_time(&stem, "One client's window", 150.0, &truth, &estimates).unwrap();
+    let written = count_over_time(
+        &stem,
+        "One client's window",
+        TimeAxis::Seconds,
+        150.0,
+        &truth,
+        &estimates,
+    )
+    .unwrap();
     let svg = check_files(&written, &stem);
     for s in [
         "One client's window",
-        "time (s)",
+        "time since the start (s)",
         "requests in the window",
         "exact count",
         "two buckets",
@@ -167,14 +175,22 @@ fn seven_estimates() -> (Line, Vec<Line>) {
 fn count_panels_writes_one_panel_per_estimate() {
     let stem = dir("panels").join("count");
     let (truth, estimates) = seven_estimates();
-    let written = count_panels(&stem, "One client's window, per algorithm", 100.0, &truth, &estimates).unwrap();
+    let written = count_panels(
+        &stem,
+        "One client's window, per algorithm",
+        TimeAxis::Seconds,
+        100.0,
+        &truth,
+        &estimates,
+    )
+    .unwrap();
     // Three rows of three: taller than the other plots.
     let height = png_height(&written[1]);
     assert!(height > HEIGHT, "{height}");
     let svg = check_files_of(&written, &stem, height);
     for s in [
         "One client's window, per algorithm",
-        "time (s)",
+        "time since the start (s)",
         "requests in the window",
         "true count over 1m",
         "limit (100)",
@@ -220,50 +236,63 @@ fn count_panels_of_few_estimates_keep_the_usual_size() {
     let stem = dir("panels-few").join("count");
     let (truth, estimates) = seven_estimates();
     for n in 1..=6 {
-        let written = count_panels(&stem, "t", 100.0, &truth, &estimates[..n]).unwrap();
+        let written = count_panels(&stem, "t", TimeAxis::Seconds, 100.0, &truth, &estimates[..n]).unwrap();
         let svg = check_files(&written, &stem);
         assert_eq!(polylines(&svg, "#000000").len(), n * 2, "{n} panels");
     }
     // A panel's long title is cut to its panel.
     let long = Line::new("y".repeat(200), truth.points.clone());
-    let written = count_panels(&stem, "t", 100.0, &truth, &[long.clone(), long]).unwrap();
+    let written = count_panels(&stem, "t", TimeAxis::Seconds, 100.0, &truth, &[long.clone(), long]).unwrap();
     let svg = check_files(&written, &stem);
     assert!(!svg.contains(&"y".repeat(200)) && svg.contains("yyy…"));
 }
 
 #[test]
-fn refusals_over_time_writes_both_files() {
+fn cumulative_refusals_writes_both_files() {
     let stem = dir("refusals").join("refusals");
     let minute = |i: u32| f64::from(i) * 60.0;
-    let busy = Line::new(
-        "rule api: 100 per 1m",
-        (0..60).map(|i| (minute(i), f64::from((i * 7) % 23))).collect(),
-    );
-    let none = Line::new("rule login: 5 per 1m", (0..60).map(|i| (minute(i), 0.0)).collect());
+    let rising = |label: &str, per: u32| {
+        Line::new(
+            label,
+            (0..60).map(|i| (minute(i), f64::from(i * per))).collect::<Vec<_>>(),
+        )
+    };
+    // Labels as long as the what-if's: each shows whole, under the plot.
+    let configured = rising("as configured, sliding_window n=8 conservative: 1,770 refused", 30);
+    let log = rising("sliding_log (exact): 1,711 refused", 29);
+    let none = Line::new("fixed_window: 0 refused", (0..60).map(|i| (minute(i), 0.0)).collect());
     // No data from minute 20 to 29.
     let broken = Line::new(
-        "rule search: 10 per 1s",
+        "rule search: 10 per 1s, as configured",
         (0..60)
-            .map(|i| (minute(i), if (20..30).contains(&i) { f64::NAN } else { 5.0 }))
+            .map(|i| (minute(i), if (20..30).contains(&i) { f64::NAN } else { f64::from(i) }))
             .collect(),
     );
-    let written = refusals_over_time(&stem, "What if: refusals per minute", &[busy, none, broken]).unwrap();
+    // 2023-11-14T22:13:20Z: an hour from there crosses no midnight.
+    let time = TimeAxis::Clock {
+        start_unix_ns: 1_700_000_000_000_000_000,
+    };
+    let lines = [configured, log, none, broken];
+    let written = cumulative_refusals(&stem, "What if: refusals so far", time, &lines).unwrap();
     let svg = check_files(&written, &stem);
     for s in [
-        "What if: refusals per minute",
-        "time since the log's start (s)",
-        "refused requests per interval",
-        "rule api: 100 per 1m",
-        "rule login: 5 per 1m",
-        "rule search: 10 per 1s",
+        "What if: refusals so far",
+        "time (UTC) on 2023-11-14",
+        "refused requests so far",
+        "22:20",
+        "22:30",
     ] {
         assert!(has_text(&svg, s), "no `{s}` in the SVG");
     }
-    // One line each, the third cut in two at its missing minutes; the
+    for line in &lines {
+        assert!(has_text(&svg, &line.label), "no `{}` in the SVG", line.label);
+    }
+    // One line each, the fourth cut in two at its missing minutes; the
     // zeros drawn.
     assert_eq!(polylines(&svg, "#0072B2").len(), 1);
     assert_eq!(polylines(&svg, "#E69F00").len(), 1);
-    assert_eq!(polylines(&svg, "#009E73").len(), 2);
+    assert_eq!(polylines(&svg, "#009E73").len(), 1);
+    assert_eq!(polylines(&svg, "#CC79A7").len(), 2);
     let pixels = check_png(&std::fs::read(&written[1]).unwrap());
     for rgb in [[0, 114, 178], [230, 159, 0], [0, 158, 115]] {
         assert!(has_colour(&pixels, rgb, 200), "{rgb:?}");
@@ -278,12 +307,15 @@ fn refusals_without_data_or_refusals_still_plot() {
         Line::new("all allowed", vec![(0.0, 0.0), (60.0, 0.0)]),
         Line::new("one interval", vec![(0.0, f64::NAN), (60.0, 3.0), (120.0, f64::NAN)]),
     ];
-    let svg = check_files(&refusals_over_time(&stem, "", &lines).unwrap(), &stem);
+    let svg = check_files(
+        &cumulative_refusals(&stem, "", TimeAxis::Seconds, &lines).unwrap(),
+        &stem,
+    );
     assert!(has_text(&svg, "no data"));
     // A lone point between gaps is a dot.
     assert!(svg.contains("<circle"));
     let one = [Line::new("one", vec![(5.0, 1.0)])];
-    check_files(&refusals_over_time(&stem, "", &one).unwrap(), &stem);
+    check_files(&cumulative_refusals(&stem, "", TimeAxis::Seconds, &one).unwrap(), &stem);
 }
 
 #[test]
@@ -367,15 +399,18 @@ fn one_point_and_flat_series_still_plot() {
     let truth = Line::new("truth", vec![(3.0, 5.0)]);
     let est = Line::new("estimate", vec![(3.0, 5.0)]);
     check_files(
-        &count_over_time(&stem, "", 0.0, &truth, std::slice::from_ref(&est)).unwrap(),
+        &count_over_time(&stem, "", TimeAxis::Seconds, 0.0, &truth, std::slice::from_ref(&est)).unwrap(),
         &stem,
     );
     let unnamed = Line::new("", est.points.clone());
     check_files(
-        &count_panels(&stem, "", 0.0, &unnamed, &[est, unnamed.clone()]).unwrap(),
+        &count_panels(&stem, "", TimeAxis::Seconds, 0.0, &unnamed, &[est, unnamed.clone()]).unwrap(),
         &stem,
     );
-    check_files(&refusals_over_time(&stem, "", &[unnamed]).unwrap(), &stem);
+    check_files(
+        &cumulative_refusals(&stem, "", TimeAxis::Seconds, &[unnamed]).unwrap(),
+        &stem,
+    );
     let bars = [("zero".to_string(), 0.0)];
     check_files(&max_window_ratio(&stem, "", &bars).unwrap(), &stem);
     let lines = [Line::new("flat", vec![(8.0, 0.0), (8.0, 0.0)])];
@@ -395,18 +430,46 @@ fn bad_input_is_an_error() {
     let inf = Line::new("far", vec![(f64::INFINITY, 1.0)]);
     let empty = Line::new("empty", vec![]);
 
-    let m = message(count_over_time(&stem, "t", 10.0, &ok, &[]));
+    let m = message(count_over_time(&stem, "t", TimeAxis::Seconds, 10.0, &ok, &[]));
     assert!(m.contains("no estimate"), "{m}");
-    let m = message(count_over_time(&stem, "t", 10.0, &nan, std::slice::from_ref(&ok)));
+    let m = message(count_over_time(
+        &stem,
+        "t",
+        TimeAxis::Seconds,
+        10.0,
+        &nan,
+        std::slice::from_ref(&ok),
+    ));
     assert!(
         m.contains("`bad`") && m.contains("point 1") && m.contains("finite"),
         "{m}"
     );
-    let m = message(count_over_time(&stem, "t", 10.0, &ok, std::slice::from_ref(&inf)));
+    let m = message(count_over_time(
+        &stem,
+        "t",
+        TimeAxis::Seconds,
+        10.0,
+        &ok,
+        std::slice::from_ref(&inf),
+    ));
     assert!(m.contains("`far`"), "{m}");
-    let m = message(count_over_time(&stem, "t", 10.0, &ok, std::slice::from_ref(&empty)));
+    let m = message(count_over_time(
+        &stem,
+        "t",
+        TimeAxis::Seconds,
+        10.0,
+        &ok,
+        std::slice::from_ref(&empty),
+    ));
     assert!(m.contains("`empty` has no points"), "{m}");
-    let m = message(count_over_time(&stem, "t", f64::NAN, &ok, std::slice::from_ref(&ok)));
+    let m = message(count_over_time(
+        &stem,
+        "t",
+        TimeAxis::Seconds,
+        f64::NAN,
+        &ok,
+        std::slice::from_ref(&ok),
+    ));
     assert!(m.contains("limit"), "{m}");
 
     let m = message(error_rates_by_buckets(&stem, "t", &[]));
@@ -425,23 +488,56 @@ fn bad_input_is_an_error() {
         assert!(m.contains("`gcra`"), "{m}");
     }
 
-    let m = message(count_panels(&stem, "t", 10.0, &ok, &[]));
+    let m = message(count_panels(&stem, "t", TimeAxis::Seconds, 10.0, &ok, &[]));
     assert!(m.contains("no estimate"), "{m}");
-    let m = message(count_panels(&stem, "t", 10.0, &nan, std::slice::from_ref(&ok)));
+    let m = message(count_panels(
+        &stem,
+        "t",
+        TimeAxis::Seconds,
+        10.0,
+        &nan,
+        std::slice::from_ref(&ok),
+    ));
     assert!(m.contains("`bad`") && m.contains("finite"), "{m}");
-    let m = message(count_panels(&stem, "t", 10.0, &ok, std::slice::from_ref(&inf)));
+    let m = message(count_panels(
+        &stem,
+        "t",
+        TimeAxis::Seconds,
+        10.0,
+        &ok,
+        std::slice::from_ref(&inf),
+    ));
     assert!(m.contains("`far`"), "{m}");
-    let m = message(count_panels(&stem, "t", 10.0, &ok, std::slice::from_ref(&empty)));
+    let m = message(count_panels(
+        &stem,
+        "t",
+        TimeAxis::Seconds,
+        10.0,
+        &ok,
+        std::slice::from_ref(&empty),
+    ));
     assert!(m.contains("`empty` has no points"), "{m}");
-    let m = message(count_panels(&stem, "t", f64::INFINITY, &ok, std::slice::from_ref(&ok)));
+    let m = message(count_panels(
+        &stem,
+        "t",
+        TimeAxis::Seconds,
+        f64::INFINITY,
+        &ok,
+        std::slice::from_ref(&ok),
+    ));
     assert!(m.contains("limit"), "{m}");
     let many = vec![ok.clone(); MAX_PANELS + 1];
-    let m = message(count_panels(&stem, "t", 10.0, &ok, &many));
+    let m = message(count_panels(&stem, "t", TimeAxis::Seconds, 10.0, &ok, &many));
     assert!(m.contains("too many") && m.contains(&MAX_PANELS.to_string()), "{m}");
 
-    let m = message(refusals_over_time(&stem, "t", &[]));
+    let m = message(cumulative_refusals(&stem, "t", TimeAxis::Seconds, &[]));
     assert!(m.contains("no line"), "{m}");
-    let m = message(refusals_over_time(&stem, "t", std::slice::from_ref(&empty)));
+    let m = message(cumulative_refusals(
+        &stem,
+        "t",
+        TimeAxis::Seconds,
+        std::slice::from_ref(&empty),
+    ));
     assert!(m.contains("`empty` has no points"), "{m}");
     for (x, y) in [
         (f64::NAN, 1.0),
@@ -451,7 +547,7 @@ fn bad_input_is_an_error() {
         (0.0, -1.0),
     ] {
         let line = Line::new("rule", vec![(0.0, 0.0), (x, y)]);
-        let m = message(refusals_over_time(&stem, "t", &[ok.clone(), line]));
+        let m = message(cumulative_refusals(&stem, "t", TimeAxis::Seconds, &[ok.clone(), line]));
         assert!(m.contains("`rule`") && m.contains("point 1"), "{m}");
     }
 
@@ -483,25 +579,49 @@ fn extreme_values_are_plotted_or_refused_never_hang() {
     let stem = dir("extreme").join("plot");
     for (a, b) in [(-1e308, 1e308), (0.0, 1e-300), (1e15, 1e15 + 1.0), (f64::MAX, f64::MAX)] {
         let line = Line::new("x", vec![(a, a), (b, b)]);
-        let _ = count_over_time(&stem, "t", b, &line, std::slice::from_ref(&line));
+        let _ = count_over_time(&stem, "t", TimeAxis::Seconds, b, &line, std::slice::from_ref(&line));
         let pos = Line::new("x", vec![(a.abs().max(f64::MIN_POSITIVE), a), (b.abs().max(1e-300), b)]);
         let _ = error_rates_by_buckets(&stem, "t", &[pos]);
         let _ = max_window_ratio(&stem, "t", &[("a".to_string(), b.abs())]);
     }
     let huge = Line::new("huge", vec![(-1e308, 0.0), (1e308, 1.0)]);
-    let m = message(count_over_time(&stem, "t", 1.0, &huge, std::slice::from_ref(&huge)));
+    let m = message(count_over_time(
+        &stem,
+        "t",
+        TimeAxis::Seconds,
+        1.0,
+        &huge,
+        std::slice::from_ref(&huge),
+    ));
     assert!(m.contains("time axis"), "{m}");
     let m = message(max_window_ratio(&stem, "t", &[("a".to_string(), f64::MAX)]));
     assert!(m.contains("ratio axis"), "{m}");
     for (a, b) in [(-1e308, 1e308), (0.0, 1e-300), (1e15, 1e15 + 1.0), (f64::MAX, f64::MAX)] {
         let line = Line::new("x", vec![(a, a), (b, b)]);
-        let _ = count_panels(&stem, "t", b, &line, std::slice::from_ref(&line));
-        let _ = refusals_over_time(&stem, "t", &[Line::new("x", vec![(a, a.abs()), (b, b.abs())])]);
+        let _ = count_panels(&stem, "t", TimeAxis::Seconds, b, &line, std::slice::from_ref(&line));
+        let _ = cumulative_refusals(
+            &stem,
+            "t",
+            TimeAxis::Seconds,
+            &[Line::new("x", vec![(a, a.abs()), (b, b.abs())])],
+        );
     }
-    let m = message(count_panels(&stem, "t", 1.0, &huge, std::slice::from_ref(&huge)));
+    let m = message(count_panels(
+        &stem,
+        "t",
+        TimeAxis::Seconds,
+        1.0,
+        &huge,
+        std::slice::from_ref(&huge),
+    ));
     assert!(m.contains("time axis"), "{m}");
-    let m = message(refusals_over_time(&stem, "t", std::slice::from_ref(&huge)));
+    let m = message(cumulative_refusals(
+        &stem,
+        "t",
+        TimeAxis::Seconds,
+        std::slice::from_ref(&huge),
+    ));
     assert!(m.contains("time axis"), "{m}");
     let near = Line::new("near", vec![(1e12, 1.0), (1e12 + 1.0, 2.0)]);
-    count_over_time(&stem, "t", 1.0, &near, std::slice::from_ref(&near)).unwrap();
+    count_over_time(&stem, "t", TimeAxis::Seconds, 1.0, &near, std::slice::from_ref(&near)).unwrap();
 }

@@ -32,6 +32,12 @@ pub struct Metrics {
     /// Admission view: `max_window_admitted / limit`. At most 1.0 means no
     /// client ever got more than its limit in any window.
     pub max_window_ratio: f64,
+    /// Admission view: each client's refused requests, as `(client,
+    /// refused)` for the clients with any, by client number (what differs
+    /// between algorithms client by client). Not serialised: the rows
+    /// carry the totals.
+    #[serde(skip)]
+    pub refused_by_client: Vec<(u32, u64)>,
 }
 
 /// One client in the measurement view: every request is counted, admitted

@@ -17,6 +17,10 @@ const DENSE_IDS: u32 = 1 << 20;
 
 /// One client's states in both views.
 struct Client {
+    /// Its number.
+    id: u32,
+    /// Admission view: its requests refused.
+    refused: u64,
     /// Measurement view: every request counted.
     measured: Measured,
     /// Admission view: only admitted requests counted.
@@ -111,6 +115,8 @@ impl Evaluation {
             Some(at) => at as usize,
             None => {
                 self.clients.push(Client {
+                    id: client,
+                    refused: 0,
                     measured: Measured::new(&self.policy),
                     admitting: State::new(&self.policy),
                     window: VecDeque::new(),
@@ -160,6 +166,8 @@ impl Evaluation {
                 }
             }
             self.max_window_admitted = self.max_window_admitted.max(c.window_sum);
+        } else {
+            c.refused += 1;
         }
     }
 
@@ -186,6 +194,16 @@ impl Evaluation {
             admitted: self.admitted,
             max_window_admitted,
             max_window_ratio: max_window_admitted as f64 / limit as f64,
+            refused_by_client: {
+                let mut refused: Vec<(u32, u64)> = self
+                    .clients
+                    .iter()
+                    .filter(|c| c.refused > 0)
+                    .map(|c| (c.id, c.refused))
+                    .collect();
+                refused.sort_unstable();
+                refused
+            },
         }
     }
 }
@@ -550,13 +568,15 @@ mod tests {
         let measure = !matches!(policy.algorithm(), Algorithm::Gcra { .. });
         let mut clients: HashMap<u32, Client> = HashMap::new();
         let (mut wa, mut wd, mut admitted, mut sum, mut n) = (0, 0, 0, 0.0, 0u64);
+        let mut refused: std::collections::BTreeMap<u32, u64> = std::collections::BTreeMap::new();
         for r in requests {
             let c = clients
                 .entry(r.client)
                 .or_insert_with(|| (Measured::new(policy), State::new(policy), Vec::new()));
             if measure {
                 let (est, truth) = c.0.observe(policy, r.time_ns, r.cost);
-                match (est + r.cost as f64 <= limit as f64, truth + r.cost <= limit) {
+                let (est_allows, truth_allows) = (est + r.cost as f64 <= limit as f64, truth + r.cost <= limit);
+                match (est_allows, truth_allows) {
                     (true, false) => wa += 1,
                     (false, true) => wd += 1,
                     _ => {}
@@ -569,6 +589,8 @@ mod tests {
             if c.1.check(policy, r.time_ns, r.cost).allowed() {
                 admitted += 1;
                 c.2.push((r.time_ns, r.cost));
+            } else {
+                *refused.entry(r.client).or_default() += 1;
             }
         }
         let most = clients
@@ -585,6 +607,7 @@ mod tests {
             admitted,
             max_window_admitted: most,
             max_window_ratio: most as f64 / limit as f64,
+            refused_by_client: refused.into_iter().collect(),
         }
     }
 
@@ -633,10 +656,14 @@ mod tests {
             })
             .unwrap();
             prop_assert_eq!(fed, requests.len());
-            let streamed: Vec<Row> = policies.iter().zip(metrics).map(|(p, m)| Row::new(p, "t", m)).collect();
+            let streamed: Vec<Row> = policies.iter().zip(metrics.clone()).map(|(p, m)| Row::new(p, "t", m)).collect();
             prop_assert_eq!(&streamed, &rows);
             for (p, row) in policies.iter().zip(&rows) {
                 prop_assert_eq!(row, &Row::new(p, "t", reference(p, &requests)));
+            }
+            // Each client's refusals, as the reference counts them.
+            for (p, m) in policies.iter().zip(&metrics) {
+                prop_assert_eq!(&m.refused_by_client, &reference(p, &requests).refused_by_client);
             }
         }
 
@@ -805,6 +832,20 @@ mod tests {
             .collect();
         let m = evaluate(&policy, &dense);
         assert_eq!(m.clients, 30);
-        assert_eq!(evaluate(&policy, &sparse), m);
+        // The same figures; each client's refusals under its own id.
+        let mut renamed: Vec<(u32, u64)> = m
+            .refused_by_client
+            .iter()
+            .map(|&(c, n)| (u32::MAX - c * 1_000_003, n))
+            .collect();
+        renamed.sort_unstable();
+        assert!(!renamed.is_empty());
+        assert_eq!(
+            evaluate(&policy, &sparse),
+            Metrics {
+                refused_by_client: renamed,
+                ..m
+            }
+        );
     }
 }

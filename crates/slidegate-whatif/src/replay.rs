@@ -388,6 +388,8 @@ impl Decider {
             lines: self.lines,
             requests: self.requests,
             first_line: self.start_ns.map(|ns| format_unix_ns(at(ns))),
+            start_unix_ns: self.start_ns.map(at),
+            span_ns: self.start_ns.map_or(0, |start| self.latest_ns.saturating_sub(start)),
             last_line: self.start_ns.map(|_| format_unix_ns(at(self.latest_ns))),
             out_of_order: 0,
             most_late_ns: 0,

@@ -111,6 +111,14 @@ pub struct Report {
     pub requests: u64,
     /// The first line's time, RFC 3339 in UTC ([`None`] without lines).
     pub first_line: Option<String>,
+    /// The same, in nanoseconds since the Unix epoch: the start of every
+    /// [`Series`] (not serialised: `first_line` says it).
+    #[serde(skip)]
+    pub start_unix_ns: Option<i64>,
+    /// From the first line's time to the latest, in nanoseconds (not
+    /// serialised).
+    #[serde(skip)]
+    pub span_ns: u64,
     /// The latest line's time, RFC 3339 in UTC.
     pub last_line: Option<String>,
     /// Lines that came later than the reorder horizon, decided at the
