@@ -145,8 +145,8 @@ pub(crate) struct Args {
 
     /// The client of a count plot: its key (a --trace file's) or its number (a traffic model's); repeat for more
     ///
-    /// Without it, the count plots show the three clients where the
-    /// algorithms' decisions differ most from the exact count's.
+    /// Without it, the count plots show the three clients whose refused
+    /// requests differ most between the algorithms.
     #[arg(long, value_name = "KEY", requires = "plot", conflicts_with = "config")]
     plot_client: Vec<String>,
 
