@@ -58,7 +58,8 @@ wrk_script "$work/sg.lua" /json "$sg_body" 100000
 wrk_script "$work/li.lua" /check_and_report "$li_body" 100000
 
 # round LABEL SERVER HTTP_NAME WRK_SCRIPT HTTP_PATH: one round of both
-# loads on a fresh server (SERVER: slidegate's --redis-batching on|off, or
+# loads on a fresh server (SERVER: slidegate with batching on, or off
+# (--no-redis-batching), or
 # limitador): gRPC ShouldRateLimit on one hot key, 640 calls in flight,
 # then 5 s of wrk over HTTP, 64 connections.
 round() {
@@ -72,8 +73,10 @@ round() {
     "$limitador" -b 127.0.0.1 -p "${grpc##*:}" -B 127.0.0.1 -P "${http##*:}" \
       bench/load/limitador.yaml redis "redis://127.0.0.1:$port" >/dev/null 2>&1 &
   else
+    local batching=()
+    [ "$2" = off ] && batching=(--no-redis-batching)
     "$bin" serve --config bench/load/edge.yaml --http "$http" --grpc "$grpc" \
-      --redis "redis://127.0.0.1:$port" --redis-batching "$2" 2>/dev/null &
+      --redis "redis://127.0.0.1:$port" "${batching[@]}" 2>/dev/null &
   fi
   local server=$!
   for _ in $(seq 200); do curl -s -o /dev/null "http://$http/" && break; sleep 0.05; done

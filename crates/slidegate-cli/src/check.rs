@@ -21,7 +21,7 @@ pub(crate) struct Args {
     #[arg(long)]
     redis: bool,
     /// Merge the files of one domain, as `serve --merge-domain-config`.
-    #[arg(long, env = "MERGE_DOMAIN_CONFIG", action = clap::ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
+    #[arg(long, env = "MERGE_DOMAIN_CONFIG", action = clap::ArgAction::SetTrue, value_parser = clap::builder::BoolishValueParser::new())]
     merge_domain_config: bool,
     /// The largest config file read, in bytes, as `serve --max-config-bytes`.
     #[arg(long, env = "SLIDEGATE_MAX_CONFIG_BYTES", default_value_t = 64 << 20, value_name = "BYTES")]
@@ -97,7 +97,7 @@ pub(crate) fn run(args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
 }
 
 /// Prints every error on its own line; the error that says so.
-fn report(errors: &[ConfigError]) -> anyhow::Error {
+pub(crate) fn report(errors: &[ConfigError]) -> anyhow::Error {
     for e in errors {
         eprintln!("error: {e}");
     }

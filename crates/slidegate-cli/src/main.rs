@@ -96,10 +96,10 @@ fn main() -> ExitCode {
 mod tests {
     use super::*;
 
-    /// A boolean flag alone means `true`, as a user writes it; `=false`,
-    /// a separate value and the environment's forms still work.
+    /// A switch is a flag alone; `--no-…` turns off one on by default, the
+    /// last of the two winning; `--x false` is no longer a form.
     #[test]
-    fn boolean_flags_stand_alone() {
+    fn switches_are_flags_alone() {
         let parse = |args: &[&str]| match Cli::try_parse_from(args).map(|cli| cli.command) {
             Ok(Command::Serve(serve)) => serve.switches(),
             other => panic!("{other:?}"),
@@ -116,15 +116,65 @@ mod tests {
             "127.0.0.1:0",
         ];
         assert_eq!(parse(&[&base[..], &all].concat()), [true; 5]);
-        let off = [
-            "--shadow-mode=false",
-            "--quota-mode",
-            "0",
+        let off = ["--no-stop-cache-key-increment-when-overlimit"];
+        assert_eq!(parse(&[&base[..], &off].concat()), [false; 5]);
+        let again = [
+            "--no-stop-cache-key-increment-when-overlimit",
             "--stop-cache-key-increment-when-overlimit",
-            "false",
         ];
-        assert_eq!(parse(&[&base[..], &off].concat()), [false, false, false, false, false]);
+        assert_eq!(parse(&[&base[..], &again].concat()), [false, false, false, false, true]);
+        for old in [
+            &["--shadow-mode", "true"][..],
+            &["--shadow-mode=false"],
+            &["--quota-mode", "0"],
+        ] {
+            assert!(Cli::try_parse_from([&base[..], old].concat()).is_err(), "{old:?}");
+        }
         let check = Cli::try_parse_from(["slidegate", "check", "--config", "x.yaml", "--merge-domain-config"]);
         assert!(check.is_ok(), "{check:?}");
+    }
+
+    /// `serve --help` groups every flag under a heading, in this order, and
+    /// `-h` gives each flag one line.
+    #[test]
+    fn serve_help_groups_every_flag() {
+        use clap::CommandFactory as _;
+        let mut cli = Cli::command();
+        let serve = cli.find_subcommand_mut("serve").expect("a serve command");
+        let ungrouped: Vec<String> = serve
+            .get_arguments()
+            .filter(|a| a.get_id() != "help" && a.get_help_heading().is_none())
+            .map(|a| a.get_id().to_string())
+            .collect();
+        assert!(ungrouped.is_empty(), "flags without a heading: {ungrouped:?}");
+        let help = serve.render_help().to_string();
+        let headings = [
+            "Listeners:",
+            "Config:",
+            "Store and Redis:",
+            "Answers:",
+            "envoyproxy/ratelimit compatibility:",
+            "Health and shutdown:",
+            "Limits on clients:",
+            "Observability:",
+        ];
+        let mut at = 0;
+        for heading in headings {
+            let found = help[at..].find(&format!("\n{heading}\n"));
+            assert!(found.is_some(), "{heading} missing or out of order:\n{help}");
+            at += found.unwrap_or(0) + 1;
+        }
+        // One line of text a flag in the short help: on the flag's line,
+        // or (clap's layout for long flags) on the one line after it.
+        let mut continued = 0;
+        for line in help.lines() {
+            let text = line.trim_start();
+            if text.starts_with('-') || text.is_empty() || !line.starts_with(' ') {
+                continued = 0;
+            } else {
+                continued += 1;
+                assert!(continued <= 1, "a flag's help takes more than a line:\n{help}");
+            }
+        }
     }
 }

@@ -2,7 +2,8 @@
 
 use crate::otlp::Otlp;
 use anyhow::Context as _;
-use clap::{Args as ClapArgs, ValueEnum};
+use clap::builder::BoolishValueParser;
+use clap::{ArgAction, Args as ClapArgs, ValueEnum};
 use slidegate_core::MonotonicClock;
 use slidegate_core::duration::parse_positive_duration;
 use slidegate_memory::Budget;
@@ -17,251 +18,132 @@ use slidegate_tower::LegacyReset;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// The help's headings, one per kind of flag.
+const LISTENERS: &str = "Listeners";
+const CONFIG: &str = "Config";
+const STORE: &str = "Store and Redis";
+const ANSWERS: &str = "Answers";
+const ENVOY: &str = "envoyproxy/ratelimit compatibility";
+const HEALTH: &str = "Health and shutdown";
+const CLIENT_LIMITS: &str = "Limits on clients";
+const OBSERVABILITY: &str = "Observability";
+
 /// Every flag is also read from the environment variable named beside it.
+/// A switch is a flag alone (`--shadow-mode`), `--no-…` turning off one on
+/// by default; in the environment it is `true` or `false` (`1`/`0`,
+/// `yes`/`no`, `on`/`off`).
 #[derive(ClapArgs, Debug)]
 pub(crate) struct Args {
-    /// A YAML config file (envoyproxy/ratelimit's format), or a folder of
-    /// them (one domain per file); repeat for more. Without one, only the
-    /// ad-hoc API of `POST /v1/check` limits anything. In the environment,
-    /// separate paths with `:`.
-    #[arg(long, env = "SLIDEGATE_CONFIG", value_delimiter = ':')]
-    config: Vec<PathBuf>,
-    /// The HTTP address (`POST /json`, `/v1/check`, `/v1/reset`, `GET
-    /// /healthz`, `/metrics`): IP:PORT, or `unix:PATH` for a Unix domain
-    /// socket. Nothing in it authenticates but `/v1/reset` (and mutual
-    /// TLS, with `--tls-client-ca`): keep it on a private network. A Unix
-    /// socket is served in the clear, even with `--tls-cert`; a socket
-    /// file left at PATH by a process that is gone is replaced (anything
-    /// else there is an error), and the file is removed on exit.
-    #[arg(
-        long,
-        env = "SLIDEGATE_HTTP",
-        default_value = "127.0.0.1:8080",
-        value_name = "ADDRESS"
-    )]
+    /// The HTTP address (IP:PORT, or `unix:PATH`).
+    ///
+    /// It serves `POST /json`, `/v1/check`, `/v1/reset`, `GET /healthz`,
+    /// `/healthcheck`, `/readyz` and `/metrics`. Nothing in it
+    /// authenticates but `/v1/reset` (and mutual TLS, with
+    /// `--tls-client-ca`): keep it on a private network. A Unix socket is
+    /// served in the clear, even with `--tls-cert`; a socket file left at
+    /// PATH by a process that is gone is replaced (anything else there is
+    /// an error), and the file is removed on exit.
+    #[arg(long, env = "SLIDEGATE_HTTP", default_value = "127.0.0.1:8080", value_name = "ADDRESS", help_heading = LISTENERS)]
     http: Endpoint,
-    /// The gRPC address (Envoy's `RateLimitService`): IP:PORT, or
-    /// `unix:PATH` as for `--http`.
-    #[arg(
-        long,
-        env = "SLIDEGATE_GRPC",
-        default_value = "127.0.0.1:8081",
-        value_name = "ADDRESS"
-    )]
+    /// The gRPC address, Envoy's `RateLimitService` (as `--http`).
+    #[arg(long, env = "SLIDEGATE_GRPC", default_value = "127.0.0.1:8081", value_name = "ADDRESS", help_heading = LISTENERS)]
     grpc: Endpoint,
-    /// Serve TLS on both listeners with this certificate chain (PEM, the
-    /// server's certificate first); needs `--tls-key`. gRPC negotiates
+    /// Serve TLS with this certificate chain (PEM); needs `--tls-key`.
+    ///
+    /// Both listeners, the server's certificate first; gRPC negotiates
     /// ALPN `h2`, HTTP `http/1.1`. TCP only: Unix sockets stay in the
     /// clear. The TLS files are read again when they change (checked every
     /// `--reload-every`) and on SIGHUP: new connections get the new files;
     /// a bad new file is logged and the previous ones keep serving.
-    #[arg(long, env = "SLIDEGATE_TLS_CERT", value_name = "PATH")]
+    #[arg(long, env = "SLIDEGATE_TLS_CERT", value_name = "PATH", help_heading = LISTENERS)]
     tls_cert: Option<PathBuf>,
     /// The private key of `--tls-cert` (PEM: PKCS#8, PKCS#1 or SEC1).
-    #[arg(long, env = "SLIDEGATE_TLS_KEY", value_name = "PATH")]
+    #[arg(long, env = "SLIDEGATE_TLS_KEY", value_name = "PATH", help_heading = LISTENERS)]
     tls_key: Option<PathBuf>,
-    /// Mutual TLS: clients must present a certificate signed by one of
-    /// these CA certificates (PEM); one without a certificate, or with
-    /// another, is refused at the handshake. Needs `--tls-cert`.
-    #[arg(long, env = "SLIDEGATE_TLS_CLIENT_CA", value_name = "PATH")]
+    /// Mutual TLS: clients need a certificate signed by these CAs (PEM).
+    ///
+    /// A client without a certificate, or with another, is refused at the
+    /// handshake. Needs `--tls-cert`.
+    #[arg(long, env = "SLIDEGATE_TLS_CLIENT_CA", value_name = "PATH", help_heading = LISTENERS)]
     tls_client_ca: Option<PathBuf>,
-    /// Memory for the counters of sliding windows of up to 8 buckets (the
-    /// default algorithm), in MiB; never more is held (the soonest-expiring
-    /// counters are evicted to make room).
-    #[arg(long, env = "SLIDEGATE_MEMORY_MIB", default_value_t = 256)]
+    /// Turn on `POST /v1/reset` for `Authorization: Bearer TOKEN`.
+    ///
+    /// A request without the token is answered 401, with another 403.
+    /// Without this flag the endpoint is off (404). Prefer the environment
+    /// variable: a flag shows in the process list.
+    #[arg(long, env = "SLIDEGATE_ADMIN_TOKEN", hide_env_values = true, value_name = "TOKEN", help_heading = LISTENERS)]
+    admin_token: Option<String>,
+    /// Threads serving connections [default: the CPUs, at most 64].
+    ///
+    /// Each on a single-threaded runtime of its own (a connection's
+    /// requests and writes stay on one thread, and an HTTP/2 connection's
+    /// answers go out together); 0 serves them on the shared runtime.
+    #[arg(long, env = "SLIDEGATE_WORKERS", value_name = "N", help_heading = LISTENERS)]
+    workers: Option<usize>,
+
+    /// A YAML config file or folder of them (one domain per file); repeat.
+    ///
+    /// envoyproxy/ratelimit's format. Without one, only the ad-hoc API of
+    /// `POST /v1/check` limits anything. In the environment, separate
+    /// paths with `:`.
+    #[arg(long, env = "SLIDEGATE_CONFIG", value_delimiter = ':', value_name = "PATH", help_heading = CONFIG)]
+    config: Vec<PathBuf>,
+    /// How often the config files are checked for changes (`0s`: never).
+    #[arg(long, env = "SLIDEGATE_RELOAD_EVERY", default_value = "1s", value_parser = parse_interval, value_name = "DURATION", help_heading = CONFIG)]
+    reload_every: Duration,
+    /// Accept a reload that leaves no limit where some were.
+    ///
+    /// A `--config` folder left with no config file, or a domain whose
+    /// file still names it but no limit, where the config in force has
+    /// some (a file caught half written: `domain: NAME` alone). Without it
+    /// such a reload (on a change or SIGHUP) is refused with one error
+    /// line, counted as failed, and the config in force keeps serving;
+    /// changes are read only once the files have stayed alike for one more
+    /// look. An empty file is refused either way, and so, at start, is a
+    /// folder without a config file (unless `--ready-requires-config`).
+    #[arg(long, env = "SLIDEGATE_ALLOW_EMPTY_RELOAD", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), help_heading = CONFIG)]
+    allow_empty_reload: bool,
+    /// Merge the files of one domain (else a domain in two is an error).
+    ///
+    /// A top-level descriptor defined in two files is an error either way.
+    #[arg(long, env = "MERGE_DOMAIN_CONFIG", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), help_heading = CONFIG)]
+    merge_domain_config: bool,
+    /// The largest config file read, in bytes.
+    ///
+    /// A larger one is refused (at start and at reload) before it is read.
+    #[arg(long, env = "SLIDEGATE_MAX_CONFIG_BYTES", default_value_t = 64 << 20, value_name = "BYTES", help_heading = CONFIG)]
+    max_config_bytes: u64,
+
+    /// Memory for sliding windows of up to 8 buckets (the default), in MiB.
+    ///
+    /// Never more is held: the soonest-expiring counters are evicted to
+    /// make room.
+    #[arg(long, env = "SLIDEGATE_MEMORY_MIB", default_value_t = 256, value_name = "MIB", help_heading = STORE)]
     memory_mib: usize,
     /// Memory for the counters of every other algorithm, in MiB.
-    #[arg(long, env = "SLIDEGATE_OTHER_MEMORY_MIB", default_value_t = 32)]
+    #[arg(long, env = "SLIDEGATE_OTHER_MEMORY_MIB", default_value_t = 32, value_name = "MIB", help_heading = STORE)]
     other_memory_mib: usize,
-    /// How often the config files are checked for changes (`0s` never).
-    #[arg(long, env = "SLIDEGATE_RELOAD_EVERY", default_value = "1s", value_parser = parse_interval)]
-    reload_every: Duration,
-    /// Accept a reload (on a change or SIGHUP) that empties the config: a
-    /// `--config` folder left with no config file, or a domain whose file
-    /// still names it but no limit, where the config in force has some (a
-    /// file caught half written: `domain: NAME` alone). Without it such a
-    /// reload is refused with one error line, counted as failed, and the
-    /// config in force keeps serving; changes are read only once the files
-    /// have stayed alike for one more look. An empty file is refused
-    /// either way, and so, at start, is a folder without a config file.
-    #[arg(long, env = "SLIDEGATE_ALLOW_EMPTY_RELOAD", action = clap::ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
-    allow_empty_reload: bool,
-    /// Largest HTTP request body, and largest gRPC request message, in
-    /// bytes: larger ones are refused (HTTP 413, gRPC `OUT_OF_RANGE`).
-    #[arg(long, env = "SLIDEGATE_MAX_BODY", default_value_t = 65_536)]
-    max_body: usize,
-    /// Turn on `POST /v1/reset`, for requests with `Authorization: Bearer
-    /// TOKEN` (401 without it, 403 with another token). Without this flag
-    /// the endpoint is off (404). Prefer the environment variable: a flag
-    /// shows in the process list.
-    #[arg(long, env = "SLIDEGATE_ADMIN_TOKEN", hide_env_values = true, value_name = "TOKEN")]
-    admin_token: Option<String>,
-    /// HTTP: the longest wait for a request's headers, from when the
-    /// connection opens or the previous answer is sent (so also the longest
-    /// a kept-alive connection may sit idle between requests); gRPC: the
-    /// longest wait for the HTTP/2 preface, and for the first call (then a
-    /// `GOAWAY`). With TLS, the handshake must finish within it too (gRPC:
-    /// the handshake and the preface together). The connection is then
-    /// closed.
-    #[arg(long, env = "SLIDEGATE_HEADER_TIMEOUT", default_value = "10s", value_parser = parse_timeout, value_name = "DURATION")]
-    header_timeout: Duration,
-    /// A connection (HTTP or gRPC) must start its first request (call)
-    /// within `--header-timeout` of opening and then one within this long
-    /// of the last, unless one is in flight; otherwise it is asked to close
-    /// (gRPC: a `GOAWAY`; a client reconnects for its next call). Bytes
-    /// alone (HTTP/2 `PING`s and `SETTINGS`, part of a request) do not
-    /// keep it. One on which no byte is read or written for this long is
-    /// closed too.
-    #[arg(long, env = "SLIDEGATE_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_timeout, value_name = "DURATION")]
-    idle_timeout: Duration,
-    /// The most connections open at once, HTTP and gRPC together. When all
-    /// are taken, a new connection takes the place of one without a
-    /// request in flight from the client address holding most connections,
-    /// never from one holding fewer than its own (first one that never made
-    /// a request, the oldest, closed at once; else the newest of the
-    /// others, asked to close, so that established clients keep their
-    /// place), or is closed at once when there is none (counted in
-    /// `slidegate_connections_closed_total`) [default: from the file
-    /// descriptor limit: seven eighths of what is left after 32, at least
-    /// 8, at most 16384]
-    #[arg(long, env = "SLIDEGATE_MAX_CONNECTIONS", value_name = "N")]
-    max_connections: Option<usize>,
-    /// The most concurrent HTTP/2 streams (gRPC calls) on one connection;
-    /// a client that wants more opens another connection, as Envoy and
-    /// gRPC clients do.
-    #[arg(long, env = "SLIDEGATE_MAX_CONCURRENT_STREAMS", default_value_t = slidegate_server::net::admission::DEFAULT_MAX_STREAMS, value_name = "N")]
-    max_concurrent_streams: u32,
-    /// The most requests and calls in flight at once over every
-    /// connection; past it a new one is answered at once, HTTP 503 with
-    /// `Retry-After: 1` or gRPC `RESOURCE_EXHAUSTED`, and counted
-    /// (`slidegate_calls_shed_total`), rather than queued.
-    #[arg(long, env = "SLIDEGATE_MAX_IN_FLIGHT", default_value_t = slidegate_server::net::admission::DEFAULT_MAX_IN_FLIGHT, value_name = "N")]
-    max_in_flight: usize,
-    /// A connection this old is asked to close (gRPC: a `GOAWAY`, its
-    /// calls in flight finishing within `--request-timeout`), as gRPC's
-    /// `max_connection_age`; clients reconnect, so that load spreads anew
-    /// over instances. Unset: no maximum age.
-    #[arg(long, env = "SLIDEGATE_MAX_CONNECTION_AGE", value_parser = parse_timeout, value_name = "DURATION")]
-    max_connection_age: Option<Duration>,
-    /// HTTP: the longest wait for a request body (then 408); gRPC: the
-    /// longest a call may take (then `CANCELLED`), or the client's
-    /// `grpc-timeout` if shorter.
-    #[arg(long, env = "SLIDEGATE_REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_timeout, value_name = "DURATION")]
-    request_timeout: Duration,
-    /// On SIGTERM or SIGINT, how long to keep serving after the gRPC health
-    /// service turns NOT_SERVING (and `/readyz` 503), so that load
-    /// balancers stop sending first; then the listeners close and the
-    /// requests in flight finish. `0s` stops at once.
-    #[arg(long, env = "SLIDEGATE_DRAIN_DELAY", default_value = "2s", value_parser = parse_interval, value_name = "DURATION")]
-    drain_delay: Duration,
-    /// The largest config file read, in bytes; a larger one is refused
-    /// (at start and at reload) before it is read.
-    #[arg(long, env = "SLIDEGATE_MAX_CONFIG_BYTES", default_value_t = 64 << 20, value_name = "BYTES")]
-    max_config_bytes: u64,
-    /// The log's format: `text`, or `json` (one object per line, for log
-    /// collectors; the line saying where it listens is then a log event
-    /// too).
-    #[arg(long, env = "SLIDEGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
-    log_format: LogFormat,
-    /// Export a span per decision over OTLP/gRPC to the collector at URL
-    /// (say `http://127.0.0.1:4317`): `ratelimit.decide`, of kind SERVER,
-    /// with the domain, the outcome (`OK`, `OVER_LIMIT`,
-    /// `INVALID_ARGUMENT`, `UNAVAILABLE`), the store and the number of
-    /// descriptors, in the trace of the request's W3C `traceparent` or B3
-    /// headers (`x-b3-*` or `b3`, as Envoy sends them) when it has one,
-    /// and not made if they say it is not sampled. Spans go out in batches,
-    /// off the request path, and the last ones at shutdown (waiting at
-    /// most 5 s); a collector that cannot be reached loses spans, never
-    /// decisions, and is logged once until it answers. The SDK's
-    /// `OTEL_BSP_*` and `OTEL_EXPORTER_OTLP_TIMEOUT` variables apply.
-    /// Without it no span is made.
-    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", value_name = "URL")]
-    otlp_endpoint: Option<String>,
-    /// The service name of the exported spans.
-    #[arg(long, env = "OTEL_SERVICE_NAME", default_value = "slidegate", value_name = "NAME")]
-    otel_service_name: String,
-    /// Most descriptors in one request.
-    #[arg(long, env = "SLIDEGATE_MAX_DESCRIPTORS", default_value_t = 64)]
-    max_descriptors: usize,
-    /// Most entries in one descriptor.
-    #[arg(long, env = "SLIDEGATE_MAX_ENTRIES", default_value_t = 16)]
-    max_entries: usize,
-    /// Longest domain, entry key or value, or ad-hoc key, in bytes.
-    #[arg(long, env = "SLIDEGATE_MAX_TEXT", default_value_t = 1024)]
-    max_text: usize,
-    /// Put the RateLimit headers in gRPC answers' `response_headers_to_add`.
-    #[arg(long, env = "SLIDEGATE_GRPC_HEADERS")]
-    grpc_headers: bool,
-    /// A request over a limit counts nothing (`true`, slidegate's default:
-    /// a refused request is not counted); `false` counts every hit, as
-    /// envoyproxy/ratelimit does by default. A descriptor's own
-    /// `hits_addend` (Envoy's debit when a stream ends) is counted either
-    /// way.
-    #[arg(long, env = "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
-    stop_cache_key_increment_when_overlimit: bool,
-    /// Answer every request OK overall; the descriptors' statuses still say
-    /// what each limit decided (counted in `slidegate_global_shadow_mode_total`).
-    #[arg(long, env = "SHADOW_MODE", action = clap::ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
-    shadow_mode: bool,
-    /// Threads that serve connections, each on a single-threaded runtime of
-    /// its own (a connection's requests and writes stay on one thread, and
-    /// an HTTP/2 connection's answers go out together); 0 serves them on
-    /// the shared runtime [default: the CPUs available, at most 64]
-    #[arg(long, env = "SLIDEGATE_WORKERS", value_name = "N")]
-    workers: Option<usize>,
-    /// Every rule in quota mode: the answer is over the limit only when
-    /// every limited descriptor is.
-    #[arg(long, env = "QUOTA_MODE", action = clap::ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
-    quota_mode: bool,
-    /// Return the request's descriptors and the matched rules' `metadata`
-    /// to Envoy as the answer's dynamic metadata.
-    #[arg(long, env = "RESPONSE_DYNAMIC_METADATA", action = clap::ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
-    response_dynamic_metadata: bool,
-    /// Add envoyproxy/ratelimit's three headers (limit, remaining, seconds
-    /// to reset of the descriptor closest to its limit) to gRPC and
-    /// `/json` answers' `response_headers_to_add`.
-    #[arg(long, env = "LIMIT_RESPONSE_HEADERS_ENABLED", action = clap::ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
-    limit_response_headers_enabled: bool,
-    /// Admitted hits above this share of a limit count as near the limit
-    /// (`slidegate_rule_near_limit_hits_total`), from 0 to 1.
-    #[arg(long, env = "NEAR_LIMIT_RATIO", default_value_t = 0.8, value_name = "RATIO")]
-    near_limit_ratio: f64,
-    /// Merge the files of one domain into one (a top-level descriptor
-    /// defined in two is an error); without it, a domain in two files is
-    /// an error.
-    #[arg(long, env = "MERGE_DOMAIN_CONFIG", action = clap::ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
-    merge_domain_config: bool,
-    /// The name of the limit header of `--limit-response-headers-enabled`.
-    #[arg(long, env = "LIMIT_LIMIT_HEADER", default_value = "RateLimit-Limit", value_parser = parse_header_name, value_name = "NAME")]
-    limit_limit_header: http::HeaderName,
-    /// The name of its remaining header.
-    #[arg(long, env = "LIMIT_REMAINING_HEADER", default_value = "RateLimit-Remaining", value_parser = parse_header_name, value_name = "NAME")]
-    limit_remaining_header: http::HeaderName,
-    /// The name of its reset header.
-    #[arg(long, env = "LIMIT_RESET_HEADER", default_value = "RateLimit-Reset", value_parser = parse_header_name, value_name = "NAME")]
-    limit_reset_header: http::HeaderName,
-    /// Add `X-RateLimit-Limit`, `-Remaining` and `-Reset`: `delay` (seconds
-    /// from now) or `epoch` (a Unix time).
-    #[arg(long, env = "SLIDEGATE_LEGACY_HEADERS", value_parser = ["delay", "epoch"])]
-    legacy_headers: Option<String>,
-    /// Count in Redis instead of in memory, so that every instance on the
-    /// same Redis shares its limits: a `redis://` URL (TLS is not built
-    /// in). Repeat it for the seed nodes of a Redis Cluster. Redis must
-    /// answer at start, or `serve` exits with status 1 and the reason; once
-    /// started, a Redis that fails is `--redis-failure`'s business, and
-    /// decisions come from Redis again when it is back. Every limit of the
-    /// config needs a Redis form (not `exponential_histogram`; see
-    /// docs/service.md for the ranges): a config with a limit that has none is
-    /// refused at start and at reload. In the environment, separate URLs with `,`.
-    #[arg(long = "redis", env = "SLIDEGATE_REDIS", value_delimiter = ',', value_name = "URL")]
+    /// Count in Redis (a `redis://` URL), shared by every instance on it.
+    ///
+    /// Every instance on the same Redis shares its limits (TLS is not
+    /// built in). Repeat it for the seed nodes of a Redis Cluster. Redis
+    /// must answer at start, or `serve` exits with status 1 and the reason;
+    /// once started, a Redis that fails is `--redis-failure`'s business,
+    /// and decisions come from Redis again when it is back. Every limit of
+    /// the config needs a Redis form (not `exponential_histogram`; see
+    /// docs/service.md for the ranges): a config with a limit that has none
+    /// is refused at start and at reload. In the environment, separate URLs
+    /// with `,`.
+    #[arg(long = "redis", env = "SLIDEGATE_REDIS", value_delimiter = ',', value_name = "URL", help_heading = STORE)]
     redis: Vec<String>,
-    /// Use the Redis Cluster client even with one `--redis` URL (several
-    /// URLs always do).
-    #[arg(long, env = "SLIDEGATE_REDIS_CLUSTER", requires = "redis")]
+    /// Use the Redis Cluster client even with one `--redis` URL.
+    ///
+    /// Several URLs always do.
+    #[arg(long, env = "SLIDEGATE_REDIS_CLUSTER", requires = "redis", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), help_heading = STORE)]
     redis_cluster: bool,
-    /// What a decision does when Redis fails or does not answer within
-    /// `--redis-timeout`. After a failure Redis is skipped for 100 ms, then
-    /// tried again.
+    /// What a decision does when Redis fails or is slower than `--redis-timeout`.
+    ///
+    /// After a failure Redis is skipped for 100 ms, then tried again.
     ///
     /// With `local`, N instances (`--redis-instances N`) on a limit L admit
     /// together in one window at most L × (1 + R) + Σᵢ (⌈L/N⌉ − ⌈uᵢ/N⌉),
@@ -273,82 +155,254 @@ pub(crate) struct Args {
     /// through a pause and 2L through an empty restart when every instance
     /// saw the key at its limit; at most 2L + N − 1 and 3L + N − 1 when
     /// none did.
-    #[arg(long, env = "SLIDEGATE_REDIS_FAILURE", value_enum, default_value_t = Failure::Open)]
+    #[arg(long, env = "SLIDEGATE_REDIS_FAILURE", value_enum, default_value_t = Failure::Open, value_name = "POLICY", help_heading = STORE)]
     redis_failure: Failure,
-    /// How many instances share the limits. With `--redis-failure local`
-    /// each counts alone on the limit divided by this (rounded up) while
-    /// Redis is down, starting from its share of the count Redis last
-    /// reported to it for the key (that count divided by this, rounded
-    /// up); the bound of `--redis-failure` holds while no more instances
-    /// than this share the limit (each one more adds a share). In hybrid
-    /// mode (`--redis-sync-interval`) a key this instance has not yet
-    /// synced is decided on that share, so that a flood of a new key on
-    /// every instance admits about the limit in all (with
-    /// `--redis-bounded` a key is decided on its lease instead).
-    #[arg(long, env = "SLIDEGATE_REDIS_INSTANCES", default_value_t = 1, value_name = "N")]
+    /// How many instances share the limits (for `--redis-failure local`).
+    ///
+    /// With `--redis-failure local` each counts alone on the limit divided
+    /// by this (rounded up) while Redis is down, starting from its share
+    /// of the count Redis last reported to it for the key (that count
+    /// divided by this, rounded up); the bound of `--redis-failure` holds
+    /// while no more instances than this share the limit (each one more
+    /// adds a share). In hybrid mode (`--redis-sync-interval`) a key this
+    /// instance has not yet synced is decided on that share, so that a
+    /// flood of a new key on every instance admits about the limit in all
+    /// (with `--redis-bounded` a key is decided on its lease instead).
+    #[arg(long, env = "SLIDEGATE_REDIS_INSTANCES", default_value_t = 1, value_name = "N", help_heading = STORE)]
     redis_instances: u64,
     /// The longest wait for Redis per call (one decision of one limit).
+    ///
     /// 50 ms is far beyond a healthy call (well under 1 ms) and bounds what
     /// a dead Redis adds to a decision; keep it below the client's own
     /// timeout (Envoy's rate limit filter waits 20 ms by default) for this
     /// service's failure policy to answer rather than the client's.
-    #[arg(long, env = "SLIDEGATE_REDIS_TIMEOUT", default_value = "50ms", value_parser = parse_timeout, value_name = "DURATION")]
+    #[arg(long, env = "SLIDEGATE_REDIS_TIMEOUT", default_value = "50ms", value_parser = parse_timeout, value_name = "DURATION", help_heading = STORE)]
     redis_timeout: Duration,
-    /// What every Redis key starts with (no `{` or `}`); each key goes on
-    /// with the limit's policy and the descriptor, so that a changed limit
-    /// starts afresh.
-    #[arg(long, env = "SLIDEGATE_REDIS_PREFIX", default_value = "slidegate:")]
+    /// What every Redis key starts with (no `{` or `}`).
+    ///
+    /// Each key goes on with the limit's policy and the descriptor, so
+    /// that a changed limit starts afresh.
+    #[arg(long, env = "SLIDEGATE_REDIS_PREFIX", default_value = "slidegate:", value_name = "PREFIX", help_heading = STORE)]
     redis_prefix: String,
-    /// Not ready while Redis does not answer: `/readyz` answers 503 and the
-    /// gRPC health service NOT_SERVING until it does (Redis is asked every
-    /// second). Without this flag readiness ignores Redis, and decisions
-    /// follow `--redis-failure` meanwhile.
-    #[arg(long, env = "SLIDEGATE_READY_REQUIRES_REDIS", requires = "redis")]
-    ready_requires_redis: bool,
-    /// Hybrid mode: `sliding_window` limits (the default algorithm) decide
-    /// in this process, on the count Redis last answered plus this
-    /// instance's own since, and send their counts to Redis every
-    /// DURATION (say 50ms) in one pipelined batch: no round trip per
-    /// decision, one command per key per interval. Instances together may
-    /// admit more than the limit, up to about (instances − 1) × rate ×
-    /// interval (two intervals at worst; see docs/service.md). Other algorithms
-    /// stay script decisions (see `--redis-batching`). Syncs failing for 4 intervals (at
-    /// least 200 ms) hand decisions to `--redis-failure`. SIGTERM sends
-    /// the counts not yet synced; a process killed (SIGKILL, a crash)
-    /// cannot, and those it admitted since its last sync are lost (about
-    /// an interval's while Redis answers; while syncs fail, up to an
-    /// interval's and the 4 intervals' before `--redis-failure` decides),
-    /// so the instances may admit them again in the window (measured: 100
-    /// in a window of 50).
-    #[arg(long, env = "SLIDEGATE_REDIS_SYNC_INTERVAL", value_parser = parse_timeout, value_name = "DURATION", requires = "redis")]
+    /// Hybrid mode: decide in this process, syncing counts to Redis this often.
+    ///
+    /// `sliding_window` limits (the default algorithm) decide in this
+    /// process, on the count Redis last answered plus this instance's own
+    /// since, and send their counts to Redis every DURATION (say 50ms) in
+    /// one pipelined batch: no round trip per decision, one command per key
+    /// per interval. Instances together may admit more than the limit, up
+    /// to about (instances − 1) × rate × interval (two intervals at worst;
+    /// see docs/service.md). Other algorithms stay script decisions (see
+    /// `--redis-batching`). Syncs failing for 4 intervals (at least 200 ms)
+    /// hand decisions to `--redis-failure`. SIGTERM sends the counts not
+    /// yet synced; a process killed (SIGKILL, a crash) cannot, and those it
+    /// admitted since its last sync are lost (about an interval's while
+    /// Redis answers; while syncs fail, up to an interval's and the 4
+    /// intervals' before `--redis-failure` decides), so the instances may
+    /// admit them again in the window (measured: 100 in a window of 50).
+    #[arg(long, env = "SLIDEGATE_REDIS_SYNC_INTERVAL", value_parser = parse_timeout, value_name = "DURATION", requires = "redis", help_heading = STORE)]
     redis_sync_interval: Option<Duration>,
-    /// The hybrid mode's bounded form: each sync is also granted a lease,
-    /// a share of what each key has left (an equal share among the
-    /// instances holding one, what is asked for at most), and decisions
-    /// spend it without a round trip; a lease spent asks for an early
-    /// sync. Instances together never admit more than the limit in any
-    /// window, whatever the traffic; the price is requests refused here
-    /// while another instance holds unused share. A lease lasts 4 sync
-    /// intervals (at least 200 ms): one not renewed by then (an instance
-    /// that died) is counted as spent.
-    #[arg(long, env = "SLIDEGATE_REDIS_BOUNDED", requires = "redis_sync_interval")]
+    /// Hybrid mode, bounded: instances together never pass the limit.
+    ///
+    /// Each sync is also granted a lease, a share of what each key has left
+    /// (an equal share among the instances holding one, what is asked for
+    /// at most), and decisions spend it without a round trip; a lease spent
+    /// asks for an early sync. Instances together never admit more than
+    /// the limit in any window, whatever the traffic; the price is requests
+    /// refused here while another instance holds unused share. A lease
+    /// lasts 4 sync intervals (at least 200 ms): one not renewed by then
+    /// (an instance that died) is counted as spent.
+    #[arg(long, env = "SLIDEGATE_REDIS_BOUNDED", requires = "redis_sync_interval", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), help_heading = STORE)]
     redis_bounded: bool,
-    /// `on`: the decisions that come while a script call to Redis is in
-    /// flight wait for it and go together in the next call, one script run
-    /// that decides each in order, exactly and atomically, reading each
-    /// key's state once (on a cluster, those of one hash slot). A call
-    /// with nothing in flight goes at once. `off`: one call per decision.
-    #[arg(long, env = "SLIDEGATE_REDIS_BATCHING", value_enum, default_value_t = Switch::On, value_name = "on|off", requires = "redis")]
-    redis_batching: Switch,
-}
+    /// Batch the decisions that wait for a script call in flight (on by default).
+    ///
+    /// The decisions that come while a script call to Redis is in flight
+    /// wait for it and go together in the next call, one script run that
+    /// decides each in order, exactly and atomically, reading each key's
+    /// state once (on a cluster, those of one hash slot). A call with
+    /// nothing in flight goes at once.
+    #[arg(long, env = "SLIDEGATE_REDIS_BATCHING", action = ArgAction::SetTrue, default_value = "true", value_parser = BoolishValueParser::new(), overrides_with = "no_redis_batching", requires = "redis", help_heading = STORE)]
+    redis_batching: bool,
+    /// One script call to Redis per decision.
+    #[arg(long, overrides_with = "redis_batching", requires = "redis", help_heading = STORE)]
+    no_redis_batching: bool,
 
-/// `--redis-batching`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum Switch {
-    /// Decisions that wait for a call in flight go together in the next.
-    On,
-    /// One script call per decision.
-    Off,
+    /// Put the RateLimit headers in gRPC answers' `response_headers_to_add`.
+    #[arg(long, env = "SLIDEGATE_GRPC_HEADERS", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), help_heading = ANSWERS)]
+    grpc_headers: bool,
+    /// Add `X-RateLimit-Limit`, `-Remaining` and `-Reset` (`delay` or `epoch`).
+    ///
+    /// The reset as seconds from now (`delay`) or a Unix time (`epoch`).
+    #[arg(long, env = "SLIDEGATE_LEGACY_HEADERS", value_parser = ["delay", "epoch"], value_name = "RESET", help_heading = ANSWERS)]
+    legacy_headers: Option<String>,
+
+    /// A request over a limit counts nothing (on by default).
+    ///
+    /// slidegate's default: a refused request is not counted. A
+    /// descriptor's own `hits_addend` (Envoy's debit when a stream ends) is
+    /// counted either way.
+    #[arg(long, env = "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", action = ArgAction::SetTrue, default_value = "true", value_parser = BoolishValueParser::new(), overrides_with = "no_stop_cache_key_increment_when_overlimit", help_heading = ENVOY)]
+    stop_cache_key_increment_when_overlimit: bool,
+    /// Count every hit, refused ones too, as envoyproxy/ratelimit's default.
+    #[arg(long, overrides_with = "stop_cache_key_increment_when_overlimit", help_heading = ENVOY)]
+    no_stop_cache_key_increment_when_overlimit: bool,
+    /// Answer every request OK; the descriptors still say what each decided.
+    ///
+    /// Counted in `slidegate_global_shadow_mode_total`.
+    #[arg(long, env = "SHADOW_MODE", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), help_heading = ENVOY)]
+    shadow_mode: bool,
+    /// Every rule in quota mode: over the limit only when every limited descriptor is.
+    #[arg(long, env = "QUOTA_MODE", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), help_heading = ENVOY)]
+    quota_mode: bool,
+    /// Return the descriptors and the rules' `metadata` as dynamic metadata.
+    ///
+    /// The request's descriptors and the matched rules' `metadata` go back
+    /// to Envoy as the answer's dynamic metadata.
+    #[arg(long, env = "RESPONSE_DYNAMIC_METADATA", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), help_heading = ENVOY)]
+    response_dynamic_metadata: bool,
+    /// Add envoyproxy/ratelimit's limit, remaining and reset headers.
+    ///
+    /// Those of the descriptor closest to its limit, in gRPC and `/json`
+    /// answers' `response_headers_to_add`.
+    #[arg(long, env = "LIMIT_RESPONSE_HEADERS_ENABLED", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), help_heading = ENVOY)]
+    limit_response_headers_enabled: bool,
+    /// The name of the limit header of `--limit-response-headers-enabled`.
+    #[arg(long, env = "LIMIT_LIMIT_HEADER", default_value = "RateLimit-Limit", value_parser = parse_header_name, value_name = "NAME", help_heading = ENVOY)]
+    limit_limit_header: http::HeaderName,
+    /// The name of its remaining header.
+    #[arg(long, env = "LIMIT_REMAINING_HEADER", default_value = "RateLimit-Remaining", value_parser = parse_header_name, value_name = "NAME", help_heading = ENVOY)]
+    limit_remaining_header: http::HeaderName,
+    /// The name of its reset header.
+    #[arg(long, env = "LIMIT_RESET_HEADER", default_value = "RateLimit-Reset", value_parser = parse_header_name, value_name = "NAME", help_heading = ENVOY)]
+    limit_reset_header: http::HeaderName,
+    /// The share of a limit past which admitted hits count as near it (0 to 1).
+    ///
+    /// Counted in `slidegate_rule_near_limit_hits_total`.
+    #[arg(long, env = "NEAR_LIMIT_RATIO", default_value_t = 0.8, value_name = "RATIO", help_heading = ENVOY)]
+    near_limit_ratio: f64,
+
+    /// Not ready until a config with a domain has loaded.
+    ///
+    /// `/readyz` and `/healthcheck` answer 503 and the gRPC health service
+    /// NOT_SERVING meanwhile, and again if a reload leaves no domain (with
+    /// `--allow-empty-reload`). A `--config` folder without a config file
+    /// then starts, as no domain, and the server turns ready when the
+    /// watcher (or SIGHUP) loads one. Needs `--config`.
+    #[arg(long, env = "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), help_heading = HEALTH)]
+    ready_requires_config: bool,
+    /// Not ready while Redis does not answer (asked every second).
+    ///
+    /// `/readyz` answers 503 and the gRPC health service NOT_SERVING until
+    /// it does. Without this flag readiness ignores Redis, and decisions
+    /// follow `--redis-failure` meanwhile.
+    #[arg(long, env = "SLIDEGATE_READY_REQUIRES_REDIS", requires = "redis", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), help_heading = HEALTH)]
+    ready_requires_redis: bool,
+    /// On SIGTERM or SIGINT, how long to serve on once health says NOT_SERVING.
+    ///
+    /// The gRPC health service turns NOT_SERVING (and `/readyz` 503) so
+    /// that load balancers stop sending first; then the listeners close
+    /// and the requests in flight finish. `0s` stops at once.
+    #[arg(long, env = "SLIDEGATE_DRAIN_DELAY", default_value = "2s", value_parser = parse_interval, value_name = "DURATION", help_heading = HEALTH)]
+    drain_delay: Duration,
+
+    /// Largest HTTP request body and gRPC request message, in bytes.
+    ///
+    /// Larger ones are refused (HTTP 413, gRPC `OUT_OF_RANGE`).
+    #[arg(long, env = "SLIDEGATE_MAX_BODY", default_value_t = 65_536, value_name = "BYTES", help_heading = CLIENT_LIMITS)]
+    max_body: usize,
+    /// The longest wait for a request's headers (gRPC: the first call).
+    ///
+    /// HTTP: from when the connection opens or the previous answer is sent
+    /// (so also the longest a kept-alive connection may sit idle between
+    /// requests); gRPC: the longest wait for the HTTP/2 preface, and for
+    /// the first call (then a `GOAWAY`). With TLS, the handshake must finish
+    /// within it too (gRPC: the handshake and the preface together). The
+    /// connection is then closed.
+    #[arg(long, env = "SLIDEGATE_HEADER_TIMEOUT", default_value = "10s", value_parser = parse_timeout, value_name = "DURATION", help_heading = CLIENT_LIMITS)]
+    header_timeout: Duration,
+    /// How long a connection may go without starting a request.
+    ///
+    /// A connection (HTTP or gRPC) must start its first request (call)
+    /// within `--header-timeout` of opening and then one within this long
+    /// of the last, unless one is in flight; otherwise it is asked to close
+    /// (gRPC: a `GOAWAY`; a client reconnects for its next call). Bytes
+    /// alone (HTTP/2 `PING`s and `SETTINGS`, part of a request) do not keep
+    /// it. One on which no byte is read or written for this long is closed
+    /// too.
+    #[arg(long, env = "SLIDEGATE_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_timeout, value_name = "DURATION", help_heading = CLIENT_LIMITS)]
+    idle_timeout: Duration,
+    /// The longest wait for a request body, and the longest gRPC call.
+    ///
+    /// HTTP: then 408; gRPC: then `CANCELLED`, or at the client's
+    /// `grpc-timeout` if shorter.
+    #[arg(long, env = "SLIDEGATE_REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_timeout, value_name = "DURATION", help_heading = CLIENT_LIMITS)]
+    request_timeout: Duration,
+    /// The most connections open at once [default: from the fd limit].
+    ///
+    /// HTTP and gRPC together. When all are taken, a new connection takes
+    /// the place of one without a request in flight from the client address
+    /// holding most connections, never from one holding fewer than its own
+    /// (first one that never made a request, the oldest, closed at once;
+    /// else the newest of the others, asked to close, so that established
+    /// clients keep their place), or is closed at once when there is none
+    /// (counted in `slidegate_connections_closed_total`). The default is
+    /// seven eighths of the file descriptor limit left after 32, at least
+    /// 8, at most 16384.
+    #[arg(long, env = "SLIDEGATE_MAX_CONNECTIONS", value_name = "N", help_heading = CLIENT_LIMITS)]
+    max_connections: Option<usize>,
+    /// The most concurrent gRPC calls (HTTP/2 streams) on one connection.
+    ///
+    /// A client that wants more opens another connection, as Envoy and
+    /// gRPC clients do.
+    #[arg(long, env = "SLIDEGATE_MAX_CONCURRENT_STREAMS", default_value_t = slidegate_server::net::admission::DEFAULT_MAX_STREAMS, value_name = "N", help_heading = CLIENT_LIMITS)]
+    max_concurrent_streams: u32,
+    /// The most requests and calls in flight at once; past it, shed at once.
+    ///
+    /// Over every connection. A new one past it is answered at once, HTTP
+    /// 503 with `Retry-After: 1` or gRPC `RESOURCE_EXHAUSTED`, and counted
+    /// (`slidegate_calls_shed_total`), rather than queued.
+    #[arg(long, env = "SLIDEGATE_MAX_IN_FLIGHT", default_value_t = slidegate_server::net::admission::DEFAULT_MAX_IN_FLIGHT, value_name = "N", help_heading = CLIENT_LIMITS)]
+    max_in_flight: usize,
+    /// Ask connections this old to close (unset: no maximum age).
+    ///
+    /// gRPC: a `GOAWAY`, its calls in flight finishing within
+    /// `--request-timeout`, as gRPC's `max_connection_age`; clients
+    /// reconnect, so that load spreads anew over instances.
+    #[arg(long, env = "SLIDEGATE_MAX_CONNECTION_AGE", value_parser = parse_timeout, value_name = "DURATION", help_heading = CLIENT_LIMITS)]
+    max_connection_age: Option<Duration>,
+    /// Most descriptors in one request.
+    #[arg(long, env = "SLIDEGATE_MAX_DESCRIPTORS", default_value_t = 64, value_name = "N", help_heading = CLIENT_LIMITS)]
+    max_descriptors: usize,
+    /// Most entries in one descriptor.
+    #[arg(long, env = "SLIDEGATE_MAX_ENTRIES", default_value_t = 16, value_name = "N", help_heading = CLIENT_LIMITS)]
+    max_entries: usize,
+    /// Longest domain, entry key or value, or ad-hoc key, in bytes.
+    #[arg(long, env = "SLIDEGATE_MAX_TEXT", default_value_t = 1024, value_name = "BYTES", help_heading = CLIENT_LIMITS)]
+    max_text: usize,
+
+    /// The log's format: `text`, or `json` (one object per line).
+    ///
+    /// With `json` the line saying where it listens is a log event too.
+    #[arg(long, env = "SLIDEGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, value_name = "FORMAT", help_heading = OBSERVABILITY)]
+    log_format: LogFormat,
+    /// Export a span per decision over OTLP/gRPC to this collector.
+    ///
+    /// Say `http://127.0.0.1:4317`: `ratelimit.decide`, of kind SERVER,
+    /// with the domain, the outcome (`OK`, `OVER_LIMIT`, `INVALID_ARGUMENT`,
+    /// `UNAVAILABLE`), the store and the number of descriptors, in the
+    /// trace of the request's W3C `traceparent` or B3 headers (`x-b3-*` or
+    /// `b3`, as Envoy sends them) when it has one, and not made if they say
+    /// it is not sampled. Spans go out in batches, off the request path,
+    /// and the last ones at shutdown (waiting at most 5 s); a collector
+    /// that cannot be reached loses spans, never decisions, and is logged
+    /// once until it answers. The SDK's `OTEL_BSP_*` and
+    /// `OTEL_EXPORTER_OTLP_TIMEOUT` variables apply. Without it no span is
+    /// made.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", value_name = "URL", help_heading = OBSERVABILITY)]
+    otlp_endpoint: Option<String>,
+    /// The service name of the exported spans.
+    #[arg(long, env = "OTEL_SERVICE_NAME", default_value = "slidegate", value_name = "NAME", help_heading = OBSERVABILITY)]
+    otel_service_name: String,
 }
 
 /// `--redis-failure`.
@@ -384,7 +438,7 @@ impl Args {
             self.quota_mode,
             self.merge_domain_config,
             self.response_dynamic_metadata,
-            self.stop_cache_key_increment_when_overlimit,
+            self.stop_cache_key_increment_when_overlimit && !self.no_stop_cache_key_increment_when_overlimit,
         ]
     }
 
@@ -423,6 +477,11 @@ impl Args {
             anyhow::ensure!(value > 0, "{flag} {value}: must be at least 1");
         }
         anyhow::ensure!(
+            !self.ready_requires_config || !self.config.is_empty(),
+            "--ready-requires-config (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED) needs --config: without a config to \
+             wait for, the server would never be ready"
+        );
+        anyhow::ensure!(
             self.redis_instances > 0,
             "--redis-instances {}: must be at least 1",
             self.redis_instances
@@ -459,7 +518,7 @@ impl Args {
             prefix: self.redis_prefix.clone(),
             sync_interval: self.redis_sync_interval,
             bounded: self.redis_bounded,
-            batching: self.redis_batching == Switch::On,
+            batching: self.redis_batching && !self.no_redis_batching,
         });
         let mut connections = ConnectionLimits::default();
         if let Some(n) = self.max_connections {
@@ -493,7 +552,8 @@ impl Args {
             allow_empty_reload: self.allow_empty_reload,
             grpc_headers: self.grpc_headers,
             settings: Settings {
-                stop_increment_when_over_limit: self.stop_cache_key_increment_when_overlimit,
+                stop_increment_when_over_limit: self.stop_cache_key_increment_when_overlimit
+                    && !self.no_stop_cache_key_increment_when_overlimit,
                 shadow_mode: self.shadow_mode,
                 quota_mode: self.quota_mode,
                 dynamic_metadata: self.response_dynamic_metadata,
@@ -503,6 +563,7 @@ impl Args {
             drain_delay: self.drain_delay,
             max_config_bytes: self.max_config_bytes,
             ready_requires_redis: self.ready_requires_redis,
+            ready_requires_config: self.ready_requires_config,
             give_back_memory: crate::alloc::give_back_free_memory,
             workers: match self.workers {
                 Some(n) => {
@@ -643,6 +704,8 @@ fn name_the_flag(error: StartError) -> anyhow::Error {
             };
             anyhow::anyhow!("{flag} {}: {}", e.path().display(), e.reason())
         }
+        // Every error of the config, one per line, as `check` prints them.
+        StartError::Config(errors) => crate::check::report(&errors),
         e => e.into(),
     }
 }

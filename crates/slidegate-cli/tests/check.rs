@@ -110,6 +110,32 @@ fn every_error_of_every_file_is_printed_once_in_file_order() {
     assert!(lines[4].contains("already defined"), "{}", lines[4]);
 }
 
+/// A descriptor with several errors (an unknown key, a bad unit and a
+/// negative number) has each printed once, with its file, line, column
+/// and field, in file order.
+#[test]
+fn every_error_of_one_descriptor_is_printed_once() {
+    let (code, stdout, stderr) = check("several", SEVERAL_ERRORS, &[]);
+    assert_eq!(code, Some(1));
+    assert!(stdout.is_empty(), "{stdout}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    let places = [
+        "d.yaml:4:5: bogus: unknown key",
+        "d.yaml:5:25: rate_limit.unit: unknown unit `fortnight`",
+        "d.yaml:5:55: rate_limit.requests_per_unit:",
+    ];
+    assert_eq!(lines.len(), places.len(), "{stderr}");
+    for (line, place) in lines.iter().zip(places) {
+        assert!(
+            line.starts_with("error: ") && line.contains(place),
+            "{line} lacks {place}"
+        );
+    }
+}
+
+/// One descriptor, three errors.
+const SEVERAL_ERRORS: &str = "domain: shop\ndescriptors:\n  - key: user\n    bogus: 1\n    rate_limit: { unit: fortnight, requests_per_unit: -5 }\n";
+
 #[test]
 fn every_limit_without_a_redis_form_is_named() {
     let yaml = "domain: shop\ndescriptors:\n  - key: a\n    rate_limit: { unit: minute, requests_per_unit: 5, algorithm: exponential_histogram }\n  - key: b\n    rate_limit: { unit: minute, requests_per_unit: 5 }\n  - key: c\n    rate_limit: { unit: hour, requests_per_unit: 5, algorithm: exponential_histogram }\n";

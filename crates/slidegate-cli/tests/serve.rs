@@ -131,6 +131,36 @@ fn a_bad_config_or_flag_stops_it_with_the_reason() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--max-body 0"));
 }
 
+/// A config with several errors in one descriptor stops it with each of
+/// them, once, one per line, as `check` prints them.
+#[test]
+fn a_config_with_several_errors_stops_it_with_every_one() {
+    let dir = std::env::temp_dir().join(format!("slidegate-cli-several-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("several.yaml");
+    std::fs::write(
+        &file,
+        "domain: shop\ndescriptors:\n  - key: user\n    bogus: 1\n    rate_limit: { unit: fortnight, requests_per_unit: -5 }\n",
+    )
+    .unwrap();
+    let (code, stderr) = serve_fails(&["--config", file.to_str().unwrap()]);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(code, Some(1), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    let places = [
+        "several.yaml:4:5: bogus",
+        "several.yaml:5:25: rate_limit.unit",
+        "several.yaml:5:55: rate_limit.requests_per_unit",
+    ];
+    assert_eq!(lines.len(), places.len(), "{stderr}");
+    for (line, place) in lines.iter().zip(places) {
+        assert!(
+            line.starts_with("error: ") && line.contains(place),
+            "{line} lacks {place}"
+        );
+    }
+}
+
 /// Without `--config` (or `SLIDEGATE_CONFIG`) the server says once, before
 /// it listens, that nothing is limited, naming the flag and the variable;
 /// it serves all the same.
@@ -188,7 +218,7 @@ fn flags_come_from_the_environment_too() {
 
 /// Two processes on one Redis admit the limit once between them; one reads
 /// its flags from the environment, and sends one script call per decision
-/// (`--redis-batching off`) where the other batches.
+/// (`SLIDEGATE_REDIS_BATCHING=off`) where the other batches.
 #[test]
 fn two_processes_share_one_redis() {
     let redis = slidegate_conformance::redis::RedisServer::start();
@@ -255,17 +285,21 @@ fn an_unreachable_or_bad_redis_stops_it_with_the_reason() {
     assert_eq!(stderr.matches(&url).count(), 1, "{stderr}");
 }
 
-/// A `--redis-batching` that is neither `on` nor `off`, or without
-/// `--redis`, stops `serve` at start with the reason.
+/// A `SLIDEGATE_REDIS_BATCHING` that is no boolean, or `--no-redis-batching`
+/// without `--redis`, stops `serve` at start with the reason.
 #[test]
 fn a_bad_redis_batching_stops_it_with_the_reason() {
-    let (code, stderr) = serve_fails(&["--redis", "redis://127.0.0.1:1/", "--redis-batching", "sometimes"]);
-    assert_eq!(code, Some(2));
+    let out = common::serve_command(&["--redis", "redis://127.0.0.1:1/"])
+        .env("SLIDEGATE_REDIS_BATCHING", "sometimes")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.contains("invalid value 'sometimes' for '--redis-batching <on|off>'"),
+        stderr.contains("invalid value 'sometimes' for '--redis-batching'"),
         "{stderr}"
     );
-    let (code, stderr) = serve_fails(&["--redis-batching", "off"]);
+    let (code, stderr) = serve_fails(&["--no-redis-batching"]);
     assert_eq!(code, Some(2));
     assert!(stderr.contains("--redis <"), "{stderr}");
 }
@@ -582,4 +616,53 @@ fn a_drain_answers_in_flight_requests_after_the_listeners_close() {
     assert!(answer.contains("\"overallCode\":\"OK\""), "{answer}");
     assert_eq!(exit_code(child), Some(0), "{log:#?}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// With `--ready-requires-config` (envoyproxy/ratelimit's
+/// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`, given here as that
+/// variable), a config folder without a config file starts, not ready:
+/// `/readyz` and `/healthcheck` 503, gRPC health NOT_SERVING; a config
+/// written into it is picked up by the watcher, and both turn ready.
+#[test]
+fn with_healthy_with_at_least_one_config_loaded_it_is_ready_once_a_config_is() {
+    use common::serve_logging_with;
+    use tonic_health::pb::health_check_response::ServingStatus;
+    let dir = std::env::temp_dir().join(format!("slidegate-cli-wait-config-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (child, lines) = serve_logging_with(
+        &["--config", dir.to_str().unwrap(), "--reload-every", "50ms"],
+        &[("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "true")],
+    );
+    let mut log = Vec::new();
+    let (http, grpc) = next_line(&lines, &mut log, listening_on);
+    let ready = |expected: &str, health: ServingStatus| {
+        for path in ["/readyz", "/healthcheck"] {
+            let answer = get(&http, path);
+            assert_eq!(status_line(&answer), expected, "{path}: {answer}");
+        }
+        for name in ["", "ratelimit"] {
+            assert_eq!(grpc_health(&grpc, name), health, "{name:?}");
+        }
+    };
+    ready("HTTP/1.1 503 Service Unavailable", ServingStatus::NotServing);
+    assert!(log.iter().any(|l| l.contains("not ready until one does")), "{log:#?}");
+    // Alive all the same.
+    assert_eq!(status_line(&get(&http, "/healthz")), "HTTP/1.1 200 OK");
+    std::fs::write(
+        dir.join("d.yaml"),
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: hour, requests_per_unit: 5 }\n",
+    )
+    .unwrap();
+    next_line(&lines, &mut log, |l| {
+        l.contains("a config with a domain loaded: ready").then_some(())
+    });
+    ready("HTTP/1.1 200 OK", ServingStatus::Serving);
+    terminate(child);
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // Without a config to wait for, it refuses to start.
+    let (code, stderr) = serve_fails(&["--ready-requires-config"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("needs --config"), "{stderr}");
 }

@@ -256,7 +256,7 @@ impl Config {
     /// # Errors
     ///
     /// Every error [`Config::load_with`] would meet, in load order (never
-    /// empty): the first error of each descriptor at fault, of each file
+    /// empty): every error of each descriptor at fault, of each file
     /// that does not parse, of each unreadable path.
     pub fn load_all(paths: &[PathBuf], options: &LoadOptions) -> Result<Config, Vec<ConfigError>> {
         let mut errors = Vec::new();
@@ -887,6 +887,14 @@ fn wildcard_matches(pattern: &str, value: &str) -> bool {
 pub struct Limit {
     /// `name`, which other limits' `replaces` refer to.
     pub name: Option<String>,
+    /// Its name in the answers' `RateLimit-Policy` and `RateLimit` headers:
+    /// `name`, or without one the path of its rule's keys, `key` or
+    /// `key_value` per level (the value as the config writes it, never a
+    /// request's) joined by `.` as envoyproxy/ratelimit's stat keys are
+    /// (`remote_address`, `path_/files/*.method_GET`), then `#j` for the
+    /// j-th of several unnamed limits of the rule; then `#n` (counting on)
+    /// should that still be the name of another limit of the domain.
+    pub header_name: String,
     /// The names of the limits dropped when this one applies.
     pub replaces: Vec<String>,
     /// `requests_per_unit` as written (may be 0: refuses everything; 0 when

@@ -118,8 +118,8 @@ impl Default for Settings {
 /// A limit that applied to a descriptor, with its decision.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Applied {
-    /// Its name in the headers: the configured name, or `d<i>` (and `.j`
-    /// for the j-th of several limits).
+    /// Its name in the headers ([`Limit::header_name`]; for a limit
+    /// override, the descriptor's keys joined by `.`).
     pub name: String,
     /// Its name in the config; empty when it has none (Envoy's
     /// `current_limit.name`).
@@ -550,15 +550,16 @@ impl Engine {
 
         let mut statuses = Vec::with_capacity(request.descriptors.len());
         let (mut over, mut quota_total, mut quota_over) = (false, 0usize, 0usize);
-        for (i, ((descriptor, m), entries)) in request.descriptors.iter().zip(&matches).zip(&entries).enumerate() {
+        for ((descriptor, m), entries) in request.descriptors.iter().zip(&matches).zip(&entries) {
             let hits = descriptor.hits_addend.unwrap_or(hits);
             // A cost the descriptor gives itself is a debit: counted even
             // when it takes the count over the limit.
             let record_refused = descriptor.hits_addend.is_some() || !settings.stop_increment_when_over_limit;
             let mut status = if let Some(o) = descriptor.limit {
-                let overridden = override_limit(o)?;
+                let mut overridden = override_limit(o)?;
+                overridden.header_name = override_header_name(entries);
                 let counter = override_counter_key(&request.domain, entries);
-                let mut status = self.charge(i, &counter, &[&overridden], hits, record_refused).await?;
+                let mut status = self.charge(&counter, &[&overridden], hits, record_refused).await?;
                 status.metric = Some(crate::config::Match::override_metric_key(entries));
                 status.quota_mode = settings.quota_mode;
                 status
@@ -583,7 +584,7 @@ impl Engine {
                     continue;
                 }
                 let counter = m.counter_key(&request.domain, entries);
-                let mut status = self.charge(i, &counter, &limits, hits, record_refused).await?;
+                let mut status = self.charge(&counter, &limits, hits, record_refused).await?;
                 status.metric = Some(m.metric_key(entries));
                 if status.code == Code::OverLimit && rule.shadow_mode {
                     status.code = Code::Ok;
@@ -631,7 +632,6 @@ impl Engine {
     /// figures of before it.
     async fn charge(
         &self,
-        index: usize,
         counter: &str,
         limits: &[&Limit],
         hits: u64,
@@ -672,14 +672,13 @@ impl Engine {
         }
         let applied = limits
             .iter()
-            .enumerate()
-            .map(|(j, l)| {
+            .map(|l| {
                 let k = l
                     .quota
                     .as_ref()
                     .and_then(|quota| quotas.iter().position(|q| q == quota));
                 let decision = k.and_then(|k| out.get(k).copied());
-                let mut applied = applied(index, j, limits.len(), l, decision);
+                let mut applied = applied(l, decision);
                 applied.left = k.and_then(|k| left.get(k).copied());
                 applied
             })
@@ -758,25 +757,10 @@ impl Engine {
     }
 }
 
-/// A limit's part of a status: its name in the headers (the configured
-/// name, or `d<i>`, with `.j` for the j-th of several unnamed limits).
-fn applied(index: usize, j: usize, of: usize, l: &Limit, decision: Option<Decision>) -> Applied {
-    let name = match &l.name {
-        Some(name) => name.clone(),
-        None => {
-            // Written by hand: `format!` cost about 400 instructions here.
-            let mut name = String::with_capacity(12);
-            name.push('d');
-            name.push_str(itoa::Buffer::new().format(index));
-            if of > 1 {
-                name.push('.');
-                name.push_str(itoa::Buffer::new().format(j));
-            }
-            name
-        }
-    };
+/// A limit's part of a status, under its name in the headers.
+fn applied(l: &Limit, decision: Option<Decision>) -> Applied {
     Applied {
-        name,
+        name: l.header_name.clone(),
         config_name: l.name.clone().unwrap_or_default(),
         requests_per_unit: l.requests_per_unit,
         unit: l.unit,
@@ -848,6 +832,19 @@ fn override_counter_key(domain: &str, entries: &[(&str, &str)]) -> String {
     out
 }
 
+/// The header name of a descriptor's limit override: its keys joined by
+/// `.` (never its values, which are the request's).
+fn override_header_name(entries: &[(&str, &str)]) -> String {
+    let mut name = String::new();
+    for (i, (key, _)) in entries.iter().enumerate() {
+        if i > 0 {
+            name.push('.');
+        }
+        name.push_str(key);
+    }
+    name
+}
+
 /// The limit an override stands for: the default algorithm over one unit.
 fn override_limit(o: Override) -> Result<Limit, EngineError> {
     let unit = o
@@ -863,6 +860,7 @@ fn override_limit(o: Override) -> Result<Limit, EngineError> {
     };
     Ok(Limit {
         name: None,
+        header_name: String::new(),
         replaces: Vec::new(),
         requests_per_unit: u64::from(o.requests_per_unit),
         unit: Some(unit),

@@ -95,6 +95,13 @@ pub struct Options {
     /// With Redis: not ready (`/readyz` 503, gRPC health NOT_SERVING)
     /// while Redis does not answer a `PING`, looked at every second.
     pub ready_requires_redis: bool,
+    /// Not ready (`/readyz` and `/healthcheck` 503, gRPC health
+    /// NOT_SERVING) while the config in force has no domain, as
+    /// envoyproxy/ratelimit's `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: a
+    /// `config` folder without a config file then starts (as no domain),
+    /// and the server turns ready when a reload brings one. Without any
+    /// `config` path it is never ready.
+    pub ready_requires_config: bool,
     /// Threads that serve connections, each on a single-threaded runtime
     /// of its own, connections given to them in turn; 0 serves them on the
     /// runtime that calls [`start`] (the default, so that a test's paused
@@ -139,6 +146,7 @@ impl Default for Options {
             drain_delay: Duration::ZERO,
             max_config_bytes: crate::config::DEFAULT_MAX_FILE_BYTES,
             ready_requires_redis: false,
+            ready_requires_config: false,
             workers: 0,
             give_back_memory: give_back_free_memory,
             allow_empty_reload: false,
@@ -150,9 +158,10 @@ impl Default for Options {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StartError {
-    /// The config did not load.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
+    /// The config did not load: every error found, in load order (never
+    /// empty), one per line.
+    #[error("{}", lines(.0))]
+    Config(Vec<ConfigError>),
     /// Redis could not be reached (or its URL or prefix is bad).
     #[error(transparent)]
     Redis(#[from] RedisConnectError),
@@ -183,6 +192,18 @@ pub enum StartError {
     },
 }
 
+impl From<ConfigError> for StartError {
+    fn from(e: ConfigError) -> Self {
+        StartError::Config(vec![e])
+    }
+}
+
+/// Errors one per line.
+fn lines(errors: &[ConfigError]) -> String {
+    let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    lines.join("\n")
+}
+
 /// What the front ends share, serving `engine` as `options` say (its
 /// addresses, budgets, Redis and reload interval are not read here), with
 /// the counts of the connection layer's `connections`.
@@ -207,6 +228,7 @@ fn shared(engine: Engine, options: &Options, connections: Arc<dyn ConnectionStat
         admin_token: options.admin_token.as_deref().map(|t| t.trim().as_bytes().into()),
         draining: std::sync::atomic::AtomicBool::new(false),
         redis_down: std::sync::atomic::AtomicBool::new(false),
+        requires_config: options.ready_requires_config,
         connections,
     }
 }
@@ -308,7 +330,9 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
     Metrics::with_near_limit_ratio(options.near_limit_ratio)?;
     // Before the files are read: a change made while they are is a change.
     let loaded = fingerprint(&options.config);
-    let config = Config::load_with(&options.config, &load_options(&options))?;
+    // Waiting for a config, a folder without one starts as no domain.
+    let start_options = load_options(&options).allow_empty_folders(options.ready_requires_config);
+    let config = Config::load_all(&options.config, &start_options).map_err(StartError::Config)?;
     log_warnings(&config);
     let (engine, probe) = match options.redis.clone() {
         None => (
@@ -365,10 +389,9 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
     )));
 
     let (health, health_service) = tonic_health::server::health_reporter();
-    for name in HEALTH_NAMES {
-        health
-            .set_service_status(name, tonic_health::ServingStatus::Serving)
-            .await;
+    set_health(&shared, &health).await;
+    if shared.lacks_config() {
+        tracing::warn!("no config with a domain loaded: not ready until one does (--ready-requires-config)");
     }
     // Connections are accepted (and their TLS handshakes made) by the
     // shared accept loop, each in its own task, and served on hyper's
@@ -426,6 +449,34 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
             async move {
                 if let Some(probe) = readiness {
                     redis_readiness(&watched, probe.answers().await, &health).await;
+                }
+            }
+        }));
+    }
+
+    if options.ready_requires_config {
+        // Readiness follows the config: each reload (the watcher's,
+        // SIGHUP's) is looked at once it is done.
+        let (shared, health) = (Arc::clone(&shared), health.clone());
+        let mut reloads = reloader.reloads();
+        let mut stopped = stopped.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut lacked = shared.lacks_config();
+            loop {
+                tokio::select! {
+                    changed = reloads.changed() => if changed.is_err() { return },
+                    _ = stopped.wait_for(|&s| s) => return,
+                }
+                let lacks = shared.lacks_config();
+                // Said once the health service says it too.
+                set_health(&shared, &health).await;
+                if lacks != lacked {
+                    if lacks {
+                        tracing::warn!("the config has no domain left: not ready (--ready-requires-config)");
+                    } else {
+                        tracing::info!("a config with a domain loaded: ready");
+                    }
+                    lacked = lacks;
                 }
             }
         }));
@@ -529,14 +580,21 @@ async fn redis_readiness(shared: &Shared, answers: bool, health: &tonic_health::
         // No change.
         return;
     }
-    let status = if answers && !shared.draining() {
+    if answers {
         tracing::info!("Redis answers: ready again");
-        tonic_health::ServingStatus::Serving
     } else {
-        if !answers {
-            tracing::warn!("Redis does not answer: not ready (--ready-requires-redis)");
-        }
-        tonic_health::ServingStatus::NotServing
+        tracing::warn!("Redis does not answer: not ready (--ready-requires-redis)");
+    }
+    set_health(shared, health).await;
+}
+
+/// The gRPC health service says what `/readyz` says: SERVING when
+/// nothing keeps the server from being ready ([`Shared::not_ready`]),
+/// NOT_SERVING otherwise.
+async fn set_health(shared: &Shared, health: &tonic_health::server::HealthReporter) {
+    let status = match shared.not_ready() {
+        None => tonic_health::ServingStatus::Serving,
+        Some(_) => tonic_health::ServingStatus::NotServing,
     };
     for name in HEALTH_NAMES {
         health.set_service_status(name, status).await;

@@ -128,6 +128,9 @@ pub struct Shared {
     /// Redis does not answer and readiness requires it: `/readyz` answers
     /// 503.
     pub(crate) redis_down: AtomicBool,
+    /// Not ready while the config in force has no domain
+    /// (`Options::ready_requires_config`).
+    pub(crate) requires_config: bool,
     /// The open connections and calls in flight of both front ends.
     pub(crate) connections: Arc<dyn ConnectionStats>,
 }
@@ -143,6 +146,28 @@ impl Shared {
         self.draining.load(Ordering::Relaxed)
     }
 
+    /// Why the server is not ready to take traffic (`/readyz` 503, gRPC
+    /// health NOT_SERVING), `None` when it is: it is draining, Redis does
+    /// not answer (with `Options::ready_requires_redis`), or no config
+    /// with a domain has loaded (with `Options::ready_requires_config`).
+    pub fn not_ready(&self) -> Option<&'static str> {
+        if self.draining() {
+            Some("the server is draining: it stops soon")
+        } else if self.redis_down.load(Ordering::Relaxed) {
+            Some("Redis does not answer: decisions follow the failure policy until it does")
+        } else if self.lacks_config() {
+            Some(NO_CONFIG_YET)
+        } else {
+            None
+        }
+    }
+
+    /// Whether readiness waits for a config and none with a domain is in
+    /// force.
+    pub(crate) fn lacks_config(&self) -> bool {
+        self.requires_config && self.engine().config().domains().next().is_none()
+    }
+
     /// The metrics in text form.
     pub fn metrics_text(&self) -> String {
         let metrics = self.service.metrics();
@@ -150,3 +175,7 @@ impl Shared {
         metrics.render(&self.engine().stats(), self.engine().shared_store())
     }
 }
+
+/// Why a server that waits for a config is not ready.
+pub(crate) const NO_CONFIG_YET: &str =
+    "no config with a domain has loaded yet (--ready-requires-config, HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED)";

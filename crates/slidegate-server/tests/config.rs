@@ -1571,7 +1571,16 @@ fn anchors_aliases_and_merge_keys() {
     let mail = config.domain("mail").unwrap();
     let sender = limit(mail, &[("sender", "a")]);
     let recipient = limit(mail, &[("recipient", "b")]);
-    assert_eq!(sender, recipient);
+    // The same limit, named apart in the headers after their keys.
+    assert_eq!(
+        (sender.header_name.as_str(), recipient.header_name.as_str()),
+        ("sender", "recipient")
+    );
+    let unnamed = |l: &Limit| Limit {
+        header_name: String::new(),
+        ..l.clone()
+    };
+    assert_eq!(unnamed(sender), unnamed(recipient));
     assert_eq!((sender.requests_per_unit, sender.unit), (20, Some(Unit::Minute)));
     // A key written beside `<<` wins over the merged one.
     let domain = limit(mail, &[("domain", "example.org")]);

@@ -242,14 +242,18 @@ async fn headers_in_the_grpc_answer_when_enabled() {
         .iter()
         .map(|h| (h.key.as_str(), h.value.as_str()))
         .collect();
-    assert!(headers.contains(&("ratelimit-policy", "\"d0\";q=2;w=1")), "{headers:?}");
-    assert!(headers.contains(&("ratelimit", "\"d0\";r=1;t=1")), "{headers:?}");
+    assert!(headers.contains(&("ratelimit-policy", "\"a\";q=2;w=1")), "{headers:?}");
+    assert!(headers.contains(&("ratelimit", "\"a\";r=1;t=1")), "{headers:?}");
 }
 
-/// Unnamed limits are named in the headers by their descriptor's place,
-/// `d<i>`, and `d<i>.<j>` for the j-th of several.
+/// Unnamed limits are named in the headers after their rule's keys, as
+/// envoyproxy/ratelimit's stat keys are (`key`, `key_value`, levels
+/// joined by `.`), `#j` for the j-th of several; two rules whose paths
+/// read alike (`a_b`, and `a` with value `b`) do not share a name, nor
+/// does one that reads as another limit's `name`; request values never
+/// show.
 #[tokio::test]
-async fn unnamed_limits_are_named_by_their_place() {
+async fn unnamed_limits_are_named_after_their_keys() {
     let h = Harness::start(
         "
 domain: d
@@ -260,16 +264,44 @@ descriptors:
     rate_limits:
       - { unit: second, requests_per_unit: 3 }
       - { unit: minute, requests_per_unit: 7 }
+  - key: a
+    value: b
+    rate_limit: { unit: second, requests_per_unit: 4 }
+  - key: a_b
+    rate_limit: { unit: second, requests_per_unit: 6 }
+  - key: path
+    value: /files/*
+    descriptors:
+      - key: method
+        rate_limit: { unit: hour, requests_per_unit: 9 }
+  - key: named
+    rate_limit: { name: ip, unit: second, requests_per_unit: 8 }
+  - key: ip
+    rate_limit: { unit: second, requests_per_unit: 2 }
 ",
     )
     .await;
-    let body = r#"{"domain":"d","descriptors":[{"entries":[{"key":"one","value":"x"}]},{"entries":[{"key":"two","value":"y"}]}]}"#;
-    let (status, headers, text) = h.post("/json", body).await;
-    assert_eq!(status, StatusCode::OK, "{text}");
+    let policy = |descriptors: &str| {
+        let body = format!(r#"{{"domain":"d","descriptors":[{descriptors}]}}"#);
+        let h = &h;
+        async move {
+            let (status, headers, text) = h.post("/json", &body).await;
+            assert_eq!(status, StatusCode::OK, "{text}");
+            headers["ratelimit-policy"].to_str().unwrap().to_owned()
+        }
+    };
+    let one = r#"{"entries":[{"key":"one","value":"x"}]}"#;
+    let two = r#"{"entries":[{"key":"two","value":"y"}]}"#;
     assert_eq!(
-        headers["ratelimit-policy"],
-        "\"d0\";q=5;w=1, \"d1.0\";q=3;w=1, \"d1.1\";q=7;w=60"
+        policy(&format!("{one},{two}")).await,
+        "\"one\";q=5;w=1, \"two#0\";q=3;w=1, \"two#1\";q=7;w=60"
     );
+    let a_b = r#"{"entries":[{"key":"a","value":"b"}]},{"entries":[{"key":"a_b","value":"secret"}]}"#;
+    assert_eq!(policy(a_b).await, "\"a_b\";q=4;w=1, \"a_b#2\";q=6;w=1");
+    let nested = r#"{"entries":[{"key":"path","value":"/files/x"},{"key":"method","value":"GET"}]}"#;
+    assert_eq!(policy(nested).await, "\"path_/files/*.method\";q=9;w=3600");
+    let named = r#"{"entries":[{"key":"named","value":"v"}]},{"entries":[{"key":"ip","value":"10.0.0.1"}]}"#;
+    assert_eq!(policy(named).await, "\"ip\";q=8;w=1, \"ip#2\";q=2;w=1");
 }
 
 /// `POST /json` as envoyproxy/ratelimit serves it.
@@ -283,7 +315,7 @@ async fn post_json_speaks_proto3_json() {
     assert_eq!(answer["overallCode"], "OK");
     assert_eq!(answer["statuses"][0]["currentLimit"]["requestsPerUnit"], 2);
     assert_eq!(answer["statuses"][0]["currentLimit"]["unit"], "SECOND");
-    assert_eq!(headers["ratelimit"], "\"d0\";r=0;t=1");
+    assert_eq!(headers["ratelimit"], "\"a\";r=0;t=1");
     let (status, headers, text) = h.post("/json", body).await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
     let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
@@ -386,7 +418,7 @@ async fn descriptor_checks_answer_slidegate_json() {
     assert_eq!(d["allowed"], true);
     assert_eq!(d["statuses"][0]["limits"][0]["algorithm"], "sliding_log");
     assert_eq!(d["statuses"][0]["limits"][0]["remaining"], 0);
-    assert_eq!(headers["ratelimit"], "\"d0\";r=0;t=1");
+    assert_eq!(headers["ratelimit"], "\"a\";r=0;t=1");
     assert_eq!(h.post("/v1/check", body).await.0, StatusCode::TOO_MANY_REQUESTS);
     let (status, _, text) = h
         .reset(r#"{"domain":"d","descriptors":[{"entries":[{"key":"a","value":"c"}]}]}"#)

@@ -40,7 +40,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         )
         .route("/healthz", get(|| async { "OK\n" }))
         // envoyproxy/ratelimit's health check path.
-        .route("/healthcheck", get(|| async { "OK\n" }))
+        .route("/healthcheck", get(healthcheck))
         .route("/readyz", get(ready))
         .route("/metrics", get(metrics))
         .fallback(not_found)
@@ -105,20 +105,24 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Routes {
     }
 }
 
-/// Ready to take traffic: a config has loaded (a server starts only with
-/// one), the server is not draining, and (with `--ready-requires-redis`)
-/// Redis answered at the last look.
+/// Ready to take traffic: not draining, (with `--ready-requires-redis`)
+/// Redis answered at the last look, and (with `--ready-requires-config`)
+/// a config with a domain is in force.
 async fn ready(State(shared): State<Arc<Shared>>) -> Result<&'static str, Problem> {
-    if shared.draining.load(std::sync::atomic::Ordering::Relaxed) {
-        return Err(Problem::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the server is draining: it stops soon",
-        ));
+    match shared.not_ready() {
+        Some(why) => Err(Problem::new(StatusCode::SERVICE_UNAVAILABLE, why)),
+        None => Ok("OK\n"),
     }
-    if shared.redis_down.load(std::sync::atomic::Ordering::Relaxed) {
+}
+
+/// envoyproxy/ratelimit's health check: alive, and (with
+/// `--ready-requires-config`, its `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`)
+/// a config with a domain is in force.
+async fn healthcheck(State(shared): State<Arc<Shared>>) -> Result<&'static str, Problem> {
+    if shared.lacks_config() {
         return Err(Problem::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "Redis does not answer: decisions follow the failure policy until it does",
+            crate::service::NO_CONFIG_YET,
         ));
     }
     Ok("OK\n")

@@ -11,8 +11,8 @@ use marked_yaml::types::{MarkedMappingNode, MarkedScalarNode, MarkedSequenceNode
 use marked_yaml::{Node, Span};
 use slidegate_core::duration::parse_positive_duration;
 use slidegate_core::{AlgorithmSpec, Policy, PolicyError, SpecError, Weighting};
-use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 /// The most levels of lists and maps inside `metadata`.
@@ -130,7 +130,7 @@ pub(super) fn first(errors: Vec<ConfigError>) -> ConfigError {
 }
 
 /// Parses one domain file, with every error it has, in file order: each
-/// descriptor at fault (the first error of each), and the file's own
+/// descriptor at fault (every error of each), and the file's own
 /// (syntax, `domain`).
 pub(super) fn parse_all(file: &str, text: &str) -> Result<Parsed, Vec<ConfigError>> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
@@ -373,7 +373,7 @@ impl Parser<'_> {
     /// The entries of `map` whose value is not null, in file order; an
     /// unknown key is an error at the key.
     fn fields<'n>(
-        &self,
+        &mut self,
         map: &'n MarkedMappingNode,
         prefix: &str,
         known: &[&'static str],
@@ -381,11 +381,15 @@ impl Parser<'_> {
         let mut fields = Vec::with_capacity(map.len());
         for (key, value) in map.iter() {
             let Some(&name) = known.iter().find(|&&k| k == key.as_str()) else {
-                return Err(self.error(
+                // Kept, and the known keys read on: the map's other errors
+                // are reported with it.
+                let e = self.error(
                     start(key.span()),
                     Some(qualified(prefix, key)),
                     format!("unknown key, expected one of: {}", known.join(", ")),
-                ));
+                );
+                self.errors.push(e);
+                continue;
             };
             if !is_null(value) {
                 fields.push((name, key, value));
@@ -528,6 +532,7 @@ impl Parser<'_> {
         };
         let mut rules = rules;
         name_counts(&mut rules);
+        name_limits(&mut rules);
         Ok(Parsed {
             domain: Domain::new(name, rules),
             line: pos.line,
@@ -611,35 +616,23 @@ impl Parser<'_> {
         let mut unlimited_at = None;
         let mut share_threshold_at = None;
         let mut limited = false;
+        let before = self.errors.len();
+        // The errors of nested descriptors, left out on their own.
+        let mut nested = 0;
         for (field, key, value) in self.fields(map, "", RULE_KEYS)? {
-            match field {
-                "key" => rule.key = self.non_empty("", key, value)?.to_owned(),
-                "value" => {
-                    let text = self.string("", key, value)?;
-                    // As upstream: an empty value is no value.
-                    rule.value = (!text.is_empty()).then(|| ValuePattern::new(text));
-                }
-                "rate_limit" => {
-                    let limit = self.mapping("", key, value)?;
-                    match self.limit(limit, "rate_limit.")? {
-                        Some(limit) => {
-                            limited = true;
-                            rule.limits.push(limit);
-                        }
-                        None => unlimited_at = unlimited_at.or(Some(key)),
+            // A bad field is kept, and the next read: every error of the
+            // descriptor is reported.
+            let mut one = || -> Result<(), ConfigError> {
+                match field {
+                    "key" => rule.key = self.non_empty("", key, value)?.to_owned(),
+                    "value" => {
+                        let text = self.string("", key, value)?;
+                        // As upstream: an empty value is no value.
+                        rule.value = (!text.is_empty()).then(|| ValuePattern::new(text));
                     }
-                }
-                "rate_limits" => {
-                    for (i, item) in self.sequence("", key, value)?.iter().enumerate() {
-                        let prefix = format!("rate_limits[{i}].");
-                        let Node::Mapping(limit) = item else {
-                            return Err(self.error(
-                                start(item.span()),
-                                Some(format!("rate_limits[{i}]")),
-                                format!("expected a map like `rate_limit`, found {}", describe(item)),
-                            ));
-                        };
-                        match self.limit(limit, &prefix)? {
+                    "rate_limit" => {
+                        let limit = self.mapping("", key, value)?;
+                        match self.limit(limit, "rate_limit.")? {
                             Some(limit) => {
                                 limited = true;
                                 rule.limits.push(limit);
@@ -647,35 +640,69 @@ impl Parser<'_> {
                             None => unlimited_at = unlimited_at.or(Some(key)),
                         }
                     }
-                }
-                "shadow_mode" => rule.shadow_mode = self.boolean("", key, value)?,
-                "quota_mode" => rule.quota_mode = self.boolean("", key, value)?,
-                "share_threshold" => {
-                    rule.share_threshold = self.boolean("", key, value)?;
-                    share_threshold_at = Some(key);
-                }
-                "detailed_metric" => rule.detailed_metric = self.boolean("", key, value)?,
-                "value_to_metric" => rule.value_to_metric = self.boolean("", key, value)?,
-                "metadata" => {
-                    self.mapping("", key, value)?;
-                    rule.metadata = Some(self.json(value, 0)?);
-                }
-                _ => {
-                    let list = self.sequence("", key, value)?;
-                    if depth >= MAX_DEPTH && !list.is_empty() {
-                        return Err(self.bad(
-                            "",
-                            key,
-                            value,
-                            format!("descriptors nested more than {MAX_DEPTH} levels deep"),
-                        ));
+                    "rate_limits" => {
+                        for (i, item) in self.sequence("", key, value)?.iter().enumerate() {
+                            let prefix = format!("rate_limits[{i}].");
+                            let Node::Mapping(limit) = item else {
+                                return Err(self.error(
+                                    start(item.span()),
+                                    Some(format!("rate_limits[{i}]")),
+                                    format!("expected a map like `rate_limit`, found {}", describe(item)),
+                                ));
+                            };
+                            match self.limit(limit, &prefix)? {
+                                Some(limit) => {
+                                    limited = true;
+                                    rule.limits.push(limit);
+                                }
+                                None => unlimited_at = unlimited_at.or(Some(key)),
+                            }
+                        }
                     }
-                    rule.children = self.rules(list, "descriptors", depth + 1)?;
+                    "shadow_mode" => rule.shadow_mode = self.boolean("", key, value)?,
+                    "quota_mode" => rule.quota_mode = self.boolean("", key, value)?,
+                    "share_threshold" => {
+                        rule.share_threshold = self.boolean("", key, value)?;
+                        share_threshold_at = Some(key);
+                    }
+                    "detailed_metric" => rule.detailed_metric = self.boolean("", key, value)?,
+                    "value_to_metric" => rule.value_to_metric = self.boolean("", key, value)?,
+                    "metadata" => {
+                        self.mapping("", key, value)?;
+                        rule.metadata = Some(self.json(value, 0)?);
+                    }
+                    _ => {
+                        let list = self.sequence("", key, value)?;
+                        if depth >= MAX_DEPTH && !list.is_empty() {
+                            return Err(self.bad(
+                                "",
+                                key,
+                                value,
+                                format!("descriptors nested more than {MAX_DEPTH} levels deep"),
+                            ));
+                        }
+                        let errors = self.errors.len();
+                        rule.children = self.rules(list, "descriptors", depth + 1)?;
+                        nested += self.errors.len() - errors;
+                    }
                 }
+                Ok(())
+            };
+            if let Err(e) = one() {
+                self.errors.push(e);
             }
         }
         if rule.key.is_empty() {
-            return Err(self.error(pos, Some("key".to_owned()), "missing"));
+            let e = self.error(pos, Some("key".to_owned()), "missing");
+            self.errors.push(e);
+        }
+        if self.errors.len() > before + nested {
+            // The descriptor's last error, for the caller to keep (the
+            // others are kept already, in file order).
+            return Err(self
+                .errors
+                .pop()
+                .unwrap_or_else(|| self.error(pos, None, "invalid descriptor")));
         }
         // As upstream, which looks for the `*` in `key_value` (or `key`
         // alone without a value).
@@ -710,12 +737,15 @@ impl Parser<'_> {
     /// A `rate_limit` map; `None` for `unlimited: true`.
     fn limit(&mut self, map: &MarkedMappingNode, prefix: &str) -> Result<Option<Limit>, ConfigError> {
         let mut f = LimitFields::default();
+        let before = self.errors.len();
         for (field, key, value) in self.fields(map, prefix, LIMIT_KEYS)? {
-            match field {
-                "unit" => {
-                    let text = self.string(prefix, key, value)?;
-                    let unit = Unit::from_name(text).ok_or_else(|| {
-                        self.bad(
+            // As for a descriptor's fields: every bad one reported.
+            let mut one = || -> Result<(), ConfigError> {
+                match field {
+                    "unit" => {
+                        let text = self.string(prefix, key, value)?;
+                        let unit = Unit::from_name(text).ok_or_else(|| {
+                            self.bad(
                             prefix,
                             key,
                             value,
@@ -723,46 +753,59 @@ impl Parser<'_> {
                                 "unknown unit `{text}`, expected one of: second, minute, hour, day, week, month, year"
                             ),
                         )
-                    })?;
-                    f.unit = Some((unit, key));
+                        })?;
+                        f.unit = Some((unit, key));
+                    }
+                    "requests_per_unit" => {
+                        let n = self.integer(prefix, key, value, u64::from(u32::MAX))?;
+                        f.requests_per_unit = Some((n, key));
+                    }
+                    "unlimited" => f.unlimited = Some((self.boolean(prefix, key, value)?, key)),
+                    "name" => {
+                        let name = self.non_empty(prefix, key, value)?.to_owned();
+                        self.names.push(Named {
+                            name: name.clone(),
+                            file: self.file.to_owned(),
+                            pos: value_pos(key, value),
+                            key: qualified(prefix, key),
+                        });
+                        f.name = Some(name);
+                    }
+                    "replaces" => f.replaces = self.replaces(prefix, key, value)?,
+                    "algorithm" => f.algorithm = Some((self.string(prefix, key, value)?, (key, value))),
+                    "window" => {
+                        let text = self.string(prefix, key, value)?;
+                        let window = parse_positive_duration(text)
+                            .map_err(|e| self.bad(prefix, key, value, format!("invalid duration `{text}`: {e}")))?;
+                        f.window = Some((window, key));
+                    }
+                    "buckets" => {
+                        let n = self.integer(prefix, key, value, u64::from(u32::MAX))?;
+                        f.buckets = Some((u32::try_from(n).unwrap_or(u32::MAX), (key, value)));
+                    }
+                    "weighting" => {
+                        let text = self.string(prefix, key, value)?;
+                        let weighting = text
+                            .parse::<Weighting>()
+                            .map_err(|e| self.bad(prefix, key, value, e.to_string()))?;
+                        f.weighting = Some((weighting, (key, value)));
+                    }
+                    "burst" => f.burst = Some((self.integer(prefix, key, value, u64::MAX)?, (key, value))),
+                    _ => f.epsilon = Some((self.number(prefix, key, value)?, (key, value))),
                 }
-                "requests_per_unit" => {
-                    let n = self.integer(prefix, key, value, u64::from(u32::MAX))?;
-                    f.requests_per_unit = Some((n, key));
-                }
-                "unlimited" => f.unlimited = Some((self.boolean(prefix, key, value)?, key)),
-                "name" => {
-                    let name = self.non_empty(prefix, key, value)?.to_owned();
-                    self.names.push(Named {
-                        name: name.clone(),
-                        file: self.file.to_owned(),
-                        pos: value_pos(key, value),
-                        key: qualified(prefix, key),
-                    });
-                    f.name = Some(name);
-                }
-                "replaces" => f.replaces = self.replaces(prefix, key, value)?,
-                "algorithm" => f.algorithm = Some((self.string(prefix, key, value)?, (key, value))),
-                "window" => {
-                    let text = self.string(prefix, key, value)?;
-                    let window = parse_positive_duration(text)
-                        .map_err(|e| self.bad(prefix, key, value, format!("invalid duration `{text}`: {e}")))?;
-                    f.window = Some((window, key));
-                }
-                "buckets" => {
-                    let n = self.integer(prefix, key, value, u64::from(u32::MAX))?;
-                    f.buckets = Some((u32::try_from(n).unwrap_or(u32::MAX), (key, value)));
-                }
-                "weighting" => {
-                    let text = self.string(prefix, key, value)?;
-                    let weighting = text
-                        .parse::<Weighting>()
-                        .map_err(|e| self.bad(prefix, key, value, e.to_string()))?;
-                    f.weighting = Some((weighting, (key, value)));
-                }
-                "burst" => f.burst = Some((self.integer(prefix, key, value, u64::MAX)?, (key, value))),
-                _ => f.epsilon = Some((self.number(prefix, key, value)?, (key, value))),
+                Ok(())
+            };
+            if let Err(e) = one() {
+                self.errors.push(e);
             }
+        }
+        if self.errors.len() > before {
+            // The limit's last error, for the caller to keep.
+            let pos = map_pos(map);
+            return Err(self
+                .errors
+                .pop()
+                .unwrap_or_else(|| self.error(pos, None, "invalid limit")));
         }
         self.build_limit(map, prefix, f)
     }
@@ -867,6 +910,8 @@ impl Parser<'_> {
             ),
         };
         Ok(Some(Limit {
+            // Named by `name_limits` once the domain's rules are known.
+            header_name: f.name.clone().unwrap_or_default(),
             name: f.name,
             replaces: f.replaces,
             requests_per_unit,
@@ -1011,6 +1056,51 @@ pub(super) fn name_counts(rules: &mut [Rule]) {
         }
         name_counts(&mut rule.children);
     }
+}
+
+/// Names each unnamed limit of a domain's `rules` in the headers after its
+/// rule's keys ([`Limit::header_name`]), unique among the domain's limits.
+pub(super) fn name_limits(rules: &mut [Rule]) {
+    fn explicit(rules: &[Rule], taken: &mut HashSet<String>) {
+        for rule in rules {
+            taken.extend(rule.limits.iter().filter_map(|l| l.name.clone()));
+            explicit(&rule.children, taken);
+        }
+    }
+    fn name(rules: &mut [Rule], path: &str, taken: &mut HashSet<String>) {
+        for rule in rules {
+            let mut here = String::with_capacity(path.len() + rule.key.len() + 8);
+            if !path.is_empty() {
+                here.push_str(path);
+                here.push('.');
+            }
+            here.push_str(&rule.key);
+            if let Some(value) = &rule.value {
+                here.push('_');
+                here.push_str(value.as_str());
+            }
+            let unnamed = rule.limits.iter().filter(|l| l.name.is_none()).count();
+            for (j, limit) in rule.limits.iter_mut().filter(|l| l.name.is_none()).enumerate() {
+                let base = if unnamed > 1 {
+                    format!("{here}#{j}")
+                } else {
+                    here.clone()
+                };
+                let mut candidate = base.clone();
+                let mut n = 1;
+                while taken.contains(&candidate) {
+                    n += 1;
+                    candidate = format!("{base}#{n}");
+                }
+                taken.insert(candidate.clone());
+                limit.header_name = candidate;
+            }
+            name(&mut rule.children, &here, taken);
+        }
+    }
+    let mut taken = HashSet::new();
+    explicit(rules, &mut taken);
+    name(rules, "", &mut taken);
 }
 
 #[cfg(test)]
