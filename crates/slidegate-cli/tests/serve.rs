@@ -666,3 +666,78 @@ fn with_healthy_with_at_least_one_config_loaded_it_is_ready_once_a_config_is() {
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("needs --config"), "{stderr}");
 }
+
+/// A scrape right after start shows every labelled series a dashboard or
+/// an alert reads, at 0 (the APIs and outcomes, the reload results, the
+/// failure policy's sources, the configured domains and "unknown", the
+/// request durations), `slidegate_build_info`, and the process's own
+/// metrics.
+#[test]
+fn a_first_scrape_shows_every_series_at_zero() {
+    let dir = std::env::temp_dir().join(format!("slidegate-cli-scrape-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("d.yaml");
+    std::fs::write(
+        &file,
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: hour, requests_per_unit: 5 }\n",
+    )
+    .unwrap();
+    let (child, addr) = serve(&["--config", file.to_str().unwrap()]);
+    let metrics = get(&addr, "/metrics");
+    terminate(child);
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut zero = Vec::new();
+    for api in ["grpc", "json", "check", "ad_hoc"] {
+        for outcome in ["ok", "over_limit", "invalid", "unavailable"] {
+            zero.push(format!(
+                "slidegate_requests_total{{api=\"{api}\",outcome=\"{outcome}\"}} 0"
+            ));
+        }
+        zero.push(format!("slidegate_request_duration_seconds_count{{api=\"{api}\"}} 0"));
+    }
+    for result in ["success", "failure"] {
+        zero.push(format!("slidegate_config_reloads_total{{result=\"{result}\"}} 0"));
+    }
+    for source in ["fail_open", "fail_closed", "local"] {
+        zero.push(format!("slidegate_redis_fallbacks_total{{source=\"{source}\"}} 0"));
+    }
+    for (source, outcome) in [("store", "admitted"), ("store", "refused"), ("local", "refused")] {
+        zero.push(format!(
+            "slidegate_store_decisions_total{{source=\"{source}\",outcome=\"{outcome}\"}} 0"
+        ));
+    }
+    for domain in ["d", "unknown"] {
+        for outcome in ["ok", "over_limit"] {
+            zero.push(format!(
+                "slidegate_descriptor_decisions_total{{domain=\"{domain}\",outcome=\"{outcome}\"}} 0"
+            ));
+        }
+        zero.push(format!("slidegate_shadow_mode_refusals_total{{domain=\"{domain}\"}} 0"));
+    }
+    for reason in ["missing", "wrong"] {
+        zero.push(format!("slidegate_admin_auth_failures_total{{reason=\"{reason}\"}} 0"));
+    }
+    for series in &zero {
+        assert!(metrics.lines().any(|l| l == series), "{series} missing:\n{metrics}");
+    }
+    let version = env!("CARGO_PKG_VERSION");
+    assert!(
+        metrics.contains(&format!("slidegate_build_info{{version=\"{version}\"}} 1")),
+        "{metrics}"
+    );
+    if cfg!(target_os = "linux") {
+        for name in [
+            "process_cpu_seconds_total ",
+            "process_resident_memory_bytes ",
+            "process_virtual_memory_bytes ",
+            "process_open_fds ",
+            "process_max_fds ",
+            "process_start_time_seconds ",
+        ] {
+            assert!(
+                metrics.lines().any(|l| l.starts_with(name)),
+                "{name} missing:\n{metrics}"
+            );
+        }
+    }
+}

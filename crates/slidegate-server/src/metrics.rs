@@ -8,6 +8,8 @@
 //! ([`Match::metric_key`](crate::config::Match::metric_key), sanitized by
 //! [`stat_name`]).
 
+mod process;
+
 use crate::engine::{Answer, Code, Request, Status};
 use parking_lot::Mutex;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
@@ -19,7 +21,7 @@ use prometheus_client::registry::Registry;
 use slidegate_store::StoreStats;
 use std::borrow::Cow;
 use std::fmt::Write as _;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Which front end a request came through.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -37,6 +39,8 @@ pub enum Api {
 impl Api {
     /// `AdHoc` is the last variant.
     const COUNT: usize = Api::AdHoc as usize + 1;
+    /// Every variant.
+    const ALL: [Api; Api::COUNT] = [Api::Grpc, Api::Json, Api::Check, Api::AdHoc];
 }
 
 /// How a request ended.
@@ -55,12 +59,24 @@ pub enum Outcome {
 impl Outcome {
     /// `Unavailable` is the last variant.
     const COUNT: usize = Outcome::Unavailable as usize + 1;
+    /// Every variant.
+    const ALL: [Outcome; Outcome::COUNT] = [Outcome::Ok, Outcome::OverLimit, Outcome::Invalid, Outcome::Unavailable];
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
     api: Api,
     outcome: Outcome,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ApiLabel {
+    api: Api,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -155,13 +171,25 @@ struct DecisionLabels {
     outcome: DecisionOutcome,
 }
 
+/// The series of `slidegate_store_decisions_total`, in the order `render`
+/// reads them.
+const DECISIONS: [(DecisionSource, DecisionOutcome); 6] = [
+    (DecisionSource::Store, DecisionOutcome::Admitted),
+    (DecisionSource::Store, DecisionOutcome::Refused),
+    (DecisionSource::FailOpen, DecisionOutcome::Admitted),
+    (DecisionSource::FailClosed, DecisionOutcome::Refused),
+    (DecisionSource::Local, DecisionOutcome::Admitted),
+    (DecisionSource::Local, DecisionOutcome::Refused),
+];
+
 /// The server's metrics.
 pub struct Metrics {
     registry: Registry,
-    requests: Family<RequestLabels, Counter>,
-    /// Handles on `requests`' series, each made on its first use: the hot
-    /// path takes no lock and hashes no label.
-    request_series: [[std::sync::OnceLock<Counter>; Outcome::COUNT]; Api::COUNT],
+    /// Handles on `slidegate_requests_total`'s series, every one made at
+    /// start: the hot path takes no lock and hashes no label.
+    request_series: [[Counter; Outcome::COUNT]; Api::COUNT],
+    /// `slidegate_request_duration_seconds` by API, in `Api` order.
+    durations: [Histogram; Api::COUNT],
     descriptors: Family<DescriptorLabels, Counter>,
     shadow: Family<DomainLabel, Counter>,
     global_shadow: Counter,
@@ -256,7 +284,8 @@ impl RuleSeries {
 }
 
 /// One domain's counters (handles on the same atomics as the families').
-struct DomainCounters {
+#[derive(Clone)]
+pub(crate) struct DomainCounters {
     ok: Counter,
     over: Counter,
     shadow: Counter,
@@ -299,9 +328,37 @@ impl Metrics {
     }
 
     fn with_ratio(near_limit_ratio: f32) -> Self {
-        let mut registry = Registry::with_prefix("slidegate");
+        // The process's standard metrics unprefixed, the service's own
+        // under `slidegate_`.
+        let mut root = Registry::default();
+        root.register_collector(Box::new(process::ProcessCollector));
+        let registry = root.sub_registry_with_prefix("slidegate");
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register("requests", "Rate limit requests by API and outcome", requests.clone());
+        // Every series there from the start, at 0, so that a rate over
+        // them sees the first request. One statement each:
+        // `get_or_create` holds the family's lock until its guard drops.
+        let request_series = Api::ALL
+            .map(|api| Outcome::ALL.map(|outcome| requests.get_or_create(&RequestLabels { api, outcome }).clone()));
+        let duration_family =
+            Family::<ApiLabel, Histogram>::new_with_constructor(|| Histogram::new(exponential_buckets(1e-6, 2.0, 20)));
+        registry.register(
+            "request_duration_seconds",
+            "Time from a decision request's arrival (its headers read) to its answer, by API, the body's reading and the answer's making included",
+            duration_family.clone(),
+        );
+        let durations = Api::ALL.map(|api| duration_family.get_or_create(&ApiLabel { api }).clone());
+        let build = Family::<BuildLabels, Gauge>::default();
+        registry.register(
+            "build_info",
+            "1, labelled with the version of slidegate that serves",
+            build.clone(),
+        );
+        build
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION"),
+            })
+            .set(1);
         let descriptors = Family::<DescriptorLabels, Counter>::default();
         registry.register(
             "descriptor_decisions",
@@ -405,9 +462,12 @@ impl Metrics {
             "Decisions the store could not make",
             store_errors.clone(),
         );
-        let admin_auth = AdminAuthMetrics::new(&mut registry);
+        let admin_auth = AdminAuthMetrics::new(registry);
         let reloads = Family::<ReloadLabels, Counter>::default();
         registry.register("config_reloads", "Config reloads by result", reloads.clone());
+        for result in [ReloadResult::Success, ReloadResult::Failure] {
+            let _ = reloads.get_or_create(&ReloadLabels { result });
+        }
         let redis_errors = Counter::default();
         registry.register(
             "redis_errors",
@@ -415,12 +475,22 @@ impl Metrics {
             redis_errors.clone(),
         );
         let redis_fallbacks = Family::<FallbackLabels, Counter>::default();
+        for source in [
+            FallbackSource::FailOpen,
+            FallbackSource::FailClosed,
+            FallbackSource::Local,
+        ] {
+            let _ = redis_fallbacks.get_or_create(&FallbackLabels { source });
+        }
         registry.register(
             "redis_fallbacks",
             "Decisions made without Redis by the failure policy, by source (fail_open, fail_closed, local)",
             redis_fallbacks.clone(),
         );
         let store_decisions = Family::<DecisionLabels, Counter>::default();
+        for (source, outcome) in DECISIONS {
+            let _ = store_decisions.get_or_create(&DecisionLabels { source, outcome });
+        }
         registry.register(
             "store_decisions",
             "Decisions of the shared store's failure policy wrapper, by source (store, fail_open, fail_closed, local) and outcome (0 without --redis)",
@@ -456,7 +526,7 @@ impl Metrics {
             "Hybrid mode: keys whose counts wait for the next sync",
             redis_pending_keys.clone(),
         );
-        let connections = ConnectionMetrics::new(&mut registry);
+        let connections = ConnectionMetrics::new(registry);
         let in_flight = Gauge::default();
         registry.register(
             "http_requests_in_flight",
@@ -471,9 +541,9 @@ impl Metrics {
             rule_counters: Default::default(),
             domains: Default::default(),
             in_flight,
-            registry,
-            requests,
-            request_series: Default::default(),
+            registry: root,
+            request_series,
+            durations,
             descriptors,
             shadow,
             global_shadow,
@@ -511,9 +581,7 @@ impl Metrics {
             .get(api as usize)
             .and_then(|row| row.get(outcome as usize))
         {
-            series
-                .get_or_init(|| self.requests.get_or_create(&RequestLabels { api, outcome }).clone())
-                .inc();
+            series.inc();
         }
         self.latency.observe(elapsed.as_secs_f64());
         if outcome == Outcome::Unavailable {
@@ -558,6 +626,16 @@ impl Metrics {
             add(counters);
             return;
         }
+        add(&self.declare_domain(domain));
+    }
+
+    /// Makes the series of `domain` (a configured domain, or "unknown"),
+    /// at 0 until it is counted, so that they are there from the start;
+    /// a handle on its counters.
+    pub(crate) fn declare_domain(&self, domain: &str) -> DomainCounters {
+        if let Some(counters) = self.domains.read().get(domain) {
+            return counters.clone();
+        }
         // One statement each: `get_or_create` holds the family's lock until
         // its guard drops, and creating the next series needs that lock.
         let label = |outcome| DescriptorLabels {
@@ -577,8 +655,28 @@ impl Metrics {
             over: over_counter,
             shadow: shadow_counter,
         };
-        add(&counters);
-        self.domains.write().insert(domain.to_owned(), counters);
+        self.domains.write().insert(domain.to_owned(), counters.clone());
+        counters
+    }
+
+    /// Makes the descriptor series of every domain of `config`, and of
+    /// "unknown", at 0 until counted.
+    pub(crate) fn declare_domains(&self, config: &crate::config::Config) {
+        self.declare_domain("unknown");
+        for domain in config.domains() {
+            self.declare_domain(&domain.name);
+        }
+    }
+
+    /// Times a decision request from now (its arrival) until the guard
+    /// drops (its answer made), under `api` (which the guard may still
+    /// change, once the request says which it is).
+    pub(crate) fn time(&self, api: Api) -> Timer<'_> {
+        Timer {
+            metrics: self,
+            api,
+            start: Instant::now(),
+        }
     }
 
     /// Counts one decision of `rule` in `domain`, with its hits.
@@ -700,15 +798,15 @@ impl Metrics {
                 add(&counter, now, seen);
             }
             let f = stats.failover;
-            let decided = [
-                (DecisionSource::Store, DecisionOutcome::Admitted, f.store_admitted),
-                (DecisionSource::Store, DecisionOutcome::Refused, f.store_refused),
-                (DecisionSource::FailOpen, DecisionOutcome::Admitted, f.fail_open),
-                (DecisionSource::FailClosed, DecisionOutcome::Refused, f.fail_closed),
-                (DecisionSource::Local, DecisionOutcome::Admitted, f.local_admitted),
-                (DecisionSource::Local, DecisionOutcome::Refused, f.local_refused),
+            let counts = [
+                f.store_admitted,
+                f.store_refused,
+                f.fail_open,
+                f.fail_closed,
+                f.local_admitted,
+                f.local_refused,
             ];
-            for ((source, outcome, now), seen) in decided.into_iter().zip(seen.decisions.iter_mut()) {
+            for (((source, outcome), now), seen) in DECISIONS.into_iter().zip(counts).zip(seen.decisions.iter_mut()) {
                 let counter = self
                     .store_decisions
                     .get_or_create(&DecisionLabels { source, outcome })
@@ -911,6 +1009,23 @@ struct Seen {
     fail_open: u64,
     fail_closed: u64,
     local: u64,
+}
+
+/// A decision request being answered: observed in
+/// `slidegate_request_duration_seconds` when this drops.
+pub(crate) struct Timer<'a> {
+    metrics: &'a Metrics,
+    /// The API it is counted under.
+    pub(crate) api: Api,
+    start: Instant,
+}
+
+impl Drop for Timer<'_> {
+    fn drop(&mut self) {
+        if let Some(histogram) = self.metrics.durations.get(self.api as usize) {
+            histogram.observe(self.start.elapsed().as_secs_f64());
+        }
+    }
 }
 
 /// An HTTP request in flight, counted until this drops.

@@ -120,6 +120,7 @@ impl Reloader {
             Ok(before) => {
                 self.shared.service.metrics().reload(true);
                 let after = self.shared.engine().config();
+                self.shared.service.metrics().declare_domains(&after);
                 let changes = crate::config::ConfigChanges::between(&before, &after);
                 let domains = after.domains().count();
                 drop(after);

@@ -368,6 +368,7 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
         &options,
         Arc::clone(&admission) as Arc<dyn ConnectionStats>,
     ));
+    shared.service.metrics().declare_domains(&shared.engine().config());
     let reloader = Arc::new(reloader(Arc::clone(&shared), &options, loaded, tls.clone()));
     let (stop, stopped) = watch::channel(false);
 

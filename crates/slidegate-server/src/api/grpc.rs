@@ -46,6 +46,7 @@ pub(crate) async fn respond(
     message: RateLimitRequest,
     headers: &HeaderMap,
 ) -> Result<RateLimitResponse, tonic::Status> {
+    let _timer = shared.service.metrics().time(Api::Grpc);
     let request = request_from_wire(message);
     match shared.service.decide(Api::Grpc, &request, headers).await {
         Ok(answer) => Ok(answer_to_wire(

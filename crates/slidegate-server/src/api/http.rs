@@ -290,6 +290,7 @@ fn status_of(answer: &Answer) -> StatusCode {
 /// `POST /json`: proto3 JSON of `RateLimitRequest` in, of
 /// `RateLimitResponse` out, 200 or 429, as envoyproxy/ratelimit.
 async fn json(State(shared): State<Arc<Shared>>, request: axum::extract::Request) -> Result<Response, Problem> {
+    let _timer = shared.service.metrics().time(Api::Json);
     // The headers taken, not copied (axum's `HeaderMap` extractor clones them).
     let (http::request::Parts { headers, .. }, body) = request.into_parts();
     let bytes = read_body(body, &headers, shared.body_limit, shared.body_timeout).await?;
@@ -316,6 +317,7 @@ async fn json(State(shared): State<Arc<Shared>>, request: axum::extract::Request
 /// with its own limit; 200 or 429, the decision as JSON, and the headers.
 /// A cost of 0 (or `hits_addend` 0 on a descriptor) peeks.
 async fn check(State(shared): State<Arc<Shared>>, request: axum::extract::Request) -> Result<Response, Problem> {
+    let mut timer = shared.service.metrics().time(Api::Check);
     // The headers taken, not copied (axum's `HeaderMap` extractor clones them).
     let (http::request::Parts { headers, .. }, body) = request.into_parts();
     let bytes = read_body(body, &headers, shared.body_limit, shared.body_timeout).await?;
@@ -332,6 +334,7 @@ async fn check(State(shared): State<Arc<Shared>>, request: axum::extract::Reques
             ))
         }
         CheckBody::AdHoc(body) => {
+            timer.api = Api::AdHoc;
             let start = Instant::now();
             let policy = body.policy().inspect_err(|_| {
                 shared.service.invalid(Api::AdHoc);
