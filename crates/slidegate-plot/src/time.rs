@@ -156,19 +156,21 @@ impl Ranged for TimeCoord {
     }
 }
 
-/// The date `(year, month, day)` of `days` since 1970-01-01 (Howard
-/// Hinnant's `civil_from_days`).
+/// The date `(year, month, day)` of `days` since 1970-01-01 (clamped to
+/// the calendar `time` knows, years -9999 to 9999).
 pub(crate) fn civil(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
+    /// The Julian day of 1970-01-01.
+    const EPOCH: i64 = 2_440_588;
+    let julian = days.saturating_add(EPOCH).clamp(
+        i64::from(time::Date::MIN.to_julian_day()),
+        i64::from(time::Date::MAX.to_julian_day()),
+    );
+    let date = i32::try_from(julian)
+        .ok()
+        .and_then(|j| time::Date::from_julian_day(j).ok())
+        .unwrap_or(time::Date::MAX);
+    let (y, m, d) = date.to_calendar_date();
+    (i64::from(y), u32::from(u8::from(m)), u32::from(d))
 }
 
 /// `(hours, minutes, seconds)` of `s` seconds into a day.
@@ -188,6 +190,9 @@ mod tests {
         assert_eq!(civil(-1), (1969, 12, 31));
         assert_eq!(civil(19_675), (2023, 11, 14));
         assert_eq!(civil(11_016), (2000, 2, 29));
+        // Beyond the calendar: clamped, no panic.
+        assert_eq!(civil(i64::MAX), (9999, 12, 31));
+        assert_eq!(civil(i64::MIN / 2), (-9999, 1, 1));
     }
 
     #[test]

@@ -203,25 +203,17 @@ pub fn policy_label(policy: &Policy) -> String {
 /// Nanoseconds since the Unix epoch as RFC 3339 in UTC, to the
 /// millisecond (`2023-11-14T22:13:20.250Z`).
 pub(crate) fn format_unix_ns(ns: i64) -> String {
-    let secs = ns.div_euclid(1_000_000_000);
-    let millis = ns.rem_euclid(1_000_000_000) / 1_000_000;
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    // Every i64 of nanoseconds is within the calendar `time` knows.
+    let t = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ns)).unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
     format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+        t.millisecond()
     )
 }
 
