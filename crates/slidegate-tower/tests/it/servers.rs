@@ -101,8 +101,10 @@ async fn a_hyper_server_limits_per_peer() {
 
 /// A tonic server with the layer, on a real socket, keyed by the peer
 /// address tonic records; the health service stands in for any generated
-/// service.
-async fn tonic_server(layer: RateLimitLayer<tonic::body::Body, MemoryStore<ManualClock>>) -> SocketAddr {
+/// service. Returns a client of it.
+async fn tonic_server(
+    layer: RateLimitLayer<tonic::body::Body, MemoryStore<ManualClock>>,
+) -> HealthClient<tonic::transport::Channel> {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (reporter, health) = tonic_health::server::health_reporter();
@@ -115,7 +117,12 @@ async fn tonic_server(layer: RateLimitLayer<tonic::body::Body, MemoryStore<Manua
             .add_service(health)
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
     );
-    addr
+    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    HealthClient::new(channel)
 }
 
 #[tokio::test]
@@ -136,13 +143,7 @@ async fn a_tonic_client_sees_resource_exhausted_with_the_delay() {
         )
         .build()
         .unwrap();
-    let addr = tonic_server(layer).await;
-    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut client = HealthClient::new(channel);
+    let mut client = tonic_server(layer).await;
     let check = || tonic::Request::new(HealthCheckRequest { service: String::new() });
 
     let served = client.check(check()).await.unwrap();
@@ -171,13 +172,7 @@ async fn a_tonic_server_keys_by_the_forwarded_client_behind_a_trusted_proxy() {
         )
         .build()
         .unwrap();
-    let addr = tonic_server(layer).await;
-    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut client = HealthClient::new(channel);
+    let mut client = tonic_server(layer).await;
     let check = |client_ip: &str| {
         let mut request = tonic::Request::new(HealthCheckRequest { service: String::new() });
         request
@@ -208,13 +203,7 @@ async fn a_tonic_server_keys_by_peer_ip() {
         )
         .build()
         .unwrap();
-    let addr = tonic_server(layer).await;
-    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut client = HealthClient::new(channel);
+    let mut client = tonic_server(layer).await;
     let check = || tonic::Request::new(HealthCheckRequest { service: String::new() });
     let served = client.check(check()).await.unwrap();
     assert_eq!(served.metadata().get("ratelimit").unwrap(), r#""grpc";r=1;t=10"#);
