@@ -3,7 +3,7 @@
 //! files.
 
 use crate::bitmap::Bitmap;
-use crate::time::TimeCoord;
+use crate::time::{TimeCoord, tick};
 use crate::{HEIGHT, Line, PlotError, TimeAxis, WIDTH};
 use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, Ranged};
 use plotters::coord::types::RangedCoordf64;
@@ -393,23 +393,6 @@ fn draw_marker<DB: DrawingBackend, CT: CoordTranslate<From = C>, C: Clone + 'sta
         Marker::Cross => area.draw(&Cross::new(at, 5, colour.stroke_width(3))),
     }
     .map_err(drawing)
-}
-
-/// A tick label for `v` on an axis spanning `span`: as many decimals as
-/// the span needs, trailing zeros dropped.
-pub(crate) fn tick(v: f64, span: f64) -> String {
-    let decimals = if span > 0.0 {
-        (2 - span.log10().floor() as i32).clamp(0, 9) as usize
-    } else {
-        2
-    };
-    let s = format!("{v:.decimals$}");
-    let s = if s.contains('.') {
-        s.trim_end_matches('0').trim_end_matches('.').to_string()
-    } else {
-        s
-    };
-    if s == "-0" { "0".to_string() } else { s }
 }
 
 /// A number as a person writes it: `100`, `2.5`, `0.003`.
@@ -1116,11 +1099,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ticks_have_the_decimals_the_span_needs() {
-        assert_eq!(tick(20.0, 120.0), "20");
-        assert_eq!(tick(2.5, 12.0), "2.5");
-        assert_eq!(tick(0.0125, 0.05), "0.0125");
-        assert_eq!(tick(-0.0, 1.0), "0");
+    fn numbers_read_as_written() {
         assert_eq!(number(100.0), "100");
         assert_eq!(number(2.5), "2.5");
         assert_eq!(number(0.0001), "1.000e-4");

@@ -86,7 +86,7 @@ impl TimeCoord {
     pub(crate) fn label(&self, x: f64) -> String {
         let Some(start) = self.start() else {
             let r = self.inner.range();
-            return crate::draw::tick(x, r.end - r.start);
+            return tick(x, r.end - r.start);
         };
         let t = (start + x).round() as i64;
         let (date, (h, m, s)) = (civil(t.div_euclid(DAY)), clock(t.rem_euclid(DAY)));
@@ -173,6 +173,23 @@ pub(crate) fn civil(days: i64) -> (i64, u32, u32) {
     (i64::from(y), u32::from(u8::from(m)), u32::from(d))
 }
 
+/// A tick label for `v` on an axis spanning `span`: as many decimals as
+/// the span needs, trailing zeros dropped.
+pub(crate) fn tick(v: f64, span: f64) -> String {
+    let decimals = if span > 0.0 {
+        (2 - span.log10().floor() as i32).clamp(0, 9) as usize
+    } else {
+        2
+    };
+    let s = format!("{v:.decimals$}");
+    let s = if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    };
+    if s == "-0" { "0".to_string() } else { s }
+}
+
 /// `(hours, minutes, seconds)` of `s` seconds into a day.
 fn clock(s: i64) -> (i64, i64, i64) {
     (s / 3600, s / 60 % 60, s % 60)
@@ -183,6 +200,14 @@ mod tests {
     use super::*;
 
     const NS: i64 = 1_000_000_000;
+
+    #[test]
+    fn ticks_have_the_decimals_the_span_needs() {
+        assert_eq!(tick(20.0, 120.0), "20");
+        assert_eq!(tick(2.5, 12.0), "2.5");
+        assert_eq!(tick(0.0125, 0.05), "0.0125");
+        assert_eq!(tick(-0.0, 1.0), "0");
+    }
 
     #[test]
     fn dates_are_civil() {
