@@ -174,6 +174,44 @@ fn example_unlimited() {
     assert!(m.rule.limits.is_empty());
 }
 
+/// A config written the way Envoy Gateway's translator writes them loads:
+/// a `name` beside the domain (ignored), an empty limit name (no name), a
+/// `rate_limit: null` on the levels above, the unit in capitals, and every
+/// flag and list spelt out even when empty or false.
+#[test]
+fn a_config_as_envoy_gateway_writes_it() {
+    let domain = parse(
+        "name: gw/listener\n\
+         domain: gw/listener\n\
+         descriptors:\n\
+         \x20 - key: route-a\n\
+         \x20   value: route-a\n\
+         \x20   rate_limit: null\n\
+         \x20   shadow_mode: false\n\
+         \x20   descriptors:\n\
+         \x20     - key: by-client\n\
+         \x20       value: \"\"\n\
+         \x20       rate_limit:\n\
+         \x20         requests_per_unit: 7\n\
+         \x20         unit: MINUTE\n\
+         \x20         unlimited: false\n\
+         \x20         name: \"\"\n\
+         \x20         replaces: []\n\
+         \x20       descriptors: []\n\
+         \x20       quota_mode: false\n\
+         \x20       detailed_metric: false\n\
+         \x20       value_to_metric: false\n\
+         \x20       share_threshold: false\n",
+    );
+    assert_eq!(domain.name, "gw/listener");
+    let limit = limit(&domain, &[("route-a", "route-a"), ("by-client", "10.0.0.9")]);
+    assert_eq!((limit.requests_per_unit, limit.unit), (7, Some(Unit::Minute)));
+    assert_eq!(limit.name, None, "an empty name is no name");
+    assert!(limit.replaces.is_empty());
+    // The top-level `name` is a scalar like the rest; a map there is an error.
+    assert_error("name: { a: 1 }\ndomain: d\n", 1, 7, Some("name"), "expected");
+}
+
 // ---------------------------------------------------------------- matching
 
 #[test]

@@ -273,7 +273,10 @@ fn qualified(prefix: &str, key: &str) -> String {
     format!("{prefix}{key}")
 }
 
-const DOMAIN_KEYS: &[&str] = &["domain", "descriptors"];
+/// `name` is accepted and ignored, as envoyproxy/ratelimit does (its key
+/// check is one set for every level, `name` in it); Envoy Gateway writes
+/// one at the top of every config it sends.
+const DOMAIN_KEYS: &[&str] = &["domain", "descriptors", "name"];
 const RULE_KEYS: &[&str] = &[
     "key",
     "value",
@@ -521,6 +524,9 @@ impl Parser<'_> {
         for (field, key, value) in self.fields(root, "", DOMAIN_KEYS)? {
             match field {
                 "domain" => name = Some((self.non_empty("", key, value)?.to_owned(), value_pos(key, value))),
+                "name" => {
+                    self.string("", key, value)?;
+                }
                 _ => {
                     let list = self.sequence("", key, value)?;
                     rules = self.rules(list, "descriptors", 1)?;
@@ -761,6 +767,9 @@ impl Parser<'_> {
                         f.requests_per_unit = Some((n, key));
                     }
                     "unlimited" => f.unlimited = Some((self.boolean(prefix, key, value)?, key)),
+                    // An empty name is no name, as envoyproxy/ratelimit
+                    // reads it (Envoy Gateway writes `name: ""`).
+                    "name" if self.string(prefix, key, value)?.is_empty() => {}
                     "name" => {
                         let name = self.non_empty(prefix, key, value)?.to_owned();
                         self.names.push(Named {
