@@ -15,7 +15,7 @@
 
 mod common;
 
-use common::{exit_code, listening, next_line, request, serve_command, serve_logging, signal, terminate};
+use common::{exit_code, fresh, listening, next_line, request, serve_command, serve_logging, signal, terminate};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -96,8 +96,7 @@ impl Drop for Reaper {
 #[test]
 fn a_large_reload_stalls_no_request_and_gives_its_memory_back() {
     let _alone = alone();
-    let dir = std::env::temp_dir().join(format!("slidegate-cli-reload-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh("reload");
     let file = dir.join("d.yaml");
     let small = config(1);
     std::fs::write(&file, &small).unwrap();
@@ -193,14 +192,6 @@ fn a_large_reload_stalls_no_request_and_gives_its_memory_back() {
 
 /// Domain `t`: 5 requests an hour on each value of `k`.
 const LIMITED: &str = "domain: t\ndescriptors:\n  - key: k\n    rate_limit: { unit: hour, requests_per_unit: 5 }\n";
-
-/// A fresh folder for the test `name` (removed when the test passes).
-fn fresh(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("slidegate-cli-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 /// One `POST /json` for `t` / `k=v`: whether it was admitted (200; 429
 /// otherwise).

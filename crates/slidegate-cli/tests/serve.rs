@@ -11,7 +11,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 mod common;
 use common::{
-    exit_code, listening, listening_on, next_line, request, request_with, serve_fails, serve_logging, signal, terminate,
+    exit_code, fresh, listening, listening_on, next_line, request, request_with, serve_fails, serve_logging, signal,
+    terminate,
 };
 
 /// Starts `slidegate serve` on free loopback ports; returns the child and
@@ -101,8 +102,7 @@ fn stops_cleanly_on_sigterm_and_sigint() {
 
 #[test]
 fn a_bad_config_or_flag_stops_it_with_the_reason() {
-    let dir = std::env::temp_dir().join(format!("slidegate-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh("bad-config");
     let file = dir.join("bad.yaml");
     std::fs::write(
         &file,
@@ -135,8 +135,7 @@ fn a_bad_config_or_flag_stops_it_with_the_reason() {
 /// them, once, one per line, as `check` prints them.
 #[test]
 fn a_config_with_several_errors_stops_it_with_every_one() {
-    let dir = std::env::temp_dir().join(format!("slidegate-cli-several-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh("several");
     let file = dir.join("several.yaml");
     std::fs::write(
         &file,
@@ -405,8 +404,7 @@ fn requests_leave_no_trace_at_info() {
 /// 0s`), and the process lives on.
 #[test]
 fn sighup_reloads_the_config_and_the_process_survives() {
-    let dir = std::env::temp_dir().join(format!("slidegate-cli-hup-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh("hup");
     let file = dir.join("d.yaml");
     let yaml = |n: u32| {
         format!("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {{ unit: hour, requests_per_unit: {n} }}\n")
@@ -568,8 +566,7 @@ fn readiness_follows_redis_with_the_flag() {
 #[test]
 fn a_drain_answers_in_flight_requests_after_the_listeners_close() {
     use tonic_health::pb::health_check_response::ServingStatus;
-    let dir = std::env::temp_dir().join(format!("slidegate-cli-drain-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh("drain");
     let file = dir.join("d.yaml");
     std::fs::write(
         &file,
@@ -627,9 +624,7 @@ fn a_drain_answers_in_flight_requests_after_the_listeners_close() {
 fn with_healthy_with_at_least_one_config_loaded_it_is_ready_once_a_config_is() {
     use common::serve_logging_with;
     use tonic_health::pb::health_check_response::ServingStatus;
-    let dir = std::env::temp_dir().join(format!("slidegate-cli-wait-config-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh("wait-config");
     let (child, lines) = serve_logging_with(
         &["--config", dir.to_str().unwrap(), "--reload-every", "50ms"],
         &[("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "true")],
@@ -674,8 +669,7 @@ fn with_healthy_with_at_least_one_config_loaded_it_is_ready_once_a_config_is() {
 /// metrics.
 #[test]
 fn a_first_scrape_shows_every_series_at_zero() {
-    let dir = std::env::temp_dir().join(format!("slidegate-cli-scrape-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh("scrape");
     let file = dir.join("d.yaml");
     std::fs::write(
         &file,

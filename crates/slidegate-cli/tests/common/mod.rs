@@ -8,6 +8,15 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
+/// A fresh, empty folder for the test `name`, named after it and this
+/// process (the test removes it when it passes).
+pub fn fresh(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("slidegate-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 /// `slidegate serve` on free loopback ports, then `extra`.
 pub fn serve_command(extra: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_slidegate"));
