@@ -53,24 +53,19 @@ fn group(name: &str) -> Group {
     }
 }
 
-/// `v` rounded to a whole number, with a comma every three digits:
-/// `49,509,642`.
+/// `v` rounded to a whole number, with a comma every three digits
+/// (indicatif's `HumanCount`): `49,509,642`.
 pub(crate) fn thousands(v: f64) -> String {
     if !v.is_finite() {
         return format!("{v}");
     }
-    let digits = format!("{:.0}", v.abs());
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3 + 1);
-    if v < 0.0 && digits != "0" {
-        out.push('-');
+    // Saturating: rates and times are far below u64::MAX.
+    let whole = indicatif::HumanCount(v.abs().round() as u64);
+    if v < 0.0 && whole.0 > 0 {
+        format!("-{whole}")
+    } else {
+        whole.to_string()
     }
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// Nanoseconds per decision at `per_second` decisions a second: one

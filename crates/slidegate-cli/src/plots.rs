@@ -60,17 +60,9 @@ fn stem(dir: &Path, traffic: &str, what: &str) -> PathBuf {
     dir.join(format!("{}-{what}", safe_name(traffic)))
 }
 
-/// `n` with a comma every three digits.
+/// `n` with a comma every three digits (indicatif's `HumanCount`).
 fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
+    indicatif::HumanCount(n).to_string()
 }
 
 /// The policies of the error-rate plot: `sliding_window` with each of

@@ -767,18 +767,19 @@ impl Parser<'_> {
                         f.requests_per_unit = Some((n, key));
                     }
                     "unlimited" => f.unlimited = Some((self.boolean(prefix, key, value)?, key)),
-                    // An empty name is no name, as envoyproxy/ratelimit
-                    // reads it (Envoy Gateway writes `name: ""`).
-                    "name" if self.string(prefix, key, value)?.is_empty() => {}
                     "name" => {
-                        let name = self.non_empty(prefix, key, value)?.to_owned();
-                        self.names.push(Named {
-                            name: name.clone(),
-                            file: self.file.to_owned(),
-                            pos: value_pos(key, value),
-                            key: qualified(prefix, key),
-                        });
-                        f.name = Some(name);
+                        // An empty name is no name, as envoyproxy/ratelimit
+                        // reads it (Envoy Gateway writes `name: ""`).
+                        let name = self.string(prefix, key, value)?;
+                        if !name.is_empty() {
+                            self.names.push(Named {
+                                name: name.to_owned(),
+                                file: self.file.to_owned(),
+                                pos: value_pos(key, value),
+                                key: qualified(prefix, key),
+                            });
+                            f.name = Some(name.to_owned());
+                        }
                     }
                     "replaces" => f.replaces = self.replaces(prefix, key, value)?,
                     "algorithm" => f.algorithm = Some((self.string(prefix, key, value)?, (key, value))),
