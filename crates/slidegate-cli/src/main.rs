@@ -17,11 +17,15 @@ mod check;
 mod otlp;
 mod plots;
 mod progress;
+mod ratelimit_env;
 mod serve;
 mod simulate;
 mod whatif;
 
-use clap::{Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
+use ratelimit_env::{Env, Mode};
+use std::ffi::OsString;
 use std::process::ExitCode;
 
 /// Sliding-window rate limiting.
@@ -66,11 +70,79 @@ enum Command {
     Simulate(Box<simulate::Args>),
 }
 
+/// The command line, with what envoyproxy/ratelimit's environment asks
+/// of `serve` added, and the notes to log about it. Started as `ratelimit`
+/// (an image's `/bin/ratelimit`), the process is `slidegate serve` with
+/// envoyproxy/ratelimit's defaults.
+fn parse(argv: Vec<OsString>, env: &Env) -> anyhow::Result<(Cli, Vec<String>)> {
+    let called = argv.first().map(std::path::Path::new).and_then(|p| p.file_name());
+    let mode = if called.is_some_and(|name| name == "ratelimit") {
+        Mode::Ratelimit
+    } else {
+        Mode::Slidegate
+    };
+    let mut argv = argv;
+    if mode == Mode::Ratelimit {
+        argv.insert(1, "serve".into());
+    }
+    let command = Cli::command();
+    let matches = command.clone().try_get_matches_from(&argv).unwrap_or_else(|e| e.exit());
+    let Some(("serve", given)) = matches.subcommand() else {
+        return Ok((Cli::from_arg_matches(&matches)?, Vec::new()));
+    };
+    let contract = ratelimit_env::read(env, mode)?;
+    let serve = command
+        .find_subcommand("serve")
+        .map(|s| s.get_arguments().cloned().collect::<Vec<_>>());
+    for ask in contract.asks {
+        let Some(arg) = serve.iter().flatten().find(|a| a.get_id() == ask.id) else {
+            anyhow::bail!("{}: slidegate has no {} flag yet", ask.from.join(" "), ask.flag);
+        };
+        match given.value_source(ask.id) {
+            Some(source @ (ValueSource::CommandLine | ValueSource::EnvVariable)) => {
+                let have: Vec<String> = given
+                    .get_raw(ask.id)
+                    .into_iter()
+                    .flatten()
+                    .map(|v| v.to_string_lossy().into_owned())
+                    .collect();
+                // The values asked (a switch alone asks for `true`).
+                let want = match &ask.values[..] {
+                    [] => vec!["true".to_owned()],
+                    values => values.to_vec(),
+                };
+                // A default of the `ratelimit` name yields to a flag given.
+                if ask.from.is_empty() || have == want {
+                    continue;
+                }
+                let by = match (source, arg.get_env()) {
+                    (ValueSource::EnvVariable, Some(name)) => format!("{}={}", name.to_string_lossy(), have.join(",")),
+                    _ => format!("the command line's {} {}", ask.flag, have.join(" ")),
+                };
+                anyhow::bail!(
+                    "{} asks for {}, but {by} says otherwise: set one of them",
+                    ask.from.join(" "),
+                    ask.args().join(" ")
+                );
+            }
+            _ => argv.extend(ask.args().into_iter().map(OsString::from)),
+        }
+    }
+    let cli = Cli::try_parse_from(&argv).unwrap_or_else(|e| e.exit());
+    Ok((cli, contract.notes))
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let (cli, notes) = match parse(std::env::args_os().collect(), &Env::from_process()) {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
     let mut stdout = std::io::stdout().lock();
     let result = match &cli.command {
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => serve::run(args, &notes),
         Command::Check(args) => check::run(args, &mut stdout),
         Command::Simulate(args) => simulate::run(args, &mut stdout),
     };
@@ -176,5 +248,86 @@ mod tests {
                 assert!(continued <= 1, "a flag's help takes more than a line:\n{help}");
             }
         }
+    }
+
+    fn parsed(argv: &[&str], env: &[(&str, &str)]) -> anyhow::Result<(String, Vec<String>)> {
+        let env = Env::from_pairs(env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+        let (cli, notes) = parse(argv.iter().map(OsString::from).collect(), &env)?;
+        Ok((format!("{:?}", cli.command), notes))
+    }
+
+    /// Started as `ratelimit` with no argument, the process serves with
+    /// envoyproxy/ratelimit's defaults; its variables set win over them.
+    #[test]
+    fn the_ratelimit_name_serves_with_its_defaults() {
+        let (serve, notes) = parsed(&["/bin/ratelimit"], &[("USE_STATSD", "false"), ("GRPC_PORT", "9001")]).unwrap();
+        for field in [
+            "http: Tcp(0.0.0.0:8080)",
+            "grpc: Tcp(0.0.0.0:9001)",
+            "config: [\"/srv/runtime_data/current/config\"]",
+            "no_stop_cache_key_increment_when_overlimit: true",
+        ] {
+            assert!(serve.contains(field), "{field} in {serve}");
+        }
+        assert!(notes.is_empty(), "{notes:?}");
+        // Another name is slidegate, with its own defaults.
+        let (serve, _) = parsed(&["/usr/bin/slidegate", "serve"], &[]).unwrap();
+        assert!(serve.contains("http: Tcp(127.0.0.1:8080)"), "{serve}");
+    }
+
+    /// A flag given and a variable of envoyproxy/ratelimit's that asks for
+    /// something else: an error naming both. The same value is no conflict,
+    /// and a default of the `ratelimit` name yields to the flag.
+    #[test]
+    fn a_flag_and_a_variable_that_disagree_are_an_error() {
+        let e = parsed(
+            &["slidegate", "serve", "--grpc", "127.0.0.1:9"],
+            &[("GRPC_PORT", "9000")],
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "GRPC_PORT=9000 asks for --grpc 0.0.0.0:9000, but the command line's --grpc 127.0.0.1:9 says \
+             otherwise: set one of them"
+        );
+        let same = parsed(
+            &["slidegate", "serve", "--grpc", "127.0.0.1:9000"],
+            &[("GRPC_HOST", "127.0.0.1"), ("GRPC_PORT", "9000")],
+        );
+        assert!(same.is_ok(), "{same:?}");
+        let (serve, _) = parsed(
+            &[
+                "ratelimit",
+                "--http",
+                "127.0.0.1:1",
+                "--stop-cache-key-increment-when-overlimit",
+            ],
+            &[("USE_STATSD", "false")],
+        )
+        .unwrap();
+        assert!(serve.contains("http: Tcp(127.0.0.1:1)"), "{serve}");
+        assert!(
+            serve.contains("stop_cache_key_increment_when_overlimit: true"),
+            "{serve}"
+        );
+    }
+
+    /// Notes are said for the variables that mean nothing here.
+    #[test]
+    fn variables_that_mean_nothing_here_are_noted() {
+        let (_, notes) = parsed(
+            &["slidegate", "serve"],
+            &[
+                ("REDIS_SOCKET_TYPE", "tcp"),
+                ("REDIS_URL", "127.0.0.1:6379"),
+                ("REDIS_PIPELINE_WINDOW", "150us"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(
+            notes[0].starts_with("REDIS_PIPELINE_WINDOW=150us: no pool to size"),
+            "{notes:?}"
+        );
     }
 }

@@ -66,6 +66,14 @@ pub(crate) struct Args {
     /// handshake. Needs `--tls-cert`.
     #[arg(long, env = "SLIDEGATE_TLS_CLIENT_CA", value_name = "PATH", help_heading = LISTENERS)]
     tls_client_ca: Option<PathBuf>,
+    /// TLS on the gRPC listener only; HTTP (health probes, `/metrics`)
+    /// stays in the clear.
+    ///
+    /// As envoyproxy/ratelimit's `GRPC_SERVER_USE_TLS`, and Envoy
+    /// Gateway's probes of `GET /healthcheck` over plain HTTP, have it.
+    /// Needs `--tls-cert`.
+    #[arg(long, env = "SLIDEGATE_TLS_GRPC_ONLY", requires = "tls_cert", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), help_heading = LISTENERS)]
+    tls_grpc_only: bool,
     /// Turn on `POST /v1/reset` for `Authorization: Bearer TOKEN`.
     ///
     /// A request without the token is answered 401, with another 403.
@@ -136,6 +144,13 @@ pub(crate) struct Args {
     /// with `,`.
     #[arg(long = "redis", env = "SLIDEGATE_REDIS", value_delimiter = ',', value_name = "URL", help_heading = STORE)]
     redis: Vec<String>,
+    /// Find the Redis master of this name through Sentinel: every `--redis`
+    /// is then a Sentinel's URL.
+    ///
+    /// The Sentinels are asked for the master at start and again whenever
+    /// the master stops answering (a failover).
+    #[arg(long, env = "SLIDEGATE_REDIS_SENTINEL_MASTER", requires = "redis", conflicts_with = "redis_cluster", value_name = "NAME", help_heading = STORE)]
+    redis_sentinel_master: Option<String>,
     /// Use the Redis Cluster client even with one `--redis` URL.
     ///
     /// Several URLs always do.
@@ -380,6 +395,11 @@ pub(crate) struct Args {
     #[arg(long, env = "SLIDEGATE_MAX_TEXT", default_value_t = 1024, value_name = "BYTES", help_heading = CLIENT_LIMITS)]
     max_text: usize,
 
+    /// The least severe log lines written: `trace`, `debug`, `info`, `warn` or `error`.
+    ///
+    /// `RUST_LOG`, when set, says more finely what is logged, and wins.
+    #[arg(long, env = "SLIDEGATE_LOG_LEVEL", default_value = "info", value_parser = ["trace", "debug", "info", "warn", "error"], value_name = "LEVEL", help_heading = OBSERVABILITY)]
+    log_level: String,
     /// The log's format: `text`, or `json` (one object per line).
     ///
     /// With `json` the line saying where it listens is a log event too.
@@ -491,6 +511,7 @@ impl Args {
                 cert: cert.clone(),
                 key: key.clone(),
                 client_ca: self.tls_client_ca.clone(),
+                http: !self.tls_grpc_only,
             }),
             (None, None) => {
                 anyhow::ensure!(
@@ -505,7 +526,7 @@ impl Args {
         let redis = (!self.redis.is_empty()).then(|| RedisOptions {
             urls: self.redis.clone(),
             cluster: self.redis_cluster,
-            sentinel: None,
+            sentinel: self.redis_sentinel_master.clone(),
             failure: match self.redis_failure {
                 Failure::Open => FailurePolicy::Open,
                 Failure::Closed => FailurePolicy::Closed,
@@ -590,7 +611,9 @@ impl Args {
 const MAX_WORKERS: usize = 1024;
 
 /// Serves until SIGTERM or SIGINT.
-pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
+/// Serves until SIGTERM or SIGINT; `notes` (about envoyproxy/ratelimit's
+/// variables that mean nothing here) are logged once the log is up.
+pub(crate) fn run(args: &Args, notes: &[String]) -> anyhow::Result<()> {
     let options = args.options()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -605,7 +628,10 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
         }
         None => None,
     };
-    init_log(args.log_format, otlp.as_ref())?;
+    init_log(args.log_format, &args.log_level, otlp.as_ref())?;
+    for note in notes {
+        tracing::info!("envoyproxy/ratelimit's {note}");
+    }
     if let Some(endpoint) = endpoint {
         tracing::info!("exporting a span per decision over OTLP to {endpoint}");
     }
@@ -654,13 +680,19 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
 
 /// The log on stderr at `RUST_LOG` (by default `info`), as `format` says;
 /// with `otlp`, its layer for the decision spans beside it.
-fn init_log(format: LogFormat, otlp: Option<&Otlp>) -> anyhow::Result<()> {
+fn init_log(format: LogFormat, level: &str, otlp: Option<&Otlp>) -> anyhow::Result<()> {
     use tracing_subscriber::util::SubscriberInitExt as _;
-    subscriber(format, otlp)?.try_init().context("cannot start the log")
+    subscriber(format, level, otlp)?
+        .try_init()
+        .context("cannot start the log")
 }
 
 /// The log (and with `otlp` the exporter of the decision spans).
-fn subscriber(format: LogFormat, otlp: Option<&Otlp>) -> anyhow::Result<Box<dyn tracing::Subscriber + Send + Sync>> {
+fn subscriber(
+    format: LogFormat,
+    level: &str,
+    otlp: Option<&Otlp>,
+) -> anyhow::Result<Box<dyn tracing::Subscriber + Send + Sync>> {
     use tracing_subscriber::Layer as _;
     use tracing_subscriber::layer::SubscriberExt as _;
     // h2 warns once per connection it closes for a flood of resets or
@@ -668,7 +700,7 @@ fn subscriber(format: LogFormat, otlp: Option<&Otlp>) -> anyhow::Result<Box<dyn 
     // and logs one line per 10 s instead, so h2's own are off unless
     // `RUST_LOG` names them.
     let from_env = std::env::var("RUST_LOG").unwrap_or_default();
-    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into());
     if !from_env.contains("h2") {
         filter = filter.add_directive("h2=error".parse()?);
     }
@@ -756,7 +788,7 @@ mod log_tests {
     /// left in, which the test before this fix failed on).
     #[test]
     fn without_otlp_the_decision_spans_are_off() {
-        let subscriber = subscriber(LogFormat::Text, None).unwrap();
+        let subscriber = subscriber(LogFormat::Text, "info", None).unwrap();
         tracing::subscriber::with_default(subscriber, || {
             let span = slidegate_server::trace::DecisionSpan::start(
                 &http::HeaderMap::new(),

@@ -119,6 +119,9 @@ impl Serve {
                 c
             }
         };
+        for name in common::RATELIMIT_VARIABLES {
+            command.env_remove(name);
+        }
         let mut child = command
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())

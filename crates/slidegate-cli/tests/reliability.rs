@@ -57,7 +57,7 @@ impl Serve {
         ));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("domain.yaml"), yaml).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        let mut child = common::slidegate()
             .args([
                 "serve",
                 "--http",

@@ -18,7 +18,7 @@ use common::{
 /// Starts `slidegate serve` on free loopback ports; returns the child and
 /// its HTTP address, read from the line it prints once it listens.
 fn serve(extra: &[&str]) -> (std::process::Child, String) {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_slidegate"));
+    let mut command = common::slidegate();
     command
         .args(["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
         .args(extra);
@@ -109,7 +109,7 @@ fn a_bad_config_or_flag_stops_it_with_the_reason() {
         "domain: x\ndescriptors:\n  - key: k\n    rate_limit: { unit: second, requests_per_unit: ten }\n",
     )
     .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+    let out = common::slidegate()
         .args(["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--config"])
         .arg(&file)
         .output()
@@ -123,10 +123,7 @@ fn a_bad_config_or_flag_stops_it_with_the_reason() {
     assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
     assert_eq!(stderr.matches("bad.yaml").count(), 1, "{stderr}");
 
-    let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
-        .args(["serve", "--max-body", "0"])
-        .output()
-        .unwrap();
+    let out = common::slidegate().args(["serve", "--max-body", "0"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--max-body 0"));
 }
@@ -165,7 +162,7 @@ fn a_config_with_several_errors_stops_it_with_every_one() {
 /// it serves all the same.
 #[test]
 fn without_a_config_it_warns_once_that_nothing_is_limited() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+    let mut child = common::slidegate()
         .args(["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
         .env_remove("SLIDEGATE_CONFIG")
         .env("RUST_LOG", "warn")
@@ -200,7 +197,7 @@ fn without_a_config_it_warns_once_that_nothing_is_limited() {
 
 #[test]
 fn flags_come_from_the_environment_too() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+    let mut child = common::slidegate()
         .arg("serve")
         .env("SLIDEGATE_HTTP", "127.0.0.1:0")
         .env("SLIDEGATE_GRPC", "127.0.0.1:0")
@@ -223,7 +220,7 @@ fn two_processes_share_one_redis() {
     let redis = slidegate_conformance::redis::RedisServer::start();
     let url = redis.url();
     let (a, a_addr) = serve(&["--redis", &url, "--redis-failure", "closed", "--admin-token", "t0ken"]);
-    let mut b = Command::new(env!("CARGO_BIN_EXE_slidegate"));
+    let mut b = common::slidegate();
     b.arg("serve")
         .env("SLIDEGATE_HTTP", "127.0.0.1:0")
         .env("SLIDEGATE_GRPC", "127.0.0.1:0")
@@ -316,7 +313,7 @@ fn too_many_workers_stop_it_with_the_reason() {
 fn a_taken_address_stops_it_with_the_reason_once() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
-    let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+    let out = common::slidegate()
         .args(["serve", "--http", &addr, "--grpc", "127.0.0.1:0"])
         .output()
         .unwrap();
@@ -333,7 +330,7 @@ fn a_taken_address_stops_it_with_the_reason_once() {
 #[test]
 fn requests_leave_no_trace_at_info() {
     const NEEDLE: &str = "needle-7f3a9c";
-    let mut command = Command::new(env!("CARGO_BIN_EXE_slidegate"));
+    let mut command = common::slidegate();
     command
         .args(["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
         .env("SLIDEGATE_ADMIN_TOKEN", "token-0d1e2f")
@@ -386,7 +383,7 @@ fn requests_leave_no_trace_at_info() {
     for secret in [NEEDLE, "token-0d1e2f", "wrong-5e6f"] {
         assert!(!log.contains(secret), "{secret} in the log:\n{log}");
     }
-    let help = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+    let help = common::slidegate()
         .args(["serve", "--help"])
         .env("SLIDEGATE_ADMIN_TOKEN", "token-0d1e2f")
         .output()

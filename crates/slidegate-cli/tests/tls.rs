@@ -359,6 +359,21 @@ fn grpc_and_http_answer_over_tls() {
     terminate(served.child);
 }
 
+/// With `--tls-grpc-only`, as envoyproxy/ratelimit's `GRPC_SERVER_USE_TLS`
+/// has it, gRPC is served over TLS and HTTP (the health probes) in the
+/// clear.
+#[test]
+fn tls_grpc_only_leaves_http_in_the_clear() {
+    let ca = Ca::new("test CA");
+    let server = ca.server("server");
+    let served = Served::start("grpc-only", &server, |_| flags(&["--tls-grpc-only"]));
+    assert_eq!(rate_limit_tls(&served.grpc, client(&ca, None, b"h2")), Ok(Code::Ok));
+    let answer = common::request(&served.http, "GET", "/healthcheck", "");
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    assert!(refusal(&served.http, client(&ca, None, b"http/1.1")).is_some());
+    terminate(served.child);
+}
+
 /// With `--tls-client-ca`, a client with a certificate of that CA is
 /// served; one without a certificate, or with one of another CA, is refused
 /// at the handshake, on both listeners.
@@ -464,7 +479,7 @@ fn unix_sockets_serve_and_are_removed_on_exit() {
     assert!(Path::new(&grpc_path).exists());
 
     // The addresses from the environment.
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_slidegate"));
+    let mut command = common::slidegate();
     command
         .args(["serve", "--drain-delay", "0s", "--config", &config])
         .env("SLIDEGATE_HTTP", format!("unix:{http_path}"))
@@ -502,7 +517,7 @@ fn unix_sockets_serve_and_are_removed_on_exit() {
         (&http_path, "another process accepts on this socket"),
         (&plain_file, "the path exists and is not a socket"),
     ] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        let out = common::slidegate()
             .args(["serve", "--grpc", "127.0.0.1:0", "--http"])
             .arg(format!("unix:{path}"))
             .output()

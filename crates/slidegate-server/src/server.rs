@@ -379,9 +379,10 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
         n => Some(crate::net::workers::Workers::start(n).map_err(|source| StartError::Workers { workers: n, source })?),
     };
     let routes = crate::api::http::routes(Arc::clone(&shared));
+    let http_tls = tls.clone().filter(|_| options.tls.as_ref().is_some_and(|t| t.http));
     tasks.push(tokio::spawn(crate::net::conn::serve_http(
         http_listener,
-        tls.clone(),
+        http_tls,
         routes,
         timeouts,
         Arc::clone(&admission),

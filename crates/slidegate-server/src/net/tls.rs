@@ -33,6 +33,10 @@ pub struct TlsOptions {
     /// signed by; a client without one is refused at the handshake.
     /// `None` asks clients for no certificate.
     pub client_ca: Option<PathBuf>,
+    /// Whether the HTTP listener serves TLS too; the gRPC listener always
+    /// does. Off, as envoyproxy/ratelimit's `GRPC_SERVER_USE_TLS`, the
+    /// health probes and `/metrics` stay plain HTTP.
+    pub http: bool,
 }
 
 /// Which of the [`TlsOptions`] files an error is about.
