@@ -1,5 +1,7 @@
 //! Helpers shared by the integration tests.
 
+pub(crate) mod envoy_actions;
+pub(crate) mod envoy_gateway;
 pub(crate) mod harness;
 
 use std::path::PathBuf;
