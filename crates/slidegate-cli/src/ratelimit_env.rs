@@ -189,7 +189,7 @@ fn from(env: &Env, names: &[&str]) -> Vec<String> {
 /// # Errors
 ///
 /// A value that does not parse, or a setting slidegate cannot honour
-/// (memcache, Redis over TLS, a client certificate SAN check, OTLP over
+/// (memcache, Redis over TLS, OTLP over
 /// HTTP), named with its variable.
 pub(crate) fn read(env: &Env, mode: Mode) -> anyhow::Result<Contract> {
     let mut c = Contract::default();
@@ -287,9 +287,16 @@ fn grpc_tls(env: &Env, c: &mut Contract) -> anyhow::Result<()> {
         c.ask("tls_client_ca", "--tls-client-ca", &[ca], from(env, &names));
     }
     if let Some(san) = env.get("GRPC_CLIENT_TLS_SAN") {
-        bail!(
-            "GRPC_CLIENT_TLS_SAN={san}: slidegate does not check a client certificate's SAN; any certificate signed \
-             by the client CA is accepted. Unset it, or keep envoyproxy/ratelimit"
+        ensure!(
+            ca.is_some(),
+            "GRPC_CLIENT_TLS_SAN={san} needs GRPC_CLIENT_TLS_CACERT: a client certificate's names are checked once its \
+             CA is"
+        );
+        c.ask(
+            "tls_client_san",
+            "--tls-client-san",
+            &[san],
+            from(env, &["GRPC_CLIENT_TLS_SAN"]),
         );
     }
     Ok(())
@@ -1035,7 +1042,7 @@ mod tests {
                     ("GRPC_SERVER_TLS_KEY", "k"),
                     ("GRPC_CLIENT_TLS_SAN", "envoy"),
                 ],
-                "GRPC_CLIENT_TLS_SAN=envoy: slidegate does not check",
+                "GRPC_CLIENT_TLS_SAN=envoy needs GRPC_CLIENT_TLS_CACERT",
             ),
             (
                 &[("GRPC_SERVER_USE_TLS", "yes")],

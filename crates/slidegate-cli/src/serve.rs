@@ -66,6 +66,13 @@ pub(crate) struct Args {
     /// handshake. Needs `--tls-cert`.
     #[arg(long, env = "SLIDEGATE_TLS_CLIENT_CA", value_name = "PATH", help_heading = LISTENERS)]
     tls_client_ca: Option<PathBuf>,
+    /// Mutual TLS: a client certificate must also name this DNS name (or
+    /// IP address) among its subject alternative names.
+    ///
+    /// envoyproxy/ratelimit's `GRPC_CLIENT_TLS_SAN`. Needs
+    /// `--tls-client-ca`.
+    #[arg(long, env = "SLIDEGATE_TLS_CLIENT_SAN", requires = "tls_client_ca", value_name = "NAME", help_heading = LISTENERS)]
+    tls_client_san: Option<String>,
     /// TLS on the gRPC listener only; HTTP (health probes, `/metrics`)
     /// stays in the clear.
     ///
@@ -511,6 +518,7 @@ impl Args {
                 cert: cert.clone(),
                 key: key.clone(),
                 client_ca: self.tls_client_ca.clone(),
+                client_san: self.tls_client_san.clone(),
                 http: !self.tls_grpc_only,
             }),
             (None, None) => {

@@ -409,6 +409,29 @@ fn mutual_tls_refuses_clients_without_a_certificate_of_the_ca() {
     terminate(served.child);
 }
 
+/// With `--tls-client-san`, a certificate of the client CA must also
+/// name that DNS name: one that names it is served, one that does not is
+/// refused at the handshake.
+#[test]
+fn a_client_san_is_required_of_the_clients_certificate() {
+    let ca = Ca::new("test CA");
+    let server = ca.server("server");
+    let good = ca.client("client"); // names localhost and 127.0.0.1
+    for (san, served) in [("localhost", true), ("envoy.example", false)] {
+        let served_by = Served::start("san", &server, |dir| {
+            vec![
+                "--tls-client-ca".to_owned(),
+                dir.write("clients.pem", &ca.pem),
+                "--tls-client-san".to_owned(),
+                san.to_owned(),
+            ]
+        });
+        let answer = rate_limit_tls(&served_by.grpc, client(&ca, Some(&good), b"h2"));
+        assert_eq!(answer.is_ok(), served, "{san}: {answer:?}");
+        terminate(served_by.child);
+    }
+}
+
 /// SIGHUP reads the TLS files again: new connections get the new
 /// certificate; a corrupt file is logged and the certificate in force
 /// keeps serving.

@@ -11,10 +11,13 @@
 //! Handshakes under way keep the config they started with.
 
 use parking_lot::{Mutex, RwLock};
+use rustls::client::danger::HandshakeSignatureValid;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::server::WebPkiClientVerifier;
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::sign::{CertifiedKey, SingleCertAndKey};
+use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, SignatureScheme};
 use rustls::{RootCertStore, ServerConfig};
 use std::fmt;
 use std::io::Read;
@@ -33,6 +36,11 @@ pub struct TlsOptions {
     /// signed by; a client without one is refused at the handshake.
     /// `None` asks clients for no certificate.
     pub client_ca: Option<PathBuf>,
+    /// With `client_ca`: the DNS name a client certificate's subject
+    /// alternative names must hold (envoyproxy/ratelimit's
+    /// `GRPC_CLIENT_TLS_SAN`); a certificate of the CA without it is
+    /// refused at the handshake.
+    pub client_san: Option<String>,
     /// Whether the HTTP listener serves TLS too; the gRPC listener always
     /// does. Off, as envoyproxy/ratelimit's `GRPC_SERVER_USE_TLS`, the
     /// health probes and `/metrics` stay plain HTTP.
@@ -247,7 +255,12 @@ fn configs(options: &TlsOptions) -> Result<Configs, TlsError> {
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), Arc::clone(&provider))
                 .build()
                 .map_err(|e| TlsError::new(TlsFile::ClientCa, path, e))?;
-            Some(verifier)
+            Some(match &options.client_san {
+                None => verifier,
+                Some(name) => {
+                    Arc::new(SanVerifier::new(verifier, name).map_err(|e| TlsError::new(TlsFile::ClientCa, path, e))?)
+                }
+            })
         }
     };
     let config = |alpn: &[u8]| {
@@ -266,4 +279,70 @@ fn configs(options: &TlsOptions) -> Result<Configs, TlsError> {
         grpc: config(b"h2")?,
         http: config(b"http/1.1")?,
     })
+}
+
+/// A client certificate verifier that also wants `name` among the
+/// certificate's DNS subject alternative names.
+#[derive(Debug)]
+struct SanVerifier {
+    inner: Arc<dyn ClientCertVerifier>,
+    name: ServerName<'static>,
+}
+
+impl SanVerifier {
+    fn new(inner: Arc<dyn ClientCertVerifier>, name: &str) -> Result<SanVerifier, String> {
+        let name = ServerName::try_from(name.to_owned())
+            .map_err(|_| format!("the client SAN `{name}` is not a DNS name or an IP address"))?;
+        Ok(SanVerifier { inner, name })
+    }
+}
+
+impl ClientCertVerifier for SanVerifier {
+    fn offer_client_auth(&self) -> bool {
+        self.inner.offer_client_auth()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        self.inner.client_auth_mandatory()
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.inner.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        let verified = self.inner.verify_client_cert(end_entity, intermediates, now)?;
+        let cert = webpki::EndEntityCert::try_from(end_entity)
+            .map_err(|_| rustls::Error::InvalidCertificate(CertificateError::BadEncoding))?;
+        cert.verify_is_valid_for_subject_name(&self.name)
+            .map_err(|_| rustls::Error::InvalidCertificate(CertificateError::NotValidForName))?;
+        Ok(verified)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
 }
