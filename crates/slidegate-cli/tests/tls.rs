@@ -7,12 +7,11 @@
 
 mod common;
 
+use common::certs::{Ca, Leaf, client};
 use common::{listening_on, next_line, serve_fails, serve_logging, signal, spawn_logging, terminate};
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
-};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
+use rcgen::KeyPair;
+use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::{ClientConfig, ClientConnection, StreamOwned};
 use slidegate_server::proto::descriptor::RateLimitDescriptor;
 use slidegate_server::proto::descriptor::rate_limit_descriptor::Entry;
 use slidegate_server::proto::rls::RateLimitRequest;
@@ -61,91 +60,6 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-/// A certificate authority.
-struct Ca {
-    pem: String,
-    der: CertificateDer<'static>,
-    issuer: Issuer<'static, KeyPair>,
-}
-
-/// A certificate and its key.
-struct Leaf {
-    pem: String,
-    key_pem: String,
-    der: CertificateDer<'static>,
-}
-
-impl Ca {
-    fn new(name: &str) -> Ca {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
-        let key = KeyPair::generate().unwrap();
-        let cert = params.self_signed(&key).unwrap();
-        Ca {
-            pem: cert.pem(),
-            der: cert.der().clone(),
-            issuer: Issuer::new(params, key),
-        }
-    }
-
-    /// A server certificate for `localhost` and 127.0.0.1, on a new key.
-    fn server(&self, name: &str) -> Leaf {
-        self.server_on(name, KeyPair::generate().unwrap())
-    }
-
-    /// A server certificate for `localhost` and 127.0.0.1, on `key`.
-    fn server_on(&self, name: &str, key: KeyPair) -> Leaf {
-        self.leaf(name, key, ExtendedKeyUsagePurpose::ServerAuth)
-    }
-
-    /// A client certificate.
-    fn client(&self, name: &str) -> Leaf {
-        self.leaf(name, KeyPair::generate().unwrap(), ExtendedKeyUsagePurpose::ClientAuth)
-    }
-
-    fn leaf(&self, name: &str, key: KeyPair, usage: ExtendedKeyUsagePurpose) -> Leaf {
-        let mut params = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.extended_key_usages = vec![usage];
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        Leaf {
-            pem: cert.pem(),
-            key_pem: key.serialize_pem(),
-            der: cert.der().clone(),
-        }
-    }
-}
-
-/// A client trusting `ca`, presenting `me` if given, offering `alpn`.
-fn client(ca: &Ca, me: Option<&Leaf>, alpn: &[u8]) -> Arc<ClientConfig> {
-    let mut roots = RootCertStore::empty();
-    roots.add(ca.der.clone()).unwrap();
-    let builder = ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots);
-    let mut config = match me {
-        Some(leaf) => {
-            let key = PrivateKeyDer::try_from(pem_der(&leaf.key_pem)).unwrap();
-            builder.with_client_auth_cert(vec![leaf.der.clone()], key).unwrap()
-        }
-        None => builder.with_no_client_auth(),
-    };
-    config.alpn_protocols = vec![alpn.to_vec()];
-    Arc::new(config)
-}
-
-/// The DER inside a one-item PEM text.
-fn pem_der(pem: &str) -> Vec<u8> {
-    use rustls::pki_types::pem::PemObject;
-    PrivateKeyDer::from_pem_slice(pem.as_bytes())
-        .unwrap()
-        .secret_der()
-        .to_vec()
 }
 
 /// What an HTTPS `GET` got: the answer (as much as came), the error that

@@ -2,6 +2,8 @@
 //! read its log as it comes, wait on its lines, stop it.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod certs;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
