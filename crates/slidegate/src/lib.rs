@@ -70,6 +70,9 @@ pub mod guide {
     #[doc = include_str!("../../../docs/from-envoyproxy-ratelimit.md")]
     pub mod from_envoyproxy_ratelimit {}
 
+    #[doc = include_str!("../../../docs/envoy-gateway.md")]
+    pub mod envoy_gateway {}
+
     #[doc = include_str!("../../../docs/simulator.md")]
     pub mod simulator {}
 
