@@ -9,6 +9,11 @@
 //! [`stat_name`]).
 
 mod process;
+mod statsd;
+mod upstream;
+
+pub use statsd::{ExtraTagsError, StatsdError, StatsdOptions};
+pub(crate) use statsd::{Statsd, spawn_flushes};
 
 use crate::engine::{Answer, Code, Request, Status};
 use parking_lot::Mutex;
@@ -233,6 +238,9 @@ pub struct Metrics {
     rule_counters: parking_lot::RwLock<RuleCounters>,
     /// The descriptor counters of each domain seen, by name.
     domains: parking_lot::RwLock<foldhash::HashMap<String, DomainCounters>>,
+    /// Configs loaded at the start (envoyproxy/ratelimit counts them in
+    /// `config_load_success`; not registered).
+    start_loads: Counter,
 }
 
 /// The rule counters seen: by domain, then by rule name (the metric key
@@ -570,6 +578,7 @@ impl Metrics {
             redis_lease_refusals,
             redis_pending_keys,
             redis_seen: Mutex::new(Seen::default()),
+            start_loads: Counter::default(),
         }
     }
 

@@ -6,11 +6,13 @@ use crate::engine::{Engine, InputLimits};
 pub use crate::headers::{HeaderOptions, ResponseHeaderNames};
 use crate::metrics::ConnectionStats;
 use crate::metrics::Metrics;
+pub use crate::metrics::{StatsdError, StatsdOptions};
 use crate::net::admission::Admission;
 pub use crate::net::admission::ConnectionLimits;
 pub use crate::net::conn::Timeouts;
 pub use crate::net::listen::Endpoint;
 use crate::net::listen::Listener;
+pub use crate::net::metrics_listener::{MetricsListener, MetricsPathError};
 use crate::net::tls::Tls;
 pub use crate::net::tls::{TlsError, TlsOptions};
 use crate::net::watch::{FileStamp, fingerprint};
@@ -119,6 +121,14 @@ pub struct Options {
     /// caught half written, a volume swapped for an empty one). The start
     /// refuses a folder without a config file either way.
     pub allow_empty_reload: bool,
+    /// envoyproxy/ratelimit's stats sent to a statsd server (`USE_STATSD`);
+    /// `None` (the default) sends none.
+    pub statsd: Option<StatsdOptions>,
+    /// envoyproxy/ratelimit's Prometheus endpoint (`USE_PROMETHEUS`): an
+    /// HTTP listener of its own serving the metrics with its stats as Envoy
+    /// Gateway's default mapping names them; `None` (the default) opens
+    /// none (`GET /metrics` on the HTTP listener is there either way).
+    pub metrics_listener: Option<MetricsListener>,
 }
 
 impl Default for Options {
@@ -150,6 +160,8 @@ impl Default for Options {
             workers: 0,
             give_back_memory: give_back_free_memory,
             allow_empty_reload: false,
+            statsd: None,
+            metrics_listener: None,
         }
     }
 }
@@ -182,6 +194,12 @@ pub enum StartError {
         /// Why.
         source: std::io::Error,
     },
+    /// statsd output could not start.
+    #[error(transparent)]
+    Statsd(#[from] StatsdError),
+    /// The metrics listener's path is not a path.
+    #[error(transparent)]
+    MetricsPath(#[from] MetricsPathError),
     /// An address could not be bound.
     #[error("cannot listen on {addr}")]
     Bind {
@@ -254,6 +272,10 @@ pub struct Running {
     pub http: Endpoint,
     /// Where gRPC listens.
     pub grpc: Endpoint,
+    /// Where the metrics listener listens, if there is one.
+    pub metrics: Option<Endpoint>,
+    /// The statsd output, if any.
+    statsd: Option<Arc<parking_lot::Mutex<crate::metrics::Statsd>>>,
     shared: Arc<Shared>,
     reloader: Arc<Reloader>,
     stop: watch::Sender<bool>,
@@ -283,6 +305,14 @@ impl Running {
         &self.reloader
     }
 
+    /// Sends the stats to statsd now, as the flush interval does (nothing
+    /// without statsd); the lines sent.
+    pub fn flush_stats(&self) -> usize {
+        self.statsd
+            .as_ref()
+            .map_or(0, |statsd| statsd.lock().flush(self.shared.service.metrics()))
+    }
+
     /// Drains: the gRPC health service answers NOT_SERVING and `/readyz`
     /// 503 at once, new connections are still served for the drain delay
     /// (so that load balancers notice), then the listeners close, the
@@ -305,6 +335,10 @@ impl Running {
         }
         // The hybrid mode's last counts go to Redis before the process ends.
         self.shared.engine().flush().await;
+        // And the last stats to statsd.
+        if let Some(statsd) = &self.statsd {
+            statsd.lock().flush(self.shared.service.metrics());
+        }
     }
 
     /// Runs until `signal` resolves, then shuts down gracefully.
@@ -349,6 +383,13 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
         Some(files) => Some(Arc::new(Tls::load_blocking(files).await?)),
         None => None,
     };
+    if let Some(listener) = options.metrics_listener.as_ref().filter(|l| !l.path.starts_with('/')) {
+        return Err(MetricsPathError::new(&listener.path).into());
+    }
+    let statsd = match &options.statsd {
+        Some(statsd) => Some(crate::metrics::Statsd::connect(statsd).await?),
+        None => None,
+    };
     let bind = |addr: Endpoint| async move {
         match Listener::bind(&addr).await {
             Ok(listener) => Ok((listener.local(&addr), listener)),
@@ -357,6 +398,10 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
     };
     let (http, http_listener) = bind(options.http.clone()).await?;
     let (grpc, grpc_listener) = bind(options.grpc.clone()).await?;
+    let metrics_listener = match &options.metrics_listener {
+        Some(listener) => Some(bind(listener.addr.clone()).await?),
+        None => None,
+    };
     if tls.is_some() {
         for endpoint in [&http, &grpc].into_iter().filter(|e| e.tcp().is_none()) {
             tracing::warn!(%endpoint, "TLS is on, but a Unix socket is served in the clear");
@@ -369,6 +414,7 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
         Arc::clone(&admission) as Arc<dyn ConnectionStats>,
     ));
     shared.service.metrics().declare_domains(&shared.engine().config());
+    shared.service.metrics().config_loaded_at_start();
     let reloader = Arc::new(reloader(Arc::clone(&shared), &options, loaded, tls.clone()));
     let (stop, stopped) = watch::channel(false);
 
@@ -415,6 +461,35 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
         stopped.clone(),
         workers.clone(),
     )));
+
+    let metrics = metrics_listener.map(|(endpoint, listener)| {
+        let path = options
+            .metrics_listener
+            .as_ref()
+            .map_or("/metrics", |l| l.path.as_str());
+        tasks.push(tokio::spawn(crate::net::conn::serve_http(
+            listener,
+            None,
+            crate::api::envoy_metrics::routes(Arc::clone(&shared), path),
+            timeouts,
+            Arc::clone(&admission),
+            stopped.clone(),
+            workers.clone(),
+        )));
+        endpoint
+    });
+    let statsd = statsd.map(|statsd| {
+        let statsd = Arc::new(parking_lot::Mutex::new(statsd));
+        let (flushed, shared) = (Arc::clone(&statsd), Arc::clone(&shared));
+        let every = options
+            .statsd
+            .as_ref()
+            .map_or(Duration::from_secs(10), |s| s.flush_interval);
+        tasks.push(crate::metrics::spawn_flushes(every, stopped.clone(), move || {
+            flushed.lock().flush(shared.service.metrics());
+        }));
+        statsd
+    });
 
     if let (Some(tls), Some(every)) = (tls, options.reload_every) {
         // New certificates are picked up when their files change, checked
@@ -500,6 +575,8 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
     Ok(Running {
         http,
         grpc,
+        metrics,
+        statsd,
         shared,
         reloader,
         stop,

@@ -67,6 +67,19 @@ pub(crate) struct Routes {
     hot: Arc<HotRoutes>,
 }
 
+impl Routes {
+    /// Routes answered by `router` alone, no decision route called
+    /// straight (a listener of other endpoints).
+    pub(crate) fn only(router: Router) -> Routes {
+        let hot_router = router.clone();
+        let hot = move |request: http::Request<Body>| -> Answering { Box::pin(hot_router.clone().oneshot(request)) };
+        Routes {
+            router,
+            hot: Arc::new(hot),
+        }
+    }
+}
+
 /// The routes of a server over `shared`.
 pub(crate) fn routes(shared: Arc<Shared>) -> Routes {
     let router = router(Arc::clone(&shared));

@@ -7,6 +7,7 @@ pub mod admission;
 pub(crate) mod canned;
 pub mod conn;
 pub mod listen;
+pub mod metrics_listener;
 pub mod tls;
 pub(crate) mod watch;
 pub(crate) mod workers;
