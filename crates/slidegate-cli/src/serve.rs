@@ -11,7 +11,9 @@ use slidegate_server::engine::{InputLimits, Settings};
 use slidegate_server::net::tls::TlsFile;
 use slidegate_server::redis_store::RedisOptions;
 use slidegate_server::server::ResponseHeaderNames;
-use slidegate_server::server::{self, ConnectionLimits, Endpoint, Options, StartError, Timeouts, TlsOptions};
+use slidegate_server::server::{
+    self, ConnectionLimits, Endpoint, MetricsListener, Options, StartError, StatsdOptions, Timeouts, TlsOptions,
+};
 use slidegate_server::trace::DECISION_TARGET;
 use slidegate_store::FailurePolicy;
 use slidegate_tower::LegacyReset;
@@ -407,6 +409,34 @@ pub(crate) struct Args {
     /// `RUST_LOG`, when set, says more finely what is logged, and wins.
     #[arg(long, env = "SLIDEGATE_LOG_LEVEL", default_value = "info", value_parser = ["trace", "debug", "info", "warn", "error"], value_name = "LEVEL", help_heading = OBSERVABILITY)]
     log_level: String,
+    /// Send envoyproxy/ratelimit's stats to this statsd (HOST:PORT, over UDP).
+    ///
+    /// `ratelimit.service.rate_limit.DOMAIN.KEY.total_hits` and the others,
+    /// named as envoyproxy/ratelimit names them, as counter deltas every
+    /// `--statsd-flush-interval`; the host is looked up once, at start.
+    /// Beside `/metrics`, which stays.
+    #[arg(long, env = "SLIDEGATE_STATSD", value_name = "HOST:PORT", help_heading = OBSERVABILITY)]
+    statsd: Option<String>,
+    /// How often the stats are sent to `--statsd`.
+    #[arg(long, env = "SLIDEGATE_STATSD_FLUSH_INTERVAL", default_value = "10s", value_parser = parse_timeout, value_name = "DURATION", requires = "statsd", help_heading = OBSERVABILITY)]
+    statsd_flush_interval: Duration,
+    /// Tags added to every stat sent to `--statsd` (`key:value,key:value`).
+    #[arg(long, env = "SLIDEGATE_STATSD_TAGS", value_name = "TAGS", requires = "statsd", help_heading = OBSERVABILITY)]
+    statsd_tags: Option<String>,
+    /// Send the tags as DogStatsD does (`|#key:value`).
+    #[arg(long, env = "SLIDEGATE_DOGSTATSD", requires = "statsd", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), help_heading = OBSERVABILITY)]
+    dogstatsd: bool,
+    /// Serve the metrics on this address too, with envoyproxy/ratelimit's series.
+    ///
+    /// Plain HTTP, `GET --metrics-path` only: slidegate's metrics and the
+    /// `ratelimit_service_rate_limit_*` series as Envoy Gateway's statsd
+    /// mapping names them (its dashboards read them), as
+    /// envoyproxy/ratelimit's `USE_PROMETHEUS` and `PROMETHEUS_ADDR` do.
+    #[arg(long, env = "SLIDEGATE_METRICS_LISTEN", value_name = "ADDRESS", help_heading = OBSERVABILITY)]
+    metrics_listen: Option<Endpoint>,
+    /// The path of `--metrics-listen`.
+    #[arg(long, env = "SLIDEGATE_METRICS_PATH", default_value = "/metrics", value_name = "PATH", requires = "metrics_listen", help_heading = OBSERVABILITY)]
+    metrics_path: String,
     /// The log's format: `text`, or `json` (one object per line).
     ///
     /// With `json` the line saying where it listens is a log event too.
@@ -549,6 +579,28 @@ impl Args {
             bounded: self.redis_bounded,
             batching: self.redis_batching && !self.no_redis_batching,
         });
+        let statsd = match &self.statsd {
+            None => None,
+            Some(target) => {
+                let (host, port) = target
+                    .rsplit_once(':')
+                    .and_then(|(host, port)| Some((host.trim_matches(['[', ']']), port.parse::<u16>().ok()?)))
+                    .filter(|(host, _)| !host.is_empty())
+                    .with_context(|| format!("--statsd {target}: expected HOST:PORT, as localhost:8125"))?;
+                let mut options = StatsdOptions::new(host, port);
+                options.flush_interval = self.statsd_flush_interval;
+                options.dogstatsd = self.dogstatsd;
+                if let Some(tags) = &self.statsd_tags {
+                    options.extra_tags =
+                        StatsdOptions::parse_extra_tags(tags).with_context(|| format!("--statsd-tags {tags}"))?;
+                }
+                Some(options)
+            }
+        };
+        let metrics_listener = self
+            .metrics_listen
+            .clone()
+            .map(|addr| MetricsListener::new(addr).path(&self.metrics_path));
         let mut connections = ConnectionLimits::default();
         if let Some(n) = self.max_connections {
             connections.max_connections = n;
@@ -557,6 +609,8 @@ impl Args {
         connections.max_in_flight = self.max_in_flight;
         connections.max_age = self.max_connection_age;
         Ok(Options {
+            statsd,
+            metrics_listener,
             connections,
             redis,
             config: self.config.clone(),
@@ -675,6 +729,12 @@ pub(crate) fn run(args: &Args, notes: &[String]) -> anyhow::Result<()> {
         match args.log_format {
             LogFormat::Text => eprintln!("slidegate: HTTP on {}, gRPC on {}", running.http, running.grpc),
             LogFormat::Json => tracing::info!(http = %running.http, grpc = %running.grpc, "listening"),
+        }
+        if let Some(metrics) = &running.metrics {
+            match args.log_format {
+                LogFormat::Text => eprintln!("slidegate: metrics on {metrics}"),
+                LogFormat::Json => tracing::info!(metrics = %metrics, "listening"),
+            }
         }
         running.run_until(signal).await;
         anyhow::Ok(())
