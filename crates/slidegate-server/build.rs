@@ -1,6 +1,7 @@
-//! Generates the Envoy rate limit service (v3) types from `proto/`: prost
-//! messages, the tonic server and client, and proto3-JSON serde impls
-//! (pbjson).
+//! Generates the Envoy rate limit service (v3) types and the xDS client's
+//! (the aggregated discovery service, envoyproxy/ratelimit's
+//! `RateLimitConfig`) from `proto/`: prost messages, the tonic servers and
+//! clients, and proto3-JSON serde impls (pbjson).
 //!
 //! `protoc` comes from `protoc-bin-vendored`, handed to prost-build through
 //! `Config::protoc_executable` (no `PROTOC` variable, no system protoc).
@@ -14,6 +15,9 @@ const PROTOS: &[&str] = &[
     "envoy/extensions/common/ratelimit/v3/ratelimit.proto",
     "envoy/type/v3/ratelimit_unit.proto",
     "envoy/config/core/v3/base.proto",
+    "envoy/service/discovery/v3/discovery.proto",
+    "google/rpc/status.proto",
+    "ratelimit/config/ratelimit/v3/rls_conf.proto",
 ];
 
 fn main() -> Result<(), Box<dyn Error>> {
@@ -53,7 +57,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let descriptor_set = std::fs::read(&descriptor_path)?;
     pbjson_build::Builder::new()
         .register_descriptors(&descriptor_set)?
-        .build(&[".envoy"])?;
+        .build(&[".envoy", ".google.rpc", ".ratelimit"])?;
 
     Ok(())
 }

@@ -26,20 +26,48 @@
 //! `Option<pbjson_types::UInt64Value>`), `google.protobuf.Duration` is
 //! [`pbjson_types::Duration`], and so on.
 //!
-//! The modules nest by protobuf package ([`envoy`]), so that the generated
-//! code's cross-package paths resolve; [`rls`] and [`descriptor`] are the
+//! The xDS client's types are here too: the aggregated discovery service
+//! ([`discovery`]: `DiscoveryRequest`, `DiscoveryResponse`, its client and
+//! server), `envoy.config.core.v3.Node`, [`google::rpc::Status`], and
+//! envoyproxy/ratelimit's `RateLimitConfig` ([`rls_conf`], vendored from
+//! its `api/ratelimit/config/ratelimit/v3/rls_conf.proto`).
+//!
+//! The modules nest by protobuf package ([`envoy`], [`google`],
+//! [`ratelimit`]), so that the generated code's cross-package paths
+//! resolve; [`rls`], [`descriptor`], [`discovery`] and [`rls_conf`] are the
 //! short names.
 
 // The generated code is allowed every lint, the crate's panic lints among
 // them: it is prost's, pbjson's and tonic's, not ours to restructure.
 
 pub use envoy::extensions::common::ratelimit::v3 as descriptor;
+pub use envoy::service::discovery::v3 as discovery;
 pub use envoy::service::ratelimit::v3 as rls;
+pub use ratelimit::config::ratelimit::v3 as rls_conf;
 
 /// Protobuf package `envoy`.
 pub mod envoy {
     /// Protobuf package `envoy.service`.
     pub mod service {
+        /// Protobuf package `envoy.service.discovery`.
+        pub mod discovery {
+            /// Protobuf package `envoy.service.discovery.v3`: the aggregated
+            /// discovery service (state of the world only) and its request
+            /// and response.
+            #[allow(
+                missing_docs,
+                unreachable_pub,
+                clippy::all,
+                clippy::pedantic,
+                clippy::restriction,
+                rustdoc::all
+            )]
+            pub mod v3 {
+                include!(concat!(env!("OUT_DIR"), "/envoy.service.discovery.v3.rs"));
+                include!(concat!(env!("OUT_DIR"), "/envoy.service.discovery.v3.serde.rs"));
+            }
+        }
+
         /// Protobuf package `envoy.service.ratelimit`.
         pub mod ratelimit {
             /// Protobuf package `envoy.service.ratelimit.v3`: the
@@ -107,7 +135,8 @@ pub mod envoy {
     pub mod config {
         /// Protobuf package `envoy.config.core`.
         pub mod core {
-            /// Protobuf package `envoy.config.core.v3`: only `HeaderValue`.
+            /// Protobuf package `envoy.config.core.v3`: `HeaderValue`, and the
+            /// xDS client's `Node`.
             #[allow(
                 missing_docs,
                 unreachable_pub,
@@ -119,6 +148,48 @@ pub mod envoy {
             pub mod v3 {
                 include!(concat!(env!("OUT_DIR"), "/envoy.config.core.v3.rs"));
                 include!(concat!(env!("OUT_DIR"), "/envoy.config.core.v3.serde.rs"));
+            }
+        }
+    }
+}
+
+/// Protobuf package `google`.
+pub mod google {
+    /// Protobuf package `google.rpc`: the error of a NACK.
+    #[allow(
+        missing_docs,
+        unreachable_pub,
+        clippy::all,
+        clippy::pedantic,
+        clippy::restriction,
+        rustdoc::all
+    )]
+    pub mod rpc {
+        include!(concat!(env!("OUT_DIR"), "/google.rpc.rs"));
+        include!(concat!(env!("OUT_DIR"), "/google.rpc.serde.rs"));
+    }
+}
+
+/// Protobuf package `ratelimit`.
+pub mod ratelimit {
+    /// Protobuf package `ratelimit.config`.
+    pub mod config {
+        /// Protobuf package `ratelimit.config.ratelimit`.
+        pub mod ratelimit {
+            /// Protobuf package `ratelimit.config.ratelimit.v3`:
+            /// envoyproxy/ratelimit's config as its xDS resource,
+            /// `RateLimitConfig`.
+            #[allow(
+                missing_docs,
+                unreachable_pub,
+                clippy::all,
+                clippy::pedantic,
+                clippy::restriction,
+                rustdoc::all
+            )]
+            pub mod v3 {
+                include!(concat!(env!("OUT_DIR"), "/ratelimit.config.ratelimit.v3.rs"));
+                include!(concat!(env!("OUT_DIR"), "/ratelimit.config.ratelimit.v3.serde.rs"));
             }
         }
     }
