@@ -274,15 +274,45 @@ impl Config {
                 Ok(_) => files.push(path.clone()),
             }
         }
+        let max = options.max_file_bytes.unwrap_or(DEFAULT_MAX_FILE_BYTES);
+        let texts = files
+            .into_iter()
+            .map(|path| (path.display().to_string(), read_file(&path, max)));
+        Config::from_texts(texts, options, errors)
+    }
+
+    /// Parses texts, each one domain named in errors and warnings by its
+    /// `file` (the first of each pair), as [`Config::load_all`] loads files
+    /// (the same checks, the same errors; with
+    /// [`LoadOptions::merge_domains`], the texts of one domain are merged):
+    /// for a config that comes from elsewhere than files, such as the xDS
+    /// client's. [`LoadOptions::max_file_bytes`] and
+    /// [`LoadOptions::allow_empty_folders`] do not apply.
+    ///
+    /// # Errors
+    ///
+    /// Every error of every text, in order (never empty).
+    pub fn parse_all(
+        texts: impl IntoIterator<Item = (String, String)>,
+        options: &LoadOptions,
+    ) -> Result<Config, Vec<ConfigError>> {
+        let texts = texts.into_iter().map(|(file, text)| (file, Ok(text)));
+        Config::from_texts(texts, options, Vec::new())
+    }
+
+    /// The config of `texts` (each a file's name and its text, or why it
+    /// could not be read), after the `errors` found before them.
+    fn from_texts(
+        texts: impl Iterator<Item = (String, Result<String, Vec<ConfigError>>)>,
+        options: &LoadOptions,
+        mut errors: Vec<ConfigError>,
+    ) -> Result<Config, Vec<ConfigError>> {
         let mut config = Config::default();
         let mut loading: BTreeMap<String, Loading> = BTreeMap::new();
-        let max = options.max_file_bytes.unwrap_or(DEFAULT_MAX_FILE_BYTES);
-        for path in files {
-            let parsed = read_file(&path, max).and_then(|text| parse::parse_all(&path.display().to_string(), &text));
-            match parsed {
+        for (file, text) in texts {
+            match text.and_then(|text| parse::parse_all(&file, &text)) {
                 Ok(parsed) => {
-                    if let Err(e) = config.add(parsed, path.display().to_string(), &mut loading, options.merge_domains)
-                    {
+                    if let Err(e) = config.add(parsed, file, &mut loading, options.merge_domains) {
                         errors.push(e);
                     }
                 }
@@ -484,6 +514,12 @@ impl Config {
     /// at every load.
     pub fn warnings(&self) -> &[ConfigWarning] {
         &self.warnings
+    }
+
+    /// Rewrites each warning with `rewrite` (the xDS client names its
+    /// resources' descriptors by path rather than by line).
+    pub(crate) fn rewrite_warnings(&mut self, rewrite: impl FnMut(&mut ConfigWarning)) {
+        self.warnings.iter_mut().for_each(rewrite);
     }
 
     /// Every domain, by name.

@@ -104,45 +104,91 @@ impl Reloader {
     /// them replace the config in force. What the parse and the old config
     /// took goes back to the system before the outcome is logged.
     fn load_again(&self) -> Result<(), ConfigError> {
-        let loaded = Config::load_with(&self.paths, &self.load_options).inspect(log_warnings);
-        // An emptying reload, allowed: said in the log.
-        let mut emptying = false;
-        let checked = loaded.and_then(
-            |config| match Config::check_reload(&self.shared.engine().config(), &config) {
-                Err(_) if self.allow_empty_reload => {
-                    emptying = true;
-                    Ok(config)
-                }
-                checked => checked.map(|()| config),
-            },
-        );
-        match checked.and_then(|config| self.shared.engine().replace_config(config)) {
-            Ok(before) => {
-                self.shared.service.metrics().reload(true);
-                let after = self.shared.engine().config();
-                self.shared.service.metrics().declare_domains(&after);
-                let changes = crate::config::ConfigChanges::between(&before, &after);
-                let domains = after.domains().count();
-                drop(after);
-                free_here(before);
-                (self.give_back_memory)();
-                if emptying {
-                    tracing::warn!(
-                        domains,
-                        changes = %changes,
-                        "config reloaded, although it empties limits (allowed by --allow-empty-reload)"
-                    );
-                } else {
-                    tracing::info!(domains, changes = %changes, "config reloaded");
-                }
+        let loaded = Config::load_with(&self.paths, &self.load_options);
+        match apply(&self.shared, loaded, self.allow_empty_reload, self.give_back_memory) {
+            Ok(Applied {
+                domains,
+                changes,
+                emptying: true,
+            }) => {
+                tracing::warn!(
+                    domains,
+                    changes = %changes,
+                    "config reloaded, although it empties limits (allowed by --allow-empty-reload)"
+                );
+                Ok(())
+            }
+            Ok(Applied { domains, changes, .. }) => {
+                tracing::info!(domains, changes = %changes, "config reloaded");
                 Ok(())
             }
             Err(e) => {
-                (self.give_back_memory)();
-                self.shared.service.metrics().reload(false);
                 tracing::error!(error = %e, "config reload failed; the previous config stays in force");
                 Err(e)
             }
+        }
+    }
+}
+
+/// A new config in force: what [`apply`] did.
+pub(crate) struct Applied {
+    /// The domains now in force.
+    pub(crate) domains: usize,
+    /// What changed.
+    pub(crate) changes: crate::config::ConfigChanges,
+    /// The reload rule refused it, but `Options::allow_empty_reload` let
+    /// it through.
+    pub(crate) emptying: bool,
+}
+
+/// Serves `loaded` (a config read again, from files or from an xDS
+/// control plane) in place of `shared`'s config if it loaded and the reload
+/// rule ([`Config::check_reload`]) lets it (or `allow_empty_reload`); else
+/// the config in force stays. Either way the reload is counted in the
+/// metrics, and `loaded`'s warnings are logged; the caller logs the
+/// outcome. Blocking (the old config is freed here, and `give_back_memory`
+/// called): call it off the async runtime's threads.
+///
+/// # Errors
+///
+/// `loaded`'s [`ConfigError`], or the reload rule's.
+pub(crate) fn apply(
+    shared: &Shared,
+    loaded: Result<Config, ConfigError>,
+    allow_empty_reload: bool,
+    give_back_memory: fn(),
+) -> Result<Applied, ConfigError> {
+    let loaded = loaded.inspect(log_warnings);
+    let mut emptying = false;
+    let checked = loaded.and_then(
+        |config| match Config::check_reload(&shared.engine().config(), &config) {
+            Err(_) if allow_empty_reload => {
+                emptying = true;
+                Ok(config)
+            }
+            checked => checked.map(|()| config),
+        },
+    );
+    match checked.and_then(|config| shared.engine().replace_config(config)) {
+        Ok(before) => {
+            shared.service.metrics().reload(true);
+            let after = shared.engine().config();
+            shared.service.metrics().declare_domains(&after);
+            let changes = crate::config::ConfigChanges::between(&before, &after);
+            let domains = after.domains().count();
+            drop(after);
+            free_here(before);
+            give_back_memory();
+            Ok(Applied {
+                domains,
+                changes,
+                emptying,
+            })
+        }
+        Err(e) => {
+            give_back_memory();
+            shared.service.metrics().reload(false);
+            Err(e)
         }
     }
 }
