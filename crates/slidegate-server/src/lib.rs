@@ -7,7 +7,8 @@
 //! In layers, each importing only those below it:
 //!
 //! - [`server`]: starting, draining and stopping; [`reload`]: the config
-//!   and TLS files reloaded;
+//!   and TLS files reloaded; [`xds`]: the config from an xDS control
+//!   plane instead of files;
 //! - [`net`]: listeners, TLS, connections and their caps, canned answers,
 //!   worker threads, file watching;
 //! - [`api`]: the front ends, gRPC and HTTP, and [`api::wire`], the
@@ -53,3 +54,4 @@ pub mod server;
 pub mod service;
 pub mod trace;
 mod trim;
+pub mod xds;

@@ -21,6 +21,8 @@ use crate::reload::{Watched, log_warnings};
 use crate::service::Service;
 pub use crate::service::Shared;
 pub use crate::trim::give_back_free_memory;
+use crate::xds::XdsClient;
+pub use crate::xds::{XdsBackoff, XdsError, XdsOptions, XdsTls};
 use slidegate_core::Clock;
 use slidegate_memory::Budget;
 use slidegate_redis::{RedisConnectError, RedisOptions};
@@ -114,6 +116,10 @@ pub struct Options {
     /// [`give_back_free_memory`] (glibc's `malloc_trim`). A binary that
     /// sets another global allocator gives that allocator's own.
     pub give_back_memory: fn(),
+    /// The config from an xDS control plane instead of files
+    /// (envoyproxy/ratelimit's `CONFIG_TYPE=GRPC_XDS_SOTW`); `None` (the
+    /// default) reads [`Options::config`]. With it, `config` must be empty.
+    pub xds: Option<XdsOptions>,
     /// Accept a reload that empties the config: a folder with no config
     /// file left, a domain left with no limit (see
     /// [`Config::check_reload`]). Off by default: such a reload is refused
@@ -162,6 +168,7 @@ impl Default for Options {
             allow_empty_reload: false,
             statsd: None,
             metrics_listener: None,
+            xds: None,
         }
     }
 }
@@ -200,6 +207,9 @@ pub enum StartError {
     /// The metrics listener's path is not a path.
     #[error(transparent)]
     MetricsPath(#[from] MetricsPathError),
+    /// The xDS config source cannot be used.
+    #[error(transparent)]
+    Xds(#[from] XdsError),
     /// An address could not be bound.
     #[error("cannot listen on {addr}")]
     Bind {
@@ -247,6 +257,9 @@ fn shared(engine: Engine, options: &Options, connections: Arc<dyn ConnectionStat
         draining: std::sync::atomic::AtomicBool::new(false),
         redis_down: std::sync::atomic::AtomicBool::new(false),
         requires_config: options.ready_requires_config,
+        awaiting_xds: std::sync::atomic::AtomicBool::new(
+            options.xds.as_ref().is_some_and(|xds| xds.wait_for_first_snapshot),
+        ),
         connections,
     }
 }
@@ -362,6 +375,19 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
         return Err(StartError::EmptyAdminToken);
     }
     Metrics::with_near_limit_ratio(options.near_limit_ratio)?;
+    let xds = match options.xds.clone() {
+        Some(_) if !options.config.is_empty() => {
+            let paths: Vec<String> = options.config.iter().map(|p| p.display().to_string()).collect();
+            return Err(XdsError::FilesToo(paths.join(", ")).into());
+        }
+        // The TLS files are read.
+        Some(xds) => Some(
+            tokio::task::spawn_blocking(move || XdsClient::new(&xds))
+                .await
+                .map_err(|e| XdsError::Tls(format!("reading the files failed: {e}")))??,
+        ),
+        None => None,
+    };
     // Before the files are read: a change made while they are is a change.
     let loaded = fingerprint(&options.config);
     // Waiting for a config, a folder without one starts as no domain.
@@ -527,6 +553,35 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
                 if let Some(probe) = readiness {
                     redis_readiness(&watched, probe.answers().await, &health).await;
                 }
+            }
+        }));
+    }
+
+    if let Some(client) = xds {
+        let (applied, mut snapshots) = watch::channel(0);
+        let apply = crate::xds::ApplyOptions {
+            load: load_options(&options),
+            allow_empty_reload: options.allow_empty_reload,
+            give_back_memory: options.give_back_memory,
+        };
+        tasks.push(crate::xds::spawn(
+            client,
+            Arc::clone(&shared),
+            apply,
+            applied,
+            stopped.clone(),
+        ));
+        // Readiness follows the snapshots applied (the first, and with
+        // `ready_requires_config` each).
+        let (shared, health) = (Arc::clone(&shared), health.clone());
+        let mut stopped = stopped.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    changed = snapshots.changed() => if changed.is_err() { return },
+                    _ = stopped.wait_for(|&s| s) => return,
+                }
+                set_health(&shared, &health).await;
             }
         }));
     }

@@ -131,6 +131,9 @@ pub struct Shared {
     /// Not ready while the config in force has no domain
     /// (`Options::ready_requires_config`).
     pub(crate) requires_config: bool,
+    /// Not ready until the xDS client has applied its first snapshot
+    /// (`XdsOptions::wait_for_first_snapshot`).
+    pub(crate) awaiting_xds: AtomicBool,
     /// The open connections and calls in flight of both front ends.
     pub(crate) connections: Arc<dyn ConnectionStats>,
 }
@@ -149,12 +152,24 @@ impl Shared {
     /// Why the server is not ready to take traffic (`/readyz` 503, gRPC
     /// health NOT_SERVING), `None` when it is: it is draining, Redis does
     /// not answer (with `Options::ready_requires_redis`), or no config
-    /// with a domain has loaded (with `Options::ready_requires_config`).
+    /// with a domain has loaded (with `Options::ready_requires_config`), or
+    /// the xDS client waits for its first snapshot.
     pub fn not_ready(&self) -> Option<&'static str> {
         if self.draining() {
             Some("the server is draining: it stops soon")
         } else if self.redis_down.load(Ordering::Relaxed) {
             Some("Redis does not answer: decisions follow the failure policy until it does")
+        } else {
+            self.config_pending()
+        }
+    }
+
+    /// Why the config is not there yet (`/healthcheck` 503), `None` when
+    /// it is: the xDS client waits for its first snapshot, or no config
+    /// with a domain has loaded (with `Options::ready_requires_config`).
+    pub(crate) fn config_pending(&self) -> Option<&'static str> {
+        if self.awaiting_xds.load(Ordering::Relaxed) {
+            Some(NO_XDS_SNAPSHOT_YET)
         } else if self.lacks_config() {
             Some(NO_CONFIG_YET)
         } else {
@@ -179,3 +194,8 @@ impl Shared {
 /// Why a server that waits for a config is not ready.
 pub(crate) const NO_CONFIG_YET: &str =
     "no config with a domain has loaded yet (--ready-requires-config, HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED)";
+
+/// Why a server whose xDS client waits for its first snapshot is not
+/// ready.
+pub(crate) const NO_XDS_SNAPSHOT_YET: &str =
+    "no config snapshot has come from the xDS server yet (FORCE_START_WITHOUT_INITIAL_CONFIG is off)";

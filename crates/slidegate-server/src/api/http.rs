@@ -128,15 +128,13 @@ async fn ready(State(shared): State<Arc<Shared>>) -> Result<&'static str, Proble
     }
 }
 
-/// envoyproxy/ratelimit's health check: alive, and (with
+/// envoyproxy/ratelimit's health check: alive, (with
 /// `--ready-requires-config`, its `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`)
-/// a config with a domain is in force.
+/// a config with a domain is in force, and (with an xDS config source that
+/// waits for it) the first snapshot has been applied.
 async fn healthcheck(State(shared): State<Arc<Shared>>) -> Result<&'static str, Problem> {
-    if shared.lacks_config() {
-        return Err(Problem::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            crate::service::NO_CONFIG_YET,
-        ));
+    if let Some(why) = shared.config_pending() {
+        return Err(Problem::new(StatusCode::SERVICE_UNAVAILABLE, why));
     }
     Ok("OK\n")
 }
