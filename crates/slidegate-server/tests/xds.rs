@@ -7,6 +7,7 @@
 
 mod common;
 
+use common::envoy_gateway;
 use common::harness::{Harness, codes, one};
 use http::StatusCode;
 use prost::Message;
@@ -581,4 +582,117 @@ async fn bad_options_are_refused_at_start() {
         backoff.starts_with("xDS backoff: the maximum backoff interval"),
         "{backoff}"
     );
+}
+
+/// A loaded rule as the proto says it: what Envoy Gateway's control plane
+/// would send for the YAML the rule was read from.
+fn descriptor_of(rule: &slidegate_server::config::Rule) -> RateLimitDescriptor {
+    use slidegate_server::proto::rls_conf::RateLimitReplace;
+    assert!(rule.limits.len() <= 1, "one rate_limit a descriptor in the proto");
+    let rate_limit = if rule.unlimited {
+        Some(RateLimitPolicy {
+            unlimited: true,
+            ..RateLimitPolicy::default()
+        })
+    } else {
+        rule.limits.first().map(|limit| RateLimitPolicy {
+            unit: RateLimitUnit::from_str_name(&limit.unit.unwrap().name().to_ascii_uppercase())
+                .unwrap()
+                .into(),
+            requests_per_unit: u32::try_from(limit.requests_per_unit).unwrap(),
+            name: limit.name.clone().unwrap_or_default(),
+            replaces: limit
+                .replaces
+                .iter()
+                .map(|name| RateLimitReplace { name: name.clone() })
+                .collect(),
+            ..RateLimitPolicy::default()
+        })
+    };
+    assert!(!rule.share_threshold && !rule.value_to_metric, "not in the proto");
+    RateLimitDescriptor {
+        key: rule.key.clone(),
+        value: rule.value.as_ref().map(|v| v.as_str().to_owned()).unwrap_or_default(),
+        rate_limit,
+        descriptors: rule.children.iter().map(descriptor_of).collect(),
+        shadow_mode: rule.shadow_mode,
+        detailed_metric: rule.detailed_metric,
+        quota_mode: rule.quota_mode,
+        metadata: rule.metadata.clone().map(|json| serde_json::from_value(json).unwrap()),
+    }
+}
+
+/// The rules with their lines and columns cleared (a file's and a
+/// resource's YAML differ there).
+fn placeless(rules: &[slidegate_server::config::Rule]) -> Vec<slidegate_server::config::Rule> {
+    rules
+        .iter()
+        .map(|rule| slidegate_server::config::Rule {
+            line: 0,
+            column: 0,
+            children: placeless(&rule.children),
+            ..rule.clone()
+        })
+        .collect()
+}
+
+/// Every config of Envoy Gateway's translator test data, sent as its
+/// control plane sends them (each case's configs one snapshot, one
+/// resource each), is ACKed, and loads as the same file does, rule for
+/// rule.
+#[tokio::test]
+async fn envoy_gateway_configs_load_over_xds_as_from_files() {
+    use slidegate_server::config::{Config, LoadOptions};
+    let mut ads = AdsServer::start("127.0.0.1:0".parse().unwrap(), None).await;
+    let h = serve_from(&ads, |_| {}).await;
+    ads.accept().await;
+    let names = envoy_gateway::names();
+    assert!(names.len() >= 20, "{names:?}");
+    for (version, name) in names.iter().enumerate() {
+        let documents = envoy_gateway::case_configs(name);
+        let from_files = Config::parse_all(
+            documents
+                .iter()
+                .enumerate()
+                .map(|(i, yaml)| (format!("{name}#{i}.yaml"), yaml.clone())),
+            &LoadOptions::default(),
+        )
+        .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        let resources: Vec<RateLimitConfig> = from_files
+            .domains()
+            .map(|domain| RateLimitConfig {
+                name: format!("{name}/{}", domain.name),
+                domain: domain.name.clone(),
+                descriptors: domain.rules.iter().map(descriptor_of).collect(),
+            })
+            .collect();
+        assert_eq!(resources.len(), documents.len(), "{name}: one domain a document");
+        let over_xds = slidegate_server::xds::config_from_configs(&resources, &LoadOptions::default())
+            .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        assert!(over_xds.warnings().is_empty(), "{name}: {:?}", over_xds.warnings());
+        for domain in from_files.domains() {
+            let sent = over_xds.domain(&domain.name).unwrap();
+            assert_eq!(
+                placeless(&sent.rules),
+                placeless(&domain.rules),
+                "{name}: {}",
+                domain.name
+            );
+        }
+        let version = format!("eg-{version}");
+        let (_, answer) = ads.push_and_answer(&version, &resources).await;
+        assert!(answer.error_detail.is_none(), "{name}: {:?}", answer.error_detail);
+        assert_eq!(answer.version_info, version, "{name}");
+        for domain in from_files.domains() {
+            let served = h.running.shared().engine().config();
+            assert_eq!(
+                placeless(&served.domain(&domain.name).unwrap().rules),
+                placeless(&domain.rules),
+                "{name}: {} as served",
+                domain.name
+            );
+        }
+    }
+    h.running.shutdown().await;
+    ads.stop().await;
 }
