@@ -11,6 +11,7 @@
 mod process;
 mod statsd;
 mod upstream;
+mod xds;
 
 pub use statsd::{ExtraTagsError, StatsdError, StatsdOptions};
 pub(crate) use statsd::{Statsd, spawn_flushes};
@@ -217,6 +218,7 @@ pub struct Metrics {
     false_seed: Gauge<f64, std::sync::atomic::AtomicU64>,
     store_errors: Counter,
     admin_auth: AdminAuthMetrics,
+    xds: xds::XdsMetrics,
     reloads: Family<ReloadLabels, Counter>,
     redis_errors: Counter,
     redis_fallbacks: Family<FallbackLabels, Counter>,
@@ -471,6 +473,7 @@ impl Metrics {
             store_errors.clone(),
         );
         let admin_auth = AdminAuthMetrics::new(registry);
+        let xds = xds::XdsMetrics::new(registry);
         let reloads = Family::<ReloadLabels, Counter>::default();
         registry.register("config_reloads", "Config reloads by result", reloads.clone());
         for result in [ReloadResult::Success, ReloadResult::Failure] {
@@ -568,6 +571,7 @@ impl Metrics {
             false_seed,
             store_errors,
             admin_auth,
+            xds,
             reloads,
             redis_errors,
             redis_fallbacks,

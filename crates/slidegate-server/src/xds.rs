@@ -403,6 +403,12 @@ impl Session {
             Ok(response) => response.into_inner(),
             Err(status) => return end(false, status_text(&status)),
         };
+        let shared = Arc::clone(&self.shared);
+        shared.service.metrics().xds_connected(true);
+        let end = |received: bool, why: String| {
+            shared.service.metrics().xds_connected(false);
+            StreamEnd { received, why }
+        };
         if let Some(held) = self.connections.hit(tokio::time::Instant::now().into_std()) {
             tracing::info!(
                 server = %self.client.server,
@@ -501,6 +507,7 @@ impl Session {
                         "xDS: config applied"
                     );
                 }
+                self.shared.service.metrics().xds_update(true);
                 self.shared.awaiting_xds.store(false, Ordering::Relaxed);
                 self.applied.send_modify(|n| *n += 1);
                 Some(self.request(nonce, None))
@@ -514,6 +521,7 @@ impl Session {
                     error = %text,
                     "xDS: config rejected (NACK); the config in force keeps serving"
                 );
+                self.shared.service.metrics().xds_update(false);
                 Some(self.request(nonce, Some(text)))
             }
         }

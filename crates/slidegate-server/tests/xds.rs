@@ -317,6 +317,15 @@ async fn snapshots_are_acked_applied_and_nacked() {
         h.metric("slidegate_config_reloads_total{result=\"failure\"}").await,
         Some(2.0)
     );
+    assert_eq!(
+        h.metric("slidegate_xds_updates_total{result=\"applied\"}").await,
+        Some(3.0)
+    );
+    assert_eq!(
+        h.metric("slidegate_xds_updates_total{result=\"rejected\"}").await,
+        Some(2.0)
+    );
+    assert_eq!(h.metric("slidegate_xds_connected ").await, Some(1.0));
     h.running.shutdown().await;
     ads.stop().await;
 }
@@ -342,6 +351,7 @@ async fn reconnects_to_a_restarted_server_keeping_the_config() {
     let mut ads = AdsServer::start(addr, None).await;
     let hello = ads.accept().await;
     assert_eq!(hello.version_info, "v1", "the last version applied");
+    assert_eq!(h.metric("slidegate_xds_connected ").await, Some(1.0));
     assert_eq!(hello.response_nonce, "");
     let (_, ack) = ads.push_and_answer("v2", &[per_minute("edge", 10)]).await;
     assert_eq!(ack.version_info, "v2");
@@ -421,6 +431,10 @@ async fn not_ready_until_the_first_snapshot() {
     // Force-start: ready before anything comes, with no domain.
     let h = serve_from(&ads, |xds| xds.wait_for_first_snapshot = false).await;
     assert_eq!(h.get("/readyz").await.0, StatusCode::OK);
+    assert_eq!(
+        h.metric("slidegate_xds_updates_total{result=\"applied\"}").await,
+        Some(0.0)
+    );
     assert_eq!(h.get("/healthcheck").await.0, StatusCode::OK);
     h.running.shutdown().await;
     ads.stop().await;
