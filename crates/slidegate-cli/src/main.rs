@@ -223,6 +223,7 @@ mod tests {
         let headings = [
             "Listeners:",
             "Config:",
+            "Config over xDS:",
             "Store and Redis:",
             "Answers:",
             "envoyproxy/ratelimit compatibility:",
@@ -329,5 +330,88 @@ mod tests {
             notes[0].starts_with("REDIS_PIPELINE_WINDOW=150us: no pool to size"),
             "{notes:?}"
         );
+    }
+
+    /// Every flag envoyproxy/ratelimit's variables can ask for is one of
+    /// `serve`'s, and every such environment parses.
+    #[test]
+    fn every_flag_the_variables_ask_for_exists() {
+        let every = [
+            ("HOST", "127.0.0.1"),
+            ("PORT", "1"),
+            ("GRPC_HOST", "127.0.0.1"),
+            ("GRPC_PORT", "2"),
+            ("GRPC_MAX_CONNECTION_AGE", "1h"),
+            ("GRPC_SERVER_USE_TLS", "true"),
+            ("GRPC_SERVER_TLS_CERT", "c"),
+            ("GRPC_SERVER_TLS_KEY", "k"),
+            ("GRPC_CLIENT_TLS_CACERT", "ca"),
+            ("GRPC_CLIENT_TLS_SAN", "envoy"),
+            ("LOG_LEVEL", "debug"),
+            ("LOG_FORMAT", "json"),
+            ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+            ("CONFIG_GRPC_XDS_SERVER_URL", "cp:18000"),
+            ("CONFIG_GRPC_XDS_NODE_ID", "n"),
+            ("CONFIG_GRPC_XDS_NODE_METADATA", "a=b"),
+            ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "x:y"),
+            ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
+            ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "c"),
+            ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "k"),
+            ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "ca"),
+            ("CONFIG_GRPC_XDS_SERVER_TLS_SAN", "cp"),
+            ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "1s"),
+            ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "2s"),
+            ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "0.1"),
+            ("XDS_CLIENT_BACKOFF_JITTER", "false"),
+            ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "1000000"),
+            ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true"),
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_TYPE", "cluster"),
+            ("REDIS_URL", "r1:1,r2:2"),
+            ("CACHE_KEY_PREFIX", "p:"),
+            ("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "true"),
+            ("USE_STATSD", "true"),
+            ("STATSD_HOST", "127.0.0.1"),
+            ("STATSD_PORT", "8125"),
+            ("STATS_FLUSH_INTERVAL", "1s"),
+            ("EXTRA_TAGS", "a:b"),
+            ("USE_DOG_STATSD", "true"),
+            ("USE_PROMETHEUS", "true"),
+            ("PROMETHEUS_ADDR", ":19001"),
+            ("PROMETHEUS_PATH", "/m"),
+            ("TRACING_ENABLED", "true"),
+            ("TRACING_EXPORTER_PROTOCOL", "grpc"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317"),
+            ("TRACING_SERVICE_NAME", "rl"),
+        ];
+        let sentinel = [
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_TYPE", "sentinel"),
+            ("REDIS_URL", "m,s:26379"),
+        ];
+        let files = [("RUNTIME_ROOT", "/data"), ("GRPC_UDS", "/run/rl.sock")];
+        for (env, mode) in [
+            (&every[..], Mode::Ratelimit),
+            (&sentinel, Mode::Slidegate),
+            (&files, Mode::Ratelimit),
+        ] {
+            let env = Env::from_pairs(env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+            let contract = ratelimit_env::read(&env, mode).unwrap();
+            let command = Cli::command();
+            let serve = command.find_subcommand("serve").unwrap();
+            for ask in &contract.asks {
+                let arg = serve.get_arguments().find(|a| a.get_id() == ask.id);
+                let long = arg.and_then(|a| a.get_long()).map(|l| format!("--{l}"));
+                assert_eq!(long.as_deref(), Some(ask.flag), "{ask:?}");
+            }
+        }
+        let (serve, _) = parsed(&["ratelimit"], &every).unwrap();
+        for field in [
+            "xds: Some(\"cp:18000\")",
+            "statsd: Some(\"127.0.0.1:8125\")",
+            "redis_cluster: true",
+        ] {
+            assert!(serve.contains(field), "{field} in {serve}");
+        }
     }
 }

@@ -15,6 +15,7 @@ use slidegate_server::server::{
     self, ConnectionLimits, Endpoint, MetricsListener, Options, StartError, StatsdOptions, Timeouts, TlsOptions,
 };
 use slidegate_server::trace::DECISION_TARGET;
+use slidegate_server::xds::{XdsBackoff, XdsOptions, XdsTls};
 use slidegate_store::FailurePolicy;
 use slidegate_tower::LegacyReset;
 use std::path::PathBuf;
@@ -23,6 +24,7 @@ use std::time::Duration;
 /// The help's headings, one per kind of flag.
 const LISTENERS: &str = "Listeners";
 const CONFIG: &str = "Config";
+const XDS: &str = "Config over xDS";
 const STORE: &str = "Store and Redis";
 const ANSWERS: &str = "Answers";
 const ENVOY: &str = "envoyproxy/ratelimit compatibility";
@@ -130,6 +132,61 @@ pub(crate) struct Args {
     /// A larger one is refused (at start and at reload) before it is read.
     #[arg(long, env = "SLIDEGATE_MAX_CONFIG_BYTES", default_value_t = 64 << 20, value_name = "BYTES", help_heading = CONFIG)]
     max_config_bytes: u64,
+
+    /// Take the config from this xDS control plane (HOST:PORT), not files.
+    ///
+    /// envoyproxy/ratelimit's `CONFIG_TYPE=GRPC_XDS_SOTW`: one ADS stream
+    /// (state of the world) subscribed to `RateLimitConfig` resources, one
+    /// domain each. A good snapshot is applied as a file reload is (counts
+    /// kept) and ACKed; a bad one is NACKed with its errors and the config
+    /// in force keeps serving. A lost stream is opened again after the
+    /// backoff, the config kept meanwhile. Not ready until the first
+    /// snapshot unless `--xds-force-start`. `http://` or `https://` may
+    /// come first. Not with `--config`.
+    #[arg(long, env = "SLIDEGATE_XDS", conflicts_with = "config", value_name = "HOST:PORT", help_heading = XDS)]
+    xds: Option<String>,
+    /// The node id sent to the control plane (Envoy Gateway serves `envoy-ratelimit`).
+    #[arg(long, env = "SLIDEGATE_XDS_NODE_ID", default_value = "default", requires = "xds", value_name = "ID", help_heading = XDS)]
+    xds_node_id: String,
+    /// The node's metadata (`key=value,key=value`).
+    #[arg(long, env = "SLIDEGATE_XDS_NODE_METADATA", requires = "xds", value_name = "PAIRS", help_heading = XDS)]
+    xds_node_metadata: Option<String>,
+    /// Request headers sent on the stream (`name:value,name:value`).
+    #[arg(long, env = "SLIDEGATE_XDS_HEADER", requires = "xds", value_name = "PAIRS", help_heading = XDS)]
+    xds_header: Option<String>,
+    /// Reach the control plane over TLS (needs `--xds-tls-ca`).
+    #[arg(long, env = "SLIDEGATE_XDS_TLS", requires = "xds", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), help_heading = XDS)]
+    xds_tls: bool,
+    /// The CA certificates the control plane's certificate is checked against (PEM).
+    #[arg(long, env = "SLIDEGATE_XDS_TLS_CA", requires = "xds_tls", value_name = "PATH", help_heading = XDS)]
+    xds_tls_ca: Option<PathBuf>,
+    /// Mutual TLS: the client certificate shown to the control plane (PEM).
+    #[arg(long, env = "SLIDEGATE_XDS_TLS_CERT", requires_all = ["xds_tls", "xds_tls_key"], value_name = "PATH", help_heading = XDS)]
+    xds_tls_cert: Option<PathBuf>,
+    /// The private key of `--xds-tls-cert` (PEM).
+    #[arg(long, env = "SLIDEGATE_XDS_TLS_KEY", requires_all = ["xds_tls", "xds_tls_cert"], value_name = "PATH", help_heading = XDS)]
+    xds_tls_key: Option<PathBuf>,
+    /// The name the control plane's certificate must carry [default: the host of `--xds`].
+    #[arg(long, env = "SLIDEGATE_XDS_TLS_SERVER_NAME", requires = "xds_tls", value_name = "NAME", help_heading = XDS)]
+    xds_tls_server_name: Option<String>,
+    /// The first wait before connecting again; it doubles up to `--xds-backoff-max`.
+    #[arg(long, env = "SLIDEGATE_XDS_BACKOFF_INITIAL", default_value = "10s", value_parser = parse_timeout, requires = "xds", value_name = "DURATION", help_heading = XDS)]
+    xds_backoff_initial: Duration,
+    /// The longest wait before connecting again.
+    #[arg(long, env = "SLIDEGATE_XDS_BACKOFF_MAX", default_value = "60s", value_parser = parse_timeout, requires = "xds", value_name = "DURATION", help_heading = XDS)]
+    xds_backoff_max: Duration,
+    /// How far jitter moves a wait, from 0 to 1.
+    #[arg(long, env = "SLIDEGATE_XDS_BACKOFF_RANDOM_FACTOR", default_value_t = 0.5, requires = "xds", value_name = "FACTOR", help_heading = XDS)]
+    xds_backoff_random_factor: f64,
+    /// Waits without jitter (every instance reconnects in step).
+    #[arg(long, env = "SLIDEGATE_XDS_NO_BACKOFF_JITTER", requires = "xds", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), help_heading = XDS)]
+    xds_no_backoff_jitter: bool,
+    /// The largest response taken from the control plane, in bytes [default: 4 MiB].
+    #[arg(long, env = "SLIDEGATE_XDS_MAX_MESSAGE_BYTES", requires = "xds", value_name = "BYTES", help_heading = XDS)]
+    xds_max_message_bytes: Option<usize>,
+    /// Ready at once, before the first snapshot (every descriptor OK until then).
+    #[arg(long, env = "SLIDEGATE_XDS_FORCE_START", requires = "xds", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), help_heading = XDS)]
+    xds_force_start: bool,
 
     /// Memory for sliding windows of up to 8 buckets (the default), in MiB.
     ///
@@ -534,9 +591,9 @@ impl Args {
             anyhow::ensure!(value > 0, "{flag} {value}: must be at least 1");
         }
         anyhow::ensure!(
-            !self.ready_requires_config || !self.config.is_empty(),
-            "--ready-requires-config (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED) needs --config: without a config to \
-             wait for, the server would never be ready"
+            !self.ready_requires_config || !self.config.is_empty() || self.xds.is_some(),
+            "--ready-requires-config (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED) needs --config or --xds: without a \
+             config to wait for, the server would never be ready"
         );
         anyhow::ensure!(
             self.redis_instances > 0,
@@ -597,6 +654,7 @@ impl Args {
                 Some(options)
             }
         };
+        let xds = self.xds.as_ref().map(|server| self.xds_options(server)).transpose()?;
         let metrics_listener = self
             .metrics_listen
             .clone()
@@ -609,6 +667,7 @@ impl Args {
         connections.max_in_flight = self.max_in_flight;
         connections.max_age = self.max_connection_age;
         Ok(Options {
+            xds,
             statsd,
             metrics_listener,
             connections,
@@ -670,6 +729,60 @@ impl Args {
 }
 
 /// The most `--workers`.
+impl Args {
+    /// The xDS source of `--xds SERVER` and its flags.
+    fn xds_options(&self, server: &str) -> anyhow::Result<XdsOptions> {
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&self.xds_backoff_random_factor),
+            "--xds-backoff-random-factor {}: must be between 0 and 1",
+            self.xds_backoff_random_factor
+        );
+        anyhow::ensure!(
+            self.xds_backoff_initial <= self.xds_backoff_max,
+            "--xds-backoff-initial {:?} is longer than --xds-backoff-max {:?}",
+            self.xds_backoff_initial,
+            self.xds_backoff_max
+        );
+        anyhow::ensure!(
+            !self.xds_tls || self.xds_tls_ca.is_some(),
+            "--xds-tls needs --xds-tls-ca: the control plane's certificate is checked against it"
+        );
+        Ok(XdsOptions {
+            server: server.to_owned(),
+            node_id: self.xds_node_id.clone(),
+            node_metadata: pairs("--xds-node-metadata", self.xds_node_metadata.as_deref(), '=')?,
+            headers: pairs("--xds-header", self.xds_header.as_deref(), ':')?,
+            tls: self.xds_tls.then(|| XdsTls {
+                ca: self.xds_tls_ca.clone(),
+                cert: self.xds_tls_cert.clone(),
+                key: self.xds_tls_key.clone(),
+                server_name: self.xds_tls_server_name.clone(),
+            }),
+            backoff: XdsBackoff {
+                initial: self.xds_backoff_initial,
+                max: self.xds_backoff_max,
+                random_factor: self.xds_backoff_random_factor,
+                jitter: !self.xds_no_backoff_jitter,
+            },
+            max_message_bytes: self.xds_max_message_bytes,
+            wait_for_first_snapshot: !self.xds_force_start,
+        })
+    }
+}
+
+/// `key<sep>value` pairs separated by `,` (`flag`'s value); none for `None`.
+fn pairs(flag: &str, text: Option<&str>, sep: char) -> anyhow::Result<Vec<(String, String)>> {
+    let Some(text) = text else { return Ok(Vec::new()) };
+    text.split(',')
+        .map(str::trim)
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| match pair.split_once(sep) {
+            Some((key, value)) if !key.trim().is_empty() => Ok((key.trim().to_owned(), value.trim().to_owned())),
+            _ => anyhow::bail!("{flag} {text}: `{pair}` is not key{sep}value"),
+        })
+        .collect()
+}
+
 const MAX_WORKERS: usize = 1024;
 
 /// Serves until SIGTERM or SIGINT.

@@ -297,7 +297,8 @@ fn tls_config(tls: &XdsTls) -> Result<ClientTlsConfig, XdsError> {
 pub(crate) struct ApplyOptions {
     /// How resources are loaded (`Options::merge_domains`).
     pub(crate) load: LoadOptions,
-    /// `Options::allow_empty_reload`.
+    /// Whether a snapshot may remove every limit: always, as the control
+    /// plane is the authority on what is limited.
     pub(crate) allow_empty_reload: bool,
     /// `Options::give_back_memory`.
     pub(crate) give_back_memory: fn(),
@@ -496,7 +497,7 @@ impl Session {
                         resources,
                         domains = applied.domains,
                         changes = %applied.changes,
-                        "xDS: config applied, although it empties limits (allowed by --allow-empty-reload)"
+                        "xDS: config applied; it removes every limit the config in force had"
                     );
                 } else {
                     tracing::info!(

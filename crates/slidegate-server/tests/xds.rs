@@ -330,6 +330,25 @@ async fn snapshots_are_acked_applied_and_nacked() {
     ads.stop().await;
 }
 
+/// A snapshot without a resource (Envoy Gateway's when its last rate
+/// limit policy is removed) is applied and ACKed: the limits are gone, as
+/// the control plane says, with no `--allow-empty-reload` needed.
+#[tokio::test]
+async fn a_snapshot_without_limits_is_applied() {
+    let mut ads = AdsServer::start("127.0.0.1:0".parse().unwrap(), None).await;
+    let mut h = serve_from(&ads, |_| {}).await;
+    ads.accept().await;
+    ads.push_and_answer("1", &[per_minute("edge", 1)]).await;
+    assert_eq!(decide(&mut h, "edge").await, Code::Ok);
+    assert_eq!(decide(&mut h, "edge").await, Code::OverLimit);
+    let (_, ack) = ads.push_and_answer("2", &[]).await;
+    assert_eq!(ack.version_info, "2", "ACKed");
+    assert!(ack.error_detail.is_none());
+    assert_eq!(decide(&mut h, "edge").await, Code::Ok, "no limit left");
+    h.running.shutdown().await;
+    ads.stop().await;
+}
+
 /// The server stops and comes back on the same port: the client retries
 /// (after its backoff) while the config in force keeps deciding, asks the
 /// new server with the last version applied, and applies its snapshot.
