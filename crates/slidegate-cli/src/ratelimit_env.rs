@@ -189,8 +189,8 @@ fn from(env: &Env, names: &[&str]) -> Vec<String> {
 /// # Errors
 ///
 /// A value that does not parse, or a setting slidegate cannot honour
-/// (memcache, Redis over TLS, OTLP over
-/// HTTP), named with its variable.
+/// (memcache, Redis Sentinel over TLS, OTLP over HTTP), named with its
+/// variable.
 pub(crate) fn read(env: &Env, mode: Mode) -> anyhow::Result<Contract> {
     let mut c = Contract::default();
     let theirs = mode == Mode::Ratelimit;
@@ -485,6 +485,46 @@ fn xds(env: &Env, c: &mut Contract) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `REDIS_TLS_*`, with `REDIS_TLS=true` (`tls`; its `rediss://` URLs are
+/// the caller's).
+fn redis_tls(env: &Env, tls: bool, c: &mut Contract) -> anyhow::Result<()> {
+    let files = [
+        ("REDIS_TLS_CACERT", "redis_tls_ca", "--redis-tls-ca"),
+        ("REDIS_TLS_CLIENT_CERT", "redis_tls_cert", "--redis-tls-cert"),
+        ("REDIS_TLS_CLIENT_KEY", "redis_tls_key", "--redis-tls-key"),
+    ];
+    if !tls {
+        for (name, _, _) in files {
+            c.note(env, name, "ignored: REDIS_TLS is not true");
+        }
+        c.note(
+            env,
+            "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
+            "ignored: REDIS_TLS is not true",
+        );
+        return Ok(());
+    }
+    match (env.get("REDIS_TLS_CLIENT_CERT"), env.get("REDIS_TLS_CLIENT_KEY")) {
+        (Some(_), None) => bail!("REDIS_TLS_CLIENT_CERT needs REDIS_TLS_CLIENT_KEY (the certificate's private key)"),
+        (None, Some(_)) => bail!("REDIS_TLS_CLIENT_KEY needs REDIS_TLS_CLIENT_CERT (the certificate of the key)"),
+        _ => {}
+    }
+    for (name, id, flag) in files {
+        if let Some(path) = env.get(name) {
+            c.ask(id, flag, &[path], from(env, &[name]));
+        }
+    }
+    if env.bool("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION")? == Some(true) {
+        c.ask(
+            "redis_tls_skip_hostname_check",
+            "--redis-tls-skip-hostname-check",
+            &[],
+            from(env, &["REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"]),
+        );
+    }
+    Ok(())
+}
+
 fn redis(env: &Env, c: &mut Contract) -> anyhow::Result<()> {
     match env.get("BACKEND_TYPE").unwrap_or("redis") {
         "redis" => {}
@@ -496,9 +536,7 @@ fn redis(env: &Env, c: &mut Contract) -> anyhow::Result<()> {
             env.set(name).unwrap_or_default()
         );
     }
-    if env.bool("REDIS_TLS")? == Some(true) {
-        bail!("REDIS_TLS=true: slidegate does not reach Redis over TLS yet; use a TLS proxy beside it, or plain TCP");
-    }
+    let tls = env.bool("REDIS_TLS")? == Some(true);
     if env.bool("REDIS_PERSECOND")? == Some(true) {
         bail!(
             "REDIS_PERSECOND=true: slidegate counts every limit in one Redis (REDIS_URL); unset REDIS_PERSECOND and \
@@ -506,14 +544,31 @@ fn redis(env: &Env, c: &mut Contract) -> anyhow::Result<()> {
         );
     }
     let Some(url) = env.get("REDIS_URL") else {
-        for name in ["REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_AUTH", "REDIS_SENTINEL_AUTH"] {
+        for name in [
+            "REDIS_SOCKET_TYPE",
+            "REDIS_TYPE",
+            "REDIS_AUTH",
+            "REDIS_SENTINEL_AUTH",
+            "REDIS_TLS",
+            "REDIS_TLS_CACERT",
+            "REDIS_TLS_CLIENT_CERT",
+            "REDIS_TLS_CLIENT_KEY",
+            "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
+        ] {
             c.note(env, name, "ignored without REDIS_URL: the counters are in memory");
         }
         return Ok(());
     };
     let socket = env.get("REDIS_SOCKET_TYPE").unwrap_or("unix");
     let auth = env.get("REDIS_AUTH");
-    let names = ["REDIS_URL", "REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_AUTH"];
+    let names = [
+        "REDIS_URL",
+        "REDIS_SOCKET_TYPE",
+        "REDIS_TYPE",
+        "REDIS_AUTH",
+        "REDIS_TLS",
+    ];
+    let scheme = if tls { "rediss" } else { "redis" };
     let redis_url = |address: &str| -> anyhow::Result<String> {
         let userinfo = auth.map(|a| match a.split_once(':') {
             Some((user, password)) => format!("{}:{}@", encode(user), encode(password)),
@@ -525,11 +580,12 @@ fn redis(env: &Env, c: &mut Contract) -> anyhow::Result<()> {
                     !address.contains("://"),
                     "REDIS_URL={url}: envoyproxy/ratelimit takes host:port, without a scheme"
                 );
-                format!("redis://{}{address}", userinfo.unwrap_or_default())
+                format!("{scheme}://{}{address}", userinfo.unwrap_or_default())
             }
-            "unix" => match auth {
-                Some(_) => bail!("REDIS_AUTH with REDIS_SOCKET_TYPE=unix: give the password over TCP"),
-                None => format!("unix://{address}"),
+            "unix" => match (auth, tls) {
+                (Some(_), _) => bail!("REDIS_AUTH with REDIS_SOCKET_TYPE=unix: give the password over TCP"),
+                (None, true) => bail!("REDIS_TLS=true with REDIS_SOCKET_TYPE=unix: TLS to Redis is over TCP"),
+                (None, false) => format!("unix://{address}"),
             },
             other => bail!("REDIS_SOCKET_TYPE={other}: expected tcp or unix"),
         })
@@ -563,6 +619,10 @@ fn redis(env: &Env, c: &mut Contract) -> anyhow::Result<()> {
                 env.get("REDIS_SENTINEL_AUTH").is_none(),
                 "REDIS_SENTINEL_AUTH: slidegate does not authenticate to the Sentinels yet; unset it"
             );
+            ensure!(
+                !tls,
+                "REDIS_TLS=true with REDIS_TYPE=sentinel: slidegate does not reach Sentinel over TLS yet"
+            );
             c.asks.push(Ask {
                 id: "redis",
                 flag: "--redis",
@@ -583,6 +643,7 @@ fn redis(env: &Env, c: &mut Contract) -> anyhow::Result<()> {
         }
         _ => bail!("REDIS_TYPE={topology}: expected single, sentinel or cluster"),
     }
+    redis_tls(env, tls, c)?;
     if let Some(prefix) = env.get("CACHE_KEY_PREFIX") {
         c.ask(
             "redis_prefix",
@@ -925,6 +986,101 @@ mod tests {
         assert_eq!(from, &["REDIS_URL=redis.redis.svc:6379", "REDIS_SOCKET_TYPE=tcp"]);
     }
 
+    /// Envoy Gateway's Deployment for a Redis with TLS (its
+    /// `testdata/deployments/redis-tls-settings.yaml`): `rediss://` with
+    /// the password, its client certificate and key, the system's roots.
+    #[test]
+    fn envoy_gateways_redis_tls_settings_read_as_these_flags() {
+        let c = read(
+            &env(&[
+                ("REDIS_SOCKET_TYPE", "tcp"),
+                ("REDIS_URL", "redis.redis.svc:6379"),
+                ("REDIS_TLS", "true"),
+                ("REDIS_TLS_CLIENT_CERT", "/redis-certs/tls.crt"),
+                ("REDIS_TLS_CLIENT_KEY", "/redis-certs/tls.key"),
+                ("REDIS_AUTH", "redis_auth_password"),
+            ]),
+            Mode::Slidegate,
+        )
+        .unwrap();
+        assert_eq!(
+            line(&c),
+            [
+                "--redis",
+                "rediss://:redis_auth_password@redis.redis.svc:6379",
+                "--redis-tls-cert",
+                "/redis-certs/tls.crt",
+                "--redis-tls-key",
+                "/redis-certs/tls.key",
+            ]
+        );
+        let from = &c.asks.iter().find(|a| a.id == "redis").unwrap().from;
+        assert_eq!(
+            from,
+            &[
+                "REDIS_URL=redis.redis.svc:6379",
+                "REDIS_SOCKET_TYPE=tcp",
+                "REDIS_AUTH=redis_auth_password",
+                "REDIS_TLS=true"
+            ]
+        );
+        assert!(c.notes.is_empty(), "{:?}", c.notes);
+    }
+
+    /// Every `REDIS_TLS_*` variable, on every URL of a cluster; without
+    /// `REDIS_TLS=true` they are said to be ignored.
+    #[test]
+    fn the_redis_tls_variables_read_as_these_flags() {
+        let tls = [
+            ("REDIS_TLS_CACERT", "/ca.pem"),
+            ("REDIS_TLS_CLIENT_CERT", "/c.pem"),
+            ("REDIS_TLS_CLIENT_KEY", "/k.pem"),
+            ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true"),
+        ];
+        let cluster = [
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_TYPE", "cluster"),
+            ("REDIS_URL", "a:1,b:2"),
+        ];
+        let on = [&cluster[..], &tls, &[("REDIS_TLS", "true")]].concat();
+        let c = read(&env(&on), Mode::Slidegate).unwrap();
+        assert_eq!(
+            line(&c),
+            [
+                "--redis",
+                "rediss://a:1",
+                "--redis",
+                "rediss://b:2",
+                "--redis-cluster",
+                "--redis-tls-ca",
+                "/ca.pem",
+                "--redis-tls-cert",
+                "/c.pem",
+                "--redis-tls-key",
+                "/k.pem",
+                "--redis-tls-skip-hostname-check",
+            ]
+        );
+        let from = &c.asks.iter().find(|a| a.id == "redis_tls_ca").unwrap().from;
+        assert_eq!(from, &["REDIS_TLS_CACERT=/ca.pem"]);
+        assert!(c.notes.is_empty(), "{:?}", c.notes);
+
+        let off = [&cluster[..], &tls, &[("REDIS_TLS", "false")]].concat();
+        let c = read(&env(&off), Mode::Slidegate).unwrap();
+        assert_eq!(
+            line(&c),
+            ["--redis", "redis://a:1", "--redis", "redis://b:2", "--redis-cluster"]
+        );
+        assert_eq!(c.notes.len(), 4, "{:?}", c.notes);
+        assert!(
+            c.notes
+                .iter()
+                .all(|n| n.starts_with("REDIS_TLS_") && n.ends_with(": ignored: REDIS_TLS is not true")),
+            "{:?}",
+            c.notes
+        );
+    }
+
     #[test]
     fn the_listeners_take_hosts_ports_and_sockets() {
         let c = read(&env(&[("PORT", "9000"), ("GRPC_UDS", "/run/rl.sock")]), Mode::Slidegate).unwrap();
@@ -986,8 +1142,30 @@ mod tests {
                 "REDIS_TYPE=ring: expected",
             ),
             (
-                &[("REDIS_TLS", "true")],
-                "REDIS_TLS=true: slidegate does not reach Redis over TLS",
+                &[("REDIS_TLS", "true"), ("REDIS_URL", "/run/redis.sock")],
+                "REDIS_TLS=true with REDIS_SOCKET_TYPE=unix: TLS to Redis is over TCP",
+            ),
+            (
+                &[
+                    ("REDIS_TLS", "true"),
+                    ("REDIS_SOCKET_TYPE", "tcp"),
+                    ("REDIS_TYPE", "sentinel"),
+                    ("REDIS_URL", "m,s1:26379"),
+                ],
+                "REDIS_TLS=true with REDIS_TYPE=sentinel: slidegate does not reach Sentinel over TLS yet",
+            ),
+            (
+                &[
+                    ("REDIS_TLS", "true"),
+                    ("REDIS_SOCKET_TYPE", "tcp"),
+                    ("REDIS_URL", "r:1"),
+                    ("REDIS_TLS_CLIENT_CERT", "/c.pem"),
+                ],
+                "REDIS_TLS_CLIENT_CERT needs REDIS_TLS_CLIENT_KEY",
+            ),
+            (
+                &[("REDIS_TLS", "yes"), ("REDIS_SOCKET_TYPE", "tcp"), ("REDIS_URL", "r:1")],
+                "REDIS_TLS=yes: expected true or false",
             ),
             (&[("BACKEND_TYPE", "memcache")], "BACKEND_TYPE=memcache:"),
             (&[("MEMCACHE_HOST_PORT", "m:11211")], "MEMCACHE_HOST_PORT=m:11211:"),

@@ -7,6 +7,7 @@ use clap::{ArgAction, Args as ClapArgs, ValueEnum};
 use slidegate_core::MonotonicClock;
 use slidegate_core::duration::parse_positive_duration;
 use slidegate_memory::Budget;
+use slidegate_redis::RedisTls;
 use slidegate_server::engine::{InputLimits, Settings};
 use slidegate_server::net::tls::TlsFile;
 use slidegate_server::redis_store::RedisOptions;
@@ -199,8 +200,8 @@ pub(crate) struct Args {
     other_memory_mib: usize,
     /// Count in Redis (a `redis://` URL), shared by every instance on it.
     ///
-    /// Every instance on the same Redis shares its limits (TLS is not
-    /// built in). Repeat it for the seed nodes of a Redis Cluster. Redis
+    /// Every instance on the same Redis shares its limits; a `rediss://`
+    /// URL talks TLS (see `--redis-tls-ca`). Repeat it for the seed nodes of a Redis Cluster. Redis
     /// must answer at start, or `serve` exits with status 1 and the reason;
     /// once started, a Redis that fails is `--redis-failure`'s business,
     /// and decisions come from Redis again when it is back. Every limit of
@@ -222,6 +223,27 @@ pub(crate) struct Args {
     /// Several URLs always do.
     #[arg(long, env = "SLIDEGATE_REDIS_CLUSTER", requires = "redis", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), help_heading = STORE)]
     redis_cluster: bool,
+    /// Trust these CAs (PEM) for Redis's certificate, not the system's.
+    ///
+    /// For `rediss://` URLs (TLS, one server or a cluster; not yet
+    /// Sentinel); without it the system's roots are trusted.
+    #[arg(long, env = "SLIDEGATE_REDIS_TLS_CA", requires = "redis", value_name = "PATH", help_heading = STORE)]
+    redis_tls_ca: Option<PathBuf>,
+    /// Present this client certificate (PEM) to Redis over TLS.
+    ///
+    /// For a Redis that asks clients for one (`tls-auth-clients yes`).
+    /// Needs `--redis-tls-key` and `rediss://` URLs.
+    #[arg(long, env = "SLIDEGATE_REDIS_TLS_CERT", requires_all = ["redis", "redis_tls_key"], value_name = "PATH", help_heading = STORE)]
+    redis_tls_cert: Option<PathBuf>,
+    /// The private key of `--redis-tls-cert` (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, env = "SLIDEGATE_REDIS_TLS_KEY", requires = "redis_tls_cert", value_name = "PATH", help_heading = STORE)]
+    redis_tls_key: Option<PathBuf>,
+    /// Accept a Redis certificate that does not name the host connected to.
+    ///
+    /// Its chain is still checked against the trusted CAs. For `rediss://`
+    /// URLs of one server or a cluster.
+    #[arg(long, env = "SLIDEGATE_REDIS_TLS_SKIP_HOSTNAME_CHECK", requires = "redis", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), help_heading = STORE)]
+    redis_tls_skip_hostname_check: bool,
     /// What a decision does when Redis fails or is slower than `--redis-timeout`.
     ///
     /// After a failure Redis is skipped for 100 ms, then tried again.
@@ -635,6 +657,12 @@ impl Args {
             sync_interval: self.redis_sync_interval,
             bounded: self.redis_bounded,
             batching: self.redis_batching && !self.no_redis_batching,
+            tls: RedisTls {
+                ca: self.redis_tls_ca.clone(),
+                client_cert: self.redis_tls_cert.clone(),
+                client_key: self.redis_tls_key.clone(),
+                skip_hostname_verification: self.redis_tls_skip_hostname_check,
+            },
         });
         let statsd = match &self.statsd {
             None => None,

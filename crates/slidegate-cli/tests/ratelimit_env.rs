@@ -4,7 +4,8 @@
 
 mod common;
 
-use slidegate_conformance::redis::RedisSentinel;
+use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
+use slidegate_conformance::redis::{RedisSentinel, RedisServer, free_port};
 use slidegate_server::proto::descriptor::RateLimitDescriptor;
 use slidegate_server::proto::descriptor::rate_limit_descriptor::Entry;
 use slidegate_server::proto::rls::RateLimitRequest;
@@ -150,5 +151,191 @@ fn a_conflict_or_a_setting_it_cannot_honour_stops_the_start() {
         assert_eq!(out.status.code(), Some(1));
         assert_eq!(String::from_utf8_lossy(&out.stderr), says);
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A certificate authority of the test's own, and the files of its
+/// leaves: PEM, in the test's folder.
+struct Ca {
+    issuer: Issuer<'static, KeyPair>,
+    pem: String,
+}
+
+impl Ca {
+    fn new() -> Ca {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, "redis test CA");
+        let key = KeyPair::generate().unwrap();
+        let pem = params.self_signed(&key).unwrap().pem();
+        Ca {
+            issuer: Issuer::new(params, key),
+            pem,
+        }
+    }
+
+    /// A certificate for `names` and its key, written to `dir/name.pem`
+    /// and `dir/name.key`; their paths.
+    fn leaf(&self, dir: &Path, name: &str, names: &[&str], usage: ExtendedKeyUsagePurpose) -> (String, String) {
+        let mut params = CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.extended_key_usages = vec![usage];
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        let (cert_path, key_path) = (dir.join(format!("{name}.pem")), dir.join(format!("{name}.key")));
+        std::fs::write(&cert_path, cert.pem()).unwrap();
+        std::fs::write(&key_path, key.serialize_pem()).unwrap();
+        (path_text(&cert_path), path_text(&key_path))
+    }
+}
+
+fn path_text(path: &Path) -> String {
+    path.to_str().unwrap().to_owned()
+}
+
+/// `redis-server` answering TLS on `127.0.0.1` and `127.0.0.2` at the
+/// port it answers, with a certificate of `ca` for `127.0.0.1` only,
+/// requiring a client certificate of `ca`; the tests' own checks use its
+/// plain port (on `127.0.0.2` too).
+fn tls_redis(dir: &Path, ca_file: &str, ca: &Ca) -> (RedisServer, u16) {
+    let (cert, key) = ca.leaf(dir, "redis", &["127.0.0.1"], ExtendedKeyUsagePurpose::ServerAuth);
+    let mut last = String::new();
+    for _ in 0..5 {
+        let tls_port = free_port().to_string();
+        let extra = [
+            "--bind",
+            "127.0.0.1 127.0.0.2",
+            "--tls-port",
+            &tls_port,
+            "--tls-cert-file",
+            &cert,
+            "--tls-key-file",
+            &key,
+            "--tls-ca-cert-file",
+            ca_file,
+            "--tls-auth-clients",
+            "yes",
+        ];
+        match RedisServer::start_on(free_port(), &extra) {
+            Ok(server) => return (server, tls_port.parse().unwrap()),
+            Err(e) => last = e,
+        }
+    }
+    panic!("no TLS redis-server: {last}");
+}
+
+/// `redis-cli` over TLS with the client certificate `me`: its answer.
+fn tls_cli(port: u16, ca_file: &str, me: &(String, String), args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "--tls", "--cacert", ca_file])
+        .args(["--cert", &me.0, "--key", &me.1])
+        .args(args)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// `REDIS_TLS=true` with envoyproxy/ratelimit's certificate variables:
+/// `ratelimit` reaches a Redis that takes TLS only, and only from clients
+/// with a certificate of its CA, and counts there; without the client
+/// certificate, with a bad CA file, or at an address the certificate does
+/// not name, the start stops with one line saying why, and
+/// `REDIS_TLS_SKIP_HOSTNAME_VERIFICATION=true` takes that address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_over_tls_with_a_client_certificate() {
+    let dir = common::fresh("ratelimit-env-redis-tls");
+    let root = runtime(&dir);
+    let ca = Ca::new();
+    let ca_file = dir.join("ca.pem");
+    std::fs::write(&ca_file, &ca.pem).unwrap();
+    let ca_file = path_text(&ca_file);
+    let me = ca.leaf(&dir, "slidegate", &["slidegate"], ExtendedKeyUsagePurpose::ClientAuth);
+    let (redis, tls_port) = tls_redis(&dir, &ca_file, &ca);
+    let url = format!("127.0.0.1:{tls_port}");
+    let start = |url: &str, tls: &[(&str, &str)]| {
+        let mut command = ratelimit(&dir);
+        command
+            .envs([
+                ("HOST", "127.0.0.1"),
+                ("PORT", "0"),
+                ("GRPC_HOST", "127.0.0.1"),
+                ("GRPC_PORT", "0"),
+                ("RUNTIME_ROOT", root.to_str().unwrap()),
+                ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+                ("USE_STATSD", "false"),
+                ("REDIS_SOCKET_TYPE", "tcp"),
+                ("REDIS_URL", url),
+                ("REDIS_TLS", "true"),
+                // The tests' keys start with `slidegate:`.
+                ("CACHE_KEY_PREFIX", "slidegate:tls:"),
+            ])
+            .envs(tls.iter().copied());
+        command
+    };
+    let certified = [
+        ("REDIS_TLS_CACERT", ca_file.as_str()),
+        ("REDIS_TLS_CLIENT_CERT", me.0.as_str()),
+        ("REDIS_TLS_CLIENT_KEY", me.1.as_str()),
+    ];
+
+    // Counts in that Redis, over TLS: a plain connection to its TLS port
+    // would get no answer.
+    let (child, lines) = common::spawn_logging(&mut start(&url, &certified));
+    let (_, grpc) = common::next_line(&lines, &mut Vec::new(), common::listening_on);
+    assert_eq!(decide(&grpc, "edge", "user", "alice").await, Code::Ok);
+    assert_eq!(decide(&grpc, "edge", "user", "alice").await, Code::Ok);
+    assert_eq!(decide(&grpc, "edge", "user", "alice").await, Code::OverLimit);
+    let keys = tls_cli(tls_port, &ca_file, &me, &["--scan"]);
+    assert!(
+        !keys.is_empty() && keys.lines().all(|k| k.starts_with("slidegate:tls:")),
+        "{keys:?}"
+    );
+    common::terminate(child);
+
+    let fails = |url: &str, tls: &[(&str, &str)]| {
+        let out = start(url, tls).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+        stderr
+    };
+    // Without its client certificate, Redis refuses the handshake.
+    let said = fails(&url, &certified[..1]);
+    assert!(
+        said.starts_with(&format!("error: cannot reach Redis at rediss://{url}")) && said.contains("Certificate"),
+        "{said}"
+    );
+    // A CA file that is not there, or holds no certificate, is named.
+    let missing = path_text(&dir.join("missing.pem"));
+    let said = fails(
+        &url,
+        &[("REDIS_TLS_CACERT", missing.as_str()), certified[1], certified[2]],
+    );
+    assert!(
+        said.starts_with(&format!("error: Redis TLS CA file {missing}: cannot read it: ")),
+        "{said}"
+    );
+    let said = fails(&url, &[("REDIS_TLS_CACERT", me.1.as_str()), certified[1], certified[2]]);
+    assert_eq!(
+        said,
+        format!("error: Redis TLS CA file {}: no PEM certificate in it\n", me.1)
+    );
+    // 127.0.0.2 is not a name of the certificate: refused, unless told to
+    // skip that check (the CA's signature is still checked).
+    let other = format!("127.0.0.2:{tls_port}");
+    let said = fails(&other, &certified);
+    assert!(said.contains("NotValidForName"), "{said}");
+    let skip = [&certified[..], &[("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true")]].concat();
+    let said = fails(&other, &skip[1..]);
+    assert!(
+        said.contains("UnknownIssuer"),
+        "the system's roots do not have the test's CA: {said}"
+    );
+    let (child, lines) = common::spawn_logging(&mut start(&other, &skip));
+    let (_, grpc) = common::next_line(&lines, &mut Vec::new(), common::listening_on);
+    assert_eq!(decide(&grpc, "edge", "user", "bob").await, Code::Ok);
+    common::terminate(child);
+    let keys = redis.keys_and_ttls();
+    assert!(keys.iter().any(|(k, _)| k.contains("bob")), "{keys:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }

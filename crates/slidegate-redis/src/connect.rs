@@ -14,12 +14,13 @@
 
 use crate::store::checked_prefix;
 use crate::{
-    Batching, DEFAULT_LOCAL_KEYS, HybridOptions, HybridStore, RedisClock, RedisStore, SentinelConnection, SyncTask,
+    Batching, DEFAULT_LOCAL_KEYS, HybridOptions, HybridStore, RedisClock, RedisStore, RedisTls, RedisTlsError,
+    SentinelConnection, SyncTask,
 };
-use redis::AsyncConnectionConfig;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
+use redis::{AsyncConnectionConfig, ConnectionAddr, IntoConnectionInfo, TlsCertificates};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 use slidegate_memory::{Budget, MemoryStore};
 use slidegate_store::{Decisions, DynStore, FailOver, FailurePolicy, Quota, Store, StoreError, StoreStats};
@@ -70,7 +71,8 @@ const MAX_IN_FLIGHT: usize = 1024;
 /// Redis-backed store is built from ([`RedisOptions::connect`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RedisOptions {
-    /// `redis://` URLs: one server, the seed nodes of a cluster, or (with
+    /// `redis://` URLs (`rediss://` for TLS, all or none of them): one
+    /// server, the seed nodes of a cluster, or (with
     /// [`RedisOptions::sentinel`]) the Sentinels.
     pub urls: Vec<String>,
     /// Use the cluster client even with one URL (several URLs always do,
@@ -107,6 +109,10 @@ pub struct RedisOptions {
     /// the next (on one server whatever their keys, on a cluster per hash
     /// slot; see [`Batching`]); `false`: one call per request.
     pub batching: bool,
+    /// The CA, client certificate and host name check of `rediss://`
+    /// URLs (one server or a cluster); by default none, the system's
+    /// roots, the host name checked.
+    pub tls: RedisTls,
 }
 
 impl RedisOptions {
@@ -134,6 +140,7 @@ impl Default for RedisOptions {
             sync_interval: None,
             bounded: false,
             batching: true,
+            tls: RedisTls::default(),
         }
     }
 }
@@ -174,6 +181,9 @@ pub enum RedisConnectError {
     /// Options that contradict each other.
     #[error("bad Redis options: {0}")]
     Options(&'static str),
+    /// A TLS file cannot be used, or the TLS options contradict each other.
+    #[error(transparent)]
+    Tls(#[from] RedisTlsError),
 }
 
 /// The connection to Redis: a [`ConnectionManager`] to one server (it
@@ -301,6 +311,7 @@ impl RedisOptions {
             (None, _) => Topology::Single,
         };
         let urls = options.urls.join(", ");
+        let tls = tls_certificates(options, &topology)?;
         let client_timeout = client_timeout(options.timeout);
         let conn = match topology {
             Topology::Cluster => {
@@ -309,14 +320,18 @@ impl RedisOptions {
                 }
                 // The response timeout bounds each attempt and, by default, the
                 // whole call with its redirections and retries.
-                let client = ClusterClientBuilder::new(options.urls.clone())
+                let mut builder = ClusterClientBuilder::new(options.urls.clone())
                     .connection_timeout(client_timeout)
-                    .response_timeout(client_timeout)
-                    .build()
-                    .map_err(|source| RedisConnectError::Url {
-                        url: urls.clone(),
-                        source,
-                    })?;
+                    .response_timeout(client_timeout);
+                if let Some(certs) = tls {
+                    builder = builder
+                        .certs(certs)
+                        .danger_accept_invalid_hostnames(options.tls.skip_hostname_verification);
+                }
+                let client = builder.build().map_err(|source| RedisConnectError::Url {
+                    url: urls.clone(),
+                    source,
+                })?;
                 let mut conn = bounded(&urls, async move { client.get_async_connection().await }).await?;
                 let ping = redis::cmd("PING");
                 bounded(&urls, async move {
@@ -341,7 +356,10 @@ impl RedisOptions {
                 .map(RedisConn::Sentinel)?
             }
             Topology::Single => {
-                let client = check_url(first)?;
+                let client = match tls {
+                    Some(certs) => tls_client(first, certs, options.tls.skip_hostname_verification)?,
+                    None => check_url(first)?,
+                };
                 // A plain connection first, for the reason when Redis is not
                 // there (the manager would retry it for seconds).
                 let probe = client.clone();
@@ -525,4 +543,69 @@ fn check_url(url: &str) -> Result<redis::Client, RedisConnectError> {
         url: url.to_owned(),
         source,
     })
+}
+
+/// Whether `url` is a `rediss://` URL (TLS), refusing redis-rs's
+/// `#insecure`, which would check no certificate at all.
+fn is_tls(url: &str) -> Result<bool, RedisConnectError> {
+    let info = url.into_connection_info().map_err(|source| RedisConnectError::Url {
+        url: url.to_owned(),
+        source,
+    })?;
+    match info.addr() {
+        ConnectionAddr::TcpTls { insecure: true, .. } => Err(RedisConnectError::Url {
+            url: url.to_owned(),
+            source: redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "`#insecure` would check no certificate; skip only the host name check instead",
+            )),
+        }),
+        ConnectionAddr::TcpTls { .. } => Ok(true),
+        _ => Ok(false),
+    }
+}
+
+/// The certificates of `options`' TLS, read and checked, when its URLs are
+/// `rediss://`; `None` when they are not (and no TLS option is set).
+fn tls_certificates(
+    options: &RedisOptions,
+    topology: &Topology<'_>,
+) -> Result<Option<TlsCertificates>, RedisConnectError> {
+    let mut tls = None;
+    for url in &options.urls {
+        let this = is_tls(url)?;
+        if tls.is_some_and(|before| before != this) {
+            return Err(RedisConnectError::Options(
+                "some URLs are `rediss://` (TLS) and some are not: all or none",
+            ));
+        }
+        tls = Some(this);
+    }
+    match (tls == Some(true), topology) {
+        (false, _) if options.tls.is_set() => Err(RedisConnectError::Options(
+            "TLS files or options are set but the URLs are not `rediss://`",
+        )),
+        (false, _) => Ok(None),
+        (true, Topology::Sentinel(_)) => Err(RedisConnectError::Options(
+            "slidegate does not reach Redis Sentinel over TLS (`rediss://`) yet",
+        )),
+        (true, _) => Ok(Some(options.tls.certificates()?)),
+    }
+}
+
+/// A client of the `rediss://` URL `url` with `certs`, checking the host
+/// name unless `skip_hostname`.
+fn tls_client(url: &str, certs: TlsCertificates, skip_hostname: bool) -> Result<redis::Client, RedisConnectError> {
+    let bad_url = |source| RedisConnectError::Url {
+        url: url.to_owned(),
+        source,
+    };
+    let client = redis::Client::build_with_tls(url, certs).map_err(bad_url)?;
+    if !skip_hostname {
+        return Ok(client);
+    }
+    let info = client.get_connection_info().clone();
+    let mut addr = info.addr().clone();
+    addr.set_danger_accept_invalid_hostnames(true);
+    redis::Client::open(info.set_addr(addr)).map_err(bad_url)
 }

@@ -351,6 +351,7 @@ mod hybrid;
 mod hybrid_store;
 mod stale;
 mod store;
+mod tls;
 
 pub use batch::{Batching, MAX_BATCH};
 pub use connect::{
@@ -362,6 +363,7 @@ pub use hybrid::{
 pub use hybrid_store::{HybridStore, MAX_HYBRID_LIMITS};
 pub use stale::StaleSyncs;
 pub use store::{RedisStore, SentinelConnection, supports_quota};
+pub use tls::{RedisTls, RedisTlsError};
 
 use redis::Script;
 use slidegate_core::{Algorithm, Clock, Decision, Policy, Weighting};
