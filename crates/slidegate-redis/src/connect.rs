@@ -154,23 +154,24 @@ pub enum RedisConnectError {
     #[error("no Redis URL")]
     NoUrl,
     /// A URL does not parse.
-    #[error("bad Redis URL `{url}`: {source}")]
+    #[error("bad Redis URL `{url}`: {error}")]
     Url {
         /// The URL.
         url: String,
-        /// Why.
-        source: redis::RedisError,
+        /// Why (in the message, not as the error's source, so that a
+        /// chain of causes says it once).
+        error: redis::RedisError,
     },
     /// The key prefix has `{` or `}`.
     #[error("bad Redis key prefix `{0}`: it must not contain `{{` or `}}`")]
     Prefix(String),
     /// Redis did not answer.
-    #[error("cannot reach Redis at {urls}: {source}")]
+    #[error("cannot reach Redis at {urls}: {error}")]
     Connect {
         /// The URLs, comma-separated.
         urls: String,
-        /// Why.
-        source: redis::RedisError,
+        /// Why (in the message, not as the error's source).
+        error: redis::RedisError,
     },
     /// The hybrid mode's options cannot work.
     #[error("bad hybrid mode options: {0}")]
@@ -328,9 +329,9 @@ impl RedisOptions {
                         .certs(certs)
                         .danger_accept_invalid_hostnames(options.tls.skip_hostname_verification);
                 }
-                let client = builder.build().map_err(|source| RedisConnectError::Url {
+                let client = builder.build().map_err(|error| RedisConnectError::Url {
                     url: urls.clone(),
-                    source,
+                    error,
                 })?;
                 let mut conn = bounded(&urls, async move { client.get_async_connection().await }).await?;
                 let ping = redis::cmd("PING");
@@ -532,30 +533,30 @@ async fn bounded<T>(urls: &str, future: impl Future<Output = redis::RedisResult<
     tokio::time::timeout(CONNECT_TIMEOUT, future)
         .await
         .map_err(|_| RedisConnectError::Timeout(urls.to_owned()))?
-        .map_err(|source| RedisConnectError::Connect {
+        .map_err(|error| RedisConnectError::Connect {
             urls: urls.to_owned(),
-            source,
+            error,
         })
 }
 
 fn check_url(url: &str) -> Result<redis::Client, RedisConnectError> {
-    redis::Client::open(url).map_err(|source| RedisConnectError::Url {
+    redis::Client::open(url).map_err(|error| RedisConnectError::Url {
         url: url.to_owned(),
-        source,
+        error,
     })
 }
 
 /// Whether `url` is a `rediss://` URL (TLS), refusing redis-rs's
 /// `#insecure`, which would check no certificate at all.
 fn is_tls(url: &str) -> Result<bool, RedisConnectError> {
-    let info = url.into_connection_info().map_err(|source| RedisConnectError::Url {
+    let info = url.into_connection_info().map_err(|error| RedisConnectError::Url {
         url: url.to_owned(),
-        source,
+        error,
     })?;
     match info.addr() {
         ConnectionAddr::TcpTls { insecure: true, .. } => Err(RedisConnectError::Url {
             url: url.to_owned(),
-            source: redis::RedisError::from((
+            error: redis::RedisError::from((
                 redis::ErrorKind::InvalidClientConfig,
                 "`#insecure` would check no certificate; skip only the host name check instead",
             )),
@@ -596,9 +597,9 @@ fn tls_certificates(
 /// A client of the `rediss://` URL `url` with `certs`, checking the host
 /// name unless `skip_hostname`.
 fn tls_client(url: &str, certs: TlsCertificates, skip_hostname: bool) -> Result<redis::Client, RedisConnectError> {
-    let bad_url = |source| RedisConnectError::Url {
+    let bad_url = |error| RedisConnectError::Url {
         url: url.to_owned(),
-        source,
+        error,
     };
     let client = redis::Client::build_with_tls(url, certs).map_err(bad_url)?;
     if !skip_hostname {

@@ -697,7 +697,7 @@ impl SentinelConnection {
     ///
     /// When no Sentinel names a primary, or the primary does not answer.
     pub async fn connect<T: IntoConnectionInfo>(sentinels: Vec<T>, master: &str) -> redis::RedisResult<Self> {
-        let client = SentinelClient::build(sentinels, master.to_owned(), None, SentinelServerType::Master)?;
+        let client = SentinelClient::build(sentinels, master, None, SentinelServerType::Master)?;
         let conn = SentinelConnection {
             shared: Arc::new(SentinelShared {
                 client: tokio::sync::Mutex::new(client),
