@@ -53,9 +53,21 @@ impl Ca {
     }
 
     pub fn leaf(&self, name: &str, key: KeyPair, usage: ExtendedKeyUsagePurpose) -> Leaf {
+        self.leaf_for(name, key, vec![usage])
+    }
+
+    /// A certificate for both ends of a connection (server and client), as
+    /// Envoy Gateway's certificate of its rate limit service is: it serves
+    /// gRPC and is shown to the control plane.
+    pub fn both(&self, name: &str) -> Leaf {
+        let usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+        self.leaf_for(name, KeyPair::generate().unwrap(), usages)
+    }
+
+    fn leaf_for(&self, name: &str, key: KeyPair, usages: Vec<ExtendedKeyUsagePurpose>) -> Leaf {
         let mut params = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
         params.distinguished_name.push(DnType::CommonName, name);
-        params.extended_key_usages = vec![usage];
+        params.extended_key_usages = usages;
         let cert = params.signed_by(&key, &self.issuer).unwrap();
         Leaf {
             pem: cert.pem(),

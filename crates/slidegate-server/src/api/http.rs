@@ -128,12 +128,14 @@ async fn ready(State(shared): State<Arc<Shared>>) -> Result<&'static str, Proble
     }
 }
 
-/// envoyproxy/ratelimit's health check: alive, (with
-/// `--ready-requires-config`, its `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`)
-/// a config with a domain is in force, and (with an xDS config source that
-/// waits for it) the first snapshot has been applied.
+/// envoyproxy/ratelimit's health check, which its probes (Envoy Gateway's
+/// readiness, liveness and startup probes) ask: 503 while draining after
+/// SIGTERM (upstream fails it on SIGTERM too), and for every reason
+/// `/readyz` has (Redis silent with `--ready-requires-redis`, its
+/// `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`; no config with a domain with
+/// `--ready-requires-config`; the xDS client's first snapshot awaited).
 async fn healthcheck(State(shared): State<Arc<Shared>>) -> Result<&'static str, Problem> {
-    if let Some(why) = shared.config_pending() {
+    if let Some(why) = shared.not_ready() {
         return Err(Problem::new(StatusCode::SERVICE_UNAVAILABLE, why));
     }
     Ok("OK\n")

@@ -1,5 +1,6 @@
 //! Helpers shared by the integration tests.
 
+pub(crate) mod ads;
 pub(crate) mod envoy_actions;
 pub(crate) mod envoy_gateway;
 pub(crate) mod harness;
