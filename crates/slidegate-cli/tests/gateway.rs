@@ -9,9 +9,9 @@
 //!   Envoy Gateway's certgen makes them) and written to a folder of the
 //!   test; Redis is a throw-away `redis-server`; the control plane is an
 //!   ADS server of the test's; the listeners are on loopback ports the
-//!   system picks (`HOST`, `PORT`, `GRPC_HOST`, `GRPC_PORT`,
-//!   `PROMETHEUS_ADDR` set), not 8080, 8081 and 19001, so that tests can
-//!   run side by side;
+//!   system picks (`HOST`, `PORT`, `GRPC_HOST`, `GRPC_PORT` of
+//!   `common::LOOPBACK`, and `PROMETHEUS_ADDR`), not 8080, 8081 and 19001,
+//!   so that tests can run side by side;
 //! - a short reconnection backoff (`XDS_CLIENT_BACKOFF_*`), so that the
 //!   control plane's restart takes milliseconds, not 10 s;
 //! - statsd on (`USE_STATSD=true` to the test's UDP socket), to check the
@@ -100,10 +100,6 @@ fn envoy_gateways_environment(certs: &Path, ads: &str, redis: u16, statsd: u16) 
         // The addresses of this test.
         ("CONFIG_GRPC_XDS_SERVER_URL", ads.to_owned()),
         ("REDIS_URL", format!("127.0.0.1:{redis}")),
-        ("HOST", "127.0.0.1".to_owned()),
-        ("PORT", "0".to_owned()),
-        ("GRPC_HOST", "127.0.0.1".to_owned()),
-        ("GRPC_PORT", "0".to_owned()),
         ("PROMETHEUS_ADDR", "127.0.0.1:0".to_owned()),
         // A quick reconnection, and statsd to the test's socket.
         ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "50ms".to_owned()),
@@ -212,7 +208,7 @@ async fn slidegate_runs_as_envoy_gateways_rate_limit_service() {
         redis.port(),
         statsd.local_addr().unwrap().port(),
     );
-    command.envs(&env).env_remove("RUST_LOG");
+    command.envs(&env).envs(common::LOOPBACK).env_remove("RUST_LOG");
     let (child, lines) = common::spawn_logging(&mut command);
     let mut log = Vec::new();
     let (http, grpc) = common::next_line(&lines, &mut log, common::listening_on);

@@ -133,11 +133,7 @@ fn decisions_are_spans_in_the_callers_trace() {
     let w3c_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
     let w3c_parent = "00f067aa0ba902b7";
     let code = runtime.block_on(async {
-        let channel = tonic::transport::Channel::from_shared(format!("http://{grpc}"))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
+        let channel = common::channel(&grpc).await;
         let mut client = RateLimitServiceClient::new(channel);
         let mut call = tonic::Request::new(RateLimitRequest {
             domain: "traced".to_owned(),

@@ -31,11 +31,7 @@ fn ratelimit(dir: &Path) -> Command {
 
 /// One `ShouldRateLimit` of `key=value` in `domain` to `grpc`.
 async fn decide(grpc: &str, domain: &str, key: &str, value: &str) -> Code {
-    let channel = tonic::transport::Channel::from_shared(format!("http://{grpc}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let channel = common::channel(grpc).await;
     let mut client = RateLimitServiceClient::new(channel);
     let request = RateLimitRequest {
         domain: domain.to_owned(),
@@ -80,11 +76,7 @@ async fn the_ratelimit_name_serves_envoyproxy_ratelimits_environment() {
     let sentinel = RedisSentinel::start();
     let root = runtime(&dir);
     let mut command = ratelimit(&dir);
-    command.envs([
-        ("HOST", "127.0.0.1"),
-        ("PORT", "0"),
-        ("GRPC_HOST", "127.0.0.1"),
-        ("GRPC_PORT", "0"),
+    command.envs(common::LOOPBACK).envs([
         ("RUNTIME_ROOT", root.to_str().unwrap()),
         ("RUNTIME_SUBDIRECTORY", "ratelimit"),
         ("RUNTIME_WATCH_ROOT", "false"),
@@ -230,11 +222,8 @@ async fn redis_over_tls_with_a_client_certificate() {
     let start = |url: &str, tls: &[(&str, &str)]| {
         let mut command = ratelimit(&dir);
         command
+            .envs(common::LOOPBACK)
             .envs([
-                ("HOST", "127.0.0.1"),
-                ("PORT", "0"),
-                ("GRPC_HOST", "127.0.0.1"),
-                ("GRPC_PORT", "0"),
                 ("RUNTIME_ROOT", root.to_str().unwrap()),
                 ("RUNTIME_SUBDIRECTORY", "ratelimit"),
                 ("USE_STATSD", "false"),

@@ -107,11 +107,7 @@ impl Serve {
     }
 
     async fn client(&self) -> Client {
-        let channel = Channel::from_shared(format!("http://{}", self.grpc))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
+        let channel = common::channel(&self.grpc).await;
         RateLimitServiceClient::new(channel)
     }
 

@@ -64,11 +64,7 @@ fn grpc_health(grpc: &str, name: &str) -> tonic_health::pb::health_check_respons
         .build()
         .unwrap();
     runtime.block_on(async {
-        let channel = tonic::transport::Channel::from_shared(format!("http://{grpc}"))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
+        let channel = common::channel(grpc).await;
         let request = HealthCheckRequest {
             service: name.to_owned(),
         };

@@ -136,6 +136,23 @@ pub fn slidegate() -> Command {
     command
 }
 
+/// A plain HTTP/2 channel to the gRPC address `grpc`, connected.
+pub async fn channel(grpc: &str) -> tonic::transport::Channel {
+    tonic::transport::Channel::from_shared(format!("http://{grpc}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap()
+}
+
+/// envoyproxy/ratelimit's listener variables for free loopback ports.
+pub const LOOPBACK: [(&str, &str); 4] = [
+    ("HOST", "127.0.0.1"),
+    ("PORT", "0"),
+    ("GRPC_HOST", "127.0.0.1"),
+    ("GRPC_PORT", "0"),
+];
+
 /// `slidegate serve` on free loopback ports, then `extra`.
 pub fn serve_command(extra: &[&str]) -> Command {
     let mut command = slidegate();
