@@ -71,9 +71,9 @@ pub(crate) struct Args {
     /// handshake. Needs `--tls-cert`.
     #[arg(long, env = "SLIDEGATE_TLS_CLIENT_CA", value_name = "PATH", help_heading = LISTENERS)]
     tls_client_ca: Option<PathBuf>,
-    /// Mutual TLS: a client certificate must also name this DNS name (or
-    /// IP address) among its subject alternative names.
+    /// Mutual TLS: a client certificate must also name this DNS name.
     ///
+    /// Among its subject alternative names (an IP address too).
     /// envoyproxy/ratelimit's `GRPC_CLIENT_TLS_SAN`. Needs
     /// `--tls-client-ca`.
     #[arg(long, env = "SLIDEGATE_TLS_CLIENT_SAN", requires = "tls_client_ca", value_name = "NAME", help_heading = LISTENERS)]
