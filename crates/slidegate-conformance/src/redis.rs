@@ -205,6 +205,20 @@ impl RedisServer {
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 
+    /// Waits (bounded) until `redis-cli ARGS` answers with `needle` in it
+    /// (a node that has taken its slots says `cluster_state:ok`); false if
+    /// it still does not after `within`.
+    pub fn wait_answer(&self, args: &[&str], needle: &str, within: Duration) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < within {
+            if self.cli(args).contains(needle) {
+                return true;
+            }
+            sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
     /// Waits (bounded) until `key` is gone; false if it is still there
     /// after `within`.
     pub fn wait_gone(&self, key: &str, within: Duration) -> bool {

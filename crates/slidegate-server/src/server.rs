@@ -561,10 +561,6 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
         let (applied, mut snapshots) = watch::channel(0);
         let apply = crate::xds::ApplyOptions {
             load: load_options(&options),
-            // The control plane says what is limited: a snapshot without
-            // limits is its last policy removed (Envoy Gateway sends one),
-            // not a file caught half written.
-            allow_empty_reload: true,
             give_back_memory: options.give_back_memory,
         };
         tasks.push(crate::xds::spawn(

@@ -297,9 +297,6 @@ fn tls_config(tls: &XdsTls) -> Result<ClientTlsConfig, XdsError> {
 pub(crate) struct ApplyOptions {
     /// How resources are loaded (`Options::merge_domains`).
     pub(crate) load: LoadOptions,
-    /// Whether a snapshot may remove every limit: always, as the control
-    /// plane is the authority on what is limited.
-    pub(crate) allow_empty_reload: bool,
     /// `Options::give_back_memory`.
     pub(crate) give_back_memory: fn(),
 }
@@ -482,7 +479,10 @@ impl Session {
                 }
             };
             let resources = resources.len();
-            crate::reload::apply(&shared, config, apply.allow_empty_reload, apply.give_back_memory)
+            // A snapshot may remove every limit: the control plane says what
+            // is limited (Envoy Gateway sends one without any when its last
+            // policy is removed); it is no file caught half written.
+            crate::reload::apply(&shared, config, true, apply.give_back_memory)
                 .map(|applied| (applied, resources))
                 .map_err(|e| if errors.is_empty() { vec![e] } else { errors })
         })

@@ -545,11 +545,7 @@ async fn health_turns_not_serving_before_the_listeners_close() {
     use tonic_health::pb::health_check_response::ServingStatus;
     use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
     let h = Harness::start_with(RULES, |o| o.drain_delay = Duration::from_secs(3)).await;
-    let channel = tonic::transport::Channel::from_shared(format!("http://{}", h.running.grpc))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let channel = h.channel().await;
     let mut health = HealthClient::new(channel);
     let status = async |health: &mut HealthClient<tonic::transport::Channel>, name: &str| {
         let request = HealthCheckRequest {

@@ -49,11 +49,7 @@ async fn start(yaml: &str, redis: RedisOptions) -> Result<Instance, StartError> 
         ..Options::default()
     };
     let running = server::start(options, ManualClock::new(1_000_000_000_000)).await?;
-    let channel = Channel::from_shared(format!("http://{}", running.grpc))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let channel = common::harness::channel_to(&running).await;
     Ok(Instance {
         running,
         grpc: RateLimitServiceClient::new(channel),

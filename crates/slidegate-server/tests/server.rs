@@ -1167,11 +1167,7 @@ fn frame_types(bytes: &[u8]) -> Vec<u8> {
 /// A gRPC client on a fresh connection to `h`'s server that calls any
 /// path.
 async fn generic_client(h: &Harness) -> tonic::client::Grpc<tonic::transport::Channel> {
-    let channel = tonic::transport::Channel::from_shared(format!("http://{}", h.running.grpc))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let channel = h.channel().await;
     tonic::client::Grpc::new(channel)
 }
 

@@ -236,11 +236,7 @@ async fn not_ready_until_the_first_snapshot() {
 
     let mut ads = AdsServer::start("127.0.0.1:0".parse().unwrap(), None).await;
     let h = serve_from(&ads, |_| {}).await;
-    let channel = tonic::transport::Channel::from_shared(format!("http://{}", h.running.grpc))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let channel = h.channel().await;
     let mut health = HealthClient::new(channel);
     let mut watch = health
         .watch(HealthCheckRequest {

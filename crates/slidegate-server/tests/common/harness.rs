@@ -29,6 +29,15 @@ pub struct Harness {
     pub dir: TempDir,
 }
 
+/// A new plain HTTP/2 connection to `running`'s gRPC listener.
+pub async fn channel_to(running: &Running) -> Channel {
+    Channel::from_shared(format!("http://{}", running.grpc))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap()
+}
+
 impl Harness {
     pub async fn start(yaml: &str) -> Harness {
         Harness::start_with(yaml, |_| {}).await
@@ -52,17 +61,18 @@ impl Harness {
         tweak(&mut options);
         let clock = ManualClock::new(1_000_000_000_000);
         let running = server::start(options, clock.clone()).await.unwrap();
-        let channel = Channel::from_shared(format!("http://{}", running.grpc))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
+        let channel = channel_to(&running).await;
         Harness {
             running,
             clock,
             grpc: RateLimitServiceClient::new(channel),
             dir,
         }
+    }
+
+    /// A new connection to the gRPC listener.
+    pub async fn channel(&self) -> Channel {
+        channel_to(&self.running).await
     }
 
     /// The HTTP address.
