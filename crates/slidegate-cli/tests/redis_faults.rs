@@ -700,9 +700,14 @@ async fn hybrid_mode_killed_loses_what_it_had_not_synced() {
     // The other instance admits again exactly what Redis never got. The
     // sync task's first round runs as it starts, and may catch the first
     // count (one CI run: 49 lost of 50); the next is 30 s away.
+    // The other instance decides locally until its own first sync pulls
+    // Redis's count: when the killed one's first round did catch a count,
+    // the other's first hits may still come before that pull (one CI run:
+    // 49 lost, 50 admitted again). Never fewer than were lost, never more
+    // than the limit.
     assert_eq!(first, LIMIT);
     assert!(lost >= LIMIT - 1, "{lost} lost of {first}");
-    assert_eq!(second, lost);
+    assert!((lost..=LIMIT).contains(&second), "{second} admitted again, {lost} lost");
     other.stop();
 
     let stopped = hybrid("30s");
