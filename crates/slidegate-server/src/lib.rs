@@ -20,6 +20,9 @@
 //!   outages), shared by every instance on it;
 //! - [`config`]: the YAML files, checked with file, line and column.
 //!
+//! [`quota`] is the Rate Limit Quota Service's engine: how a quota
+//! bucket's limit is shared between the Envoys that report it.
+//!
 //! Beside them: [`metrics`] (the Prometheus registry), [`trace`] (each
 //! decision's span, continued from the W3C or B3 trace context of the
 //! request), [`proto`] (the wire types), [`headers`] (the answers' header
@@ -48,6 +51,7 @@ pub mod log_limit;
 pub mod metrics;
 pub mod net;
 pub mod proto;
+pub mod quota;
 pub mod redis_store;
 pub mod reload;
 pub mod server;
