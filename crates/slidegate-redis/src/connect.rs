@@ -241,6 +241,12 @@ pub struct RedisProbe {
 }
 
 impl RedisProbe {
+    /// The store's connection, for other data kept beside the counters
+    /// (the quota service's ledgers).
+    pub fn connection(&self) -> RedisConn {
+        self.conn.clone()
+    }
+
     /// Whether Redis answers `PING` within the store's timeout (at least
     /// 100 ms). On a cluster, the node the client picks answers.
     pub async fn answers(&self) -> bool {

@@ -3,4 +3,5 @@
 //! each a token bucket, a blanket rule or an abandon. [`share`] decides how
 //! one bucket's limit is split between the streams that report it.
 
+pub mod ledgers;
 pub mod share;

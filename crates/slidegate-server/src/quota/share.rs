@@ -298,6 +298,86 @@ impl Ledger {
         }
     }
 
+    /// When the last thing it holds or reports ends: after it, the
+    /// ledger is empty (what Redis expires it at).
+    pub fn horizon(&self, now: u64) -> u64 {
+        self.holders
+            .iter()
+            .flat_map(|h| {
+                let holds = h.rates.iter().chain(h.bursts.iter()).map(|(_, until)| *until);
+                holds.chain(std::iter::once(h.active_until))
+            })
+            .fold(now, u64::max)
+    }
+
+    /// The ledger as text, for Redis: a holder per `;`, each
+    /// `replica,stream,want,active_until,chain burst,chain sent/rates/bursts`,
+    /// a hold `amount:until`, space-separated (no chain: `0,0`).
+    pub fn encode(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        for (i, h) in self.holders.iter().enumerate() {
+            if i > 0 {
+                out.push(';');
+            }
+            let (burst, sent) = h.chain.unwrap_or((0, 0));
+            let _ = write!(
+                out,
+                "{},{},{},{},{burst},{sent}/",
+                h.id.replica, h.id.stream, h.want, h.active_until
+            );
+            let holds = |out: &mut String, holds: &[Hold]| {
+                for (j, (amount, until)) in holds.iter().enumerate() {
+                    let sep = if j > 0 { " " } else { "" };
+                    let _ = write!(out, "{sep}{amount}:{until}");
+                }
+            };
+            holds(&mut out, &h.rates);
+            out.push('/');
+            holds(&mut out, &h.bursts);
+        }
+        out
+    }
+
+    /// A ledger from [`Ledger::encode`]'s text; `None` if it is not one.
+    pub fn decode(text: &str) -> Option<Ledger> {
+        fn holds<A: smallvec::Array<Item = Hold>>(text: &str) -> Option<SmallVec<A>> {
+            text.split(' ')
+                .filter(|h| !h.is_empty())
+                .map(|h| {
+                    let (amount, until) = h.split_once(':')?;
+                    Some((amount.parse().ok()?, until.parse().ok()?))
+                })
+                .collect()
+        }
+        let mut holders = Vec::new();
+        for holder in text.split(';').filter(|h| !h.is_empty()) {
+            let mut parts = holder.split('/');
+            let head = parts.next()?;
+            let rates = holds(parts.next()?)?;
+            let bursts = holds(parts.next()?)?;
+            let numbers: Vec<u64> = head.split(',').map(str::parse).collect::<Result<_, _>>().ok()?;
+            let [replica, stream, want, active_until, burst, sent] = numbers.as_slice() else {
+                return None;
+            };
+            if parts.next().is_some() || holders.len() >= MAX_HOLDERS {
+                return None;
+            }
+            holders.push(Holder {
+                id: StreamId {
+                    replica: *replica,
+                    stream: *stream,
+                },
+                want: *want,
+                active_until: *active_until,
+                rates,
+                bursts,
+                chain: (*burst > 0).then_some((*burst, *sent)),
+            });
+        }
+        Some(Ledger { holders })
+    }
+
     /// The stream `id` will not report the bucket again (it ended, or
     /// the bucket was abandoned): its demand stops counting, its holds
     /// stay until they expire, and a later grant starts a new chain.
@@ -493,6 +573,23 @@ mod tests {
         assert_eq!(ledger.held_burst(10 * S), 6);
         // The first chain's burst ends W after its hold: 0 + 11 + 10.
         assert_eq!(ledger.held_burst(21 * S), 3);
+    }
+
+    #[test]
+    fn a_ledger_reads_back_as_written() {
+        let pools = Pools::new(1000, 10 * S);
+        let timing = Timing::DEFAULT;
+        let mut ledger = Ledger::new();
+        ledger.grant(id(1), 100, 0, &pools, &timing);
+        ledger.grant(id(2), u64::MAX, S, &pools, &timing);
+        ledger.leave(id(2));
+        let text = ledger.encode();
+        assert_eq!(Ledger::decode(&text), Some(ledger.clone()));
+        assert_eq!(Ledger::decode(""), Some(Ledger::new()));
+        for bad in ["1,2,3/", "1,2,3,4,5,6/x:1/", "1,2,3,4,5,6///", "a,2,3,4,5,6//"] {
+            assert_eq!(Ledger::decode(bad), None, "{bad}");
+        }
+        assert_eq!(ledger.horizon(0), S + timing.hold_ns() + 10 * S);
     }
 
     #[test]
