@@ -1,7 +1,7 @@
-//! Generates the Envoy rate limit service (v3) types and the xDS client's
-//! (the aggregated discovery service, envoyproxy/ratelimit's
-//! `RateLimitConfig`) from `proto/`: prost messages, the tonic servers and
-//! clients, and proto3-JSON serde impls (pbjson).
+//! Generates the Envoy rate limit service (v3) and rate limit quota service
+//! (RLQS) types and the xDS client's (the aggregated discovery service,
+//! envoyproxy/ratelimit's `RateLimitConfig`) from `proto/`: prost messages,
+//! the tonic servers and clients, and proto3-JSON serde impls (pbjson).
 //!
 //! `protoc` comes from `protoc-bin-vendored`, handed to prost-build through
 //! `Config::protoc_executable` (no `PROTOC` variable, no system protoc).
@@ -14,6 +14,9 @@ const PROTOS: &[&str] = &[
     "envoy/service/ratelimit/v3/rls.proto",
     "envoy/extensions/common/ratelimit/v3/ratelimit.proto",
     "envoy/type/v3/ratelimit_unit.proto",
+    "envoy/service/rate_limit_quota/v3/rlqs.proto",
+    "envoy/type/v3/ratelimit_strategy.proto",
+    "envoy/type/v3/token_bucket.proto",
     "envoy/config/core/v3/base.proto",
     "envoy/service/discovery/v3/discovery.proto",
     "google/rpc/status.proto",

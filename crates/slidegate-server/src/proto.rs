@@ -1,5 +1,6 @@
-//! The Envoy rate limit service protocol, API v3: messages, the gRPC server
-//! and client, and the proto3 JSON mapping.
+//! The Envoy rate limit service protocol, API v3, and the rate limit quota
+//! service's (RLQS): messages, the gRPC servers and clients, and the proto3
+//! JSON mapping.
 //!
 //! The types are generated at build time (`build.rs`) from the `.proto` files
 //! under `proto/`, which follow envoyproxy/data-plane-api's packages, names
@@ -32,17 +33,26 @@
 //! envoyproxy/ratelimit's `RateLimitConfig` ([`rls_conf`], vendored from
 //! its `api/ratelimit/config/ratelimit/v3/rls_conf.proto`).
 //!
+//! The rate limit quota service, which Envoy's `rate_limit_quota` filter
+//! streams to, is [`quota`]: `RateLimitQuotaUsageReports` in,
+//! `RateLimitQuotaResponse` out, over the bidirectional stream
+//! [`quota::rate_limit_quota_service_server::RateLimitQuotaService::stream_rate_limit_quotas`]
+//! (its client too). The strategies it assigns, `RateLimitStrategy` and
+//! `TokenBucket`, are in [`types`] (`envoy.type.v3`), beside `RateLimitUnit`.
+//!
 //! The modules nest by protobuf package ([`envoy`], [`google`],
 //! [`ratelimit`]), so that the generated code's cross-package paths
-//! resolve; [`rls`], [`descriptor`], [`discovery`] and [`rls_conf`] are the
-//! short names.
+//! resolve; [`rls`], [`descriptor`], [`discovery`], [`rls_conf`], [`quota`]
+//! and [`types`] are the short names.
 
 // The generated code is allowed every lint, the crate's panic lints among
 // them: it is prost's, pbjson's and tonic's, not ours to restructure.
 
 pub use envoy::extensions::common::ratelimit::v3 as descriptor;
 pub use envoy::service::discovery::v3 as discovery;
+pub use envoy::service::rate_limit_quota::v3 as quota;
 pub use envoy::service::ratelimit::v3 as rls;
+pub use envoy::r#type::v3 as types;
 pub use ratelimit::config::ratelimit::v3 as rls_conf;
 
 /// Protobuf package `envoy`.
@@ -65,6 +75,25 @@ pub mod envoy {
             pub mod v3 {
                 include!(concat!(env!("OUT_DIR"), "/envoy.service.discovery.v3.rs"));
                 include!(concat!(env!("OUT_DIR"), "/envoy.service.discovery.v3.serde.rs"));
+            }
+        }
+
+        /// Protobuf package `envoy.service.rate_limit_quota`.
+        pub mod rate_limit_quota {
+            /// Protobuf package `envoy.service.rate_limit_quota.v3`: the
+            /// `RateLimitQuotaService` (RLQS), its usage reports and bucket
+            /// actions.
+            #[allow(
+                missing_docs,
+                unreachable_pub,
+                clippy::all,
+                clippy::pedantic,
+                clippy::restriction,
+                rustdoc::all
+            )]
+            pub mod v3 {
+                include!(concat!(env!("OUT_DIR"), "/envoy.service.rate_limit_quota.v3.rs"));
+                include!(concat!(env!("OUT_DIR"), "/envoy.service.rate_limit_quota.v3.serde.rs"));
             }
         }
 
@@ -116,7 +145,8 @@ pub mod envoy {
 
     /// Protobuf package `envoy.type`.
     pub mod r#type {
-        /// Protobuf package `envoy.type.v3`: the rate limit unit.
+        /// Protobuf package `envoy.type.v3`: the rate limit unit, and the
+        /// RLQS strategies (`RateLimitStrategy`, `TokenBucket`).
         #[allow(
             missing_docs,
             unreachable_pub,
@@ -441,6 +471,120 @@ mod tests {
         let status = client.should_rate_limit(RateLimitRequest::default()).await.unwrap_err();
         assert_eq!(status.code(), tonic::Code::InvalidArgument);
         server.abort();
+    }
+
+    #[test]
+    fn quota_response_with_a_token_bucket_round_trips() {
+        use super::quota::rate_limit_quota_response::BucketAction;
+        use super::quota::rate_limit_quota_response::bucket_action::{BucketAction as Action, QuotaAssignmentAction};
+        use super::quota::{BucketId, RateLimitQuotaResponse};
+        use super::types::rate_limit_strategy::Strategy;
+        use super::types::{RateLimitStrategy, TokenBucket};
+
+        let response = RateLimitQuotaResponse {
+            bucket_action: vec![BucketAction {
+                bucket_id: Some(BucketId {
+                    bucket: [("k".to_owned(), "v".to_owned())].into(),
+                }),
+                bucket_action: Some(Action::QuotaAssignmentAction(QuotaAssignmentAction {
+                    assignment_time_to_live: Some(pbjson_types::Duration { seconds: 10, nanos: 0 }),
+                    rate_limit_strategy: Some(RateLimitStrategy {
+                        strategy: Some(Strategy::TokenBucket(TokenBucket {
+                            max_tokens: 5,
+                            tokens_per_fill: Some(pbjson_types::UInt32Value { value: 2 }),
+                            fill_interval: Some(pbjson_types::Duration { seconds: 1, nanos: 0 }),
+                        })),
+                    }),
+                })),
+            }],
+        };
+        let bytes = response.encode_to_vec();
+        #[rustfmt::skip]
+        let expected: &[u8] = &[
+            0x0a, 0x1e,                   // 1 bucket_action
+              0x0a, 0x08,                 //   1 bucket_id
+                0x0a, 0x06,               //     1 bucket: one map entry
+                  0x0a, 0x01, b'k',       //       key
+                  0x12, 0x01, b'v',       //       value
+              0x12, 0x12,                 //   2 quota_assignment_action
+                0x12, 0x02, 0x08, 0x0a,   //     2 assignment_time_to_live: 10 s
+                0x1a, 0x0c,               //     3 rate_limit_strategy
+                  0x1a, 0x0a,             //       3 token_bucket
+                    0x08, 0x05,           //         1 max_tokens
+                    0x12, 0x02, 0x08, 0x02, //       2 tokens_per_fill: 2
+                    0x1a, 0x02, 0x08, 0x01, //       3 fill_interval: 1 s
+        ];
+        assert_eq!(bytes, expected);
+        assert_eq!(RateLimitQuotaResponse::decode(bytes.as_slice()).unwrap(), response);
+    }
+
+    #[test]
+    fn quota_usage_reports_field_numbers() {
+        use super::quota::RateLimitQuotaUsageReports;
+        use super::quota::rate_limit_quota_usage_reports::BucketQuotaUsage;
+        use super::types::RateLimitStrategy;
+        use super::types::rate_limit_strategy::{BlanketRule, RequestsPerTimeUnit, Strategy};
+
+        #[rustfmt::skip]
+        let bytes: &[u8] = &[
+            0x0a, 0x01, b'd',             // 1 domain
+            0x12, 0x08,                   // 2 bucket_quota_usages
+              0x12, 0x02, 0x08, 0x05,     //   2 time_elapsed: 5 s
+              0x18, 0x07,                 //   3 num_requests_allowed
+              0x20, 0x03,                 //   4 num_requests_denied
+        ];
+        let reports = RateLimitQuotaUsageReports::decode(bytes).unwrap();
+        assert_eq!(
+            reports,
+            RateLimitQuotaUsageReports {
+                domain: "d".to_owned(),
+                bucket_quota_usages: vec![BucketQuotaUsage {
+                    bucket_id: None,
+                    time_elapsed: Some(pbjson_types::Duration { seconds: 5, nanos: 0 }),
+                    num_requests_allowed: 7,
+                    num_requests_denied: 3,
+                }],
+            }
+        );
+
+        let deny = RateLimitStrategy {
+            strategy: Some(Strategy::BlanketRule(BlanketRule::DenyAll.into())),
+        };
+        assert_eq!(deny.encode_to_vec(), [0x08, 0x01]);
+        let per_unit = RateLimitStrategy {
+            strategy: Some(Strategy::RequestsPerTimeUnit(RequestsPerTimeUnit {
+                requests_per_time_unit: 9,
+                time_unit: RateLimitUnit::Minute.into(),
+            })),
+        };
+        assert_eq!(per_unit.encode_to_vec(), [0x12, 0x04, 0x08, 0x09, 0x10, 0x02]);
+    }
+
+    #[test]
+    fn quota_service_name() {
+        use super::quota::rate_limit_quota_service_server::{RateLimitQuotaService, RateLimitQuotaServiceServer};
+        use tonic::server::NamedService;
+
+        fn name<S: RateLimitQuotaService>() -> &'static str {
+            <RateLimitQuotaServiceServer<S> as NamedService>::NAME
+        }
+        struct Never;
+        #[tonic::async_trait]
+        impl RateLimitQuotaService for Never {
+            type StreamRateLimitQuotasStream =
+                tokio_stream::Empty<Result<super::quota::RateLimitQuotaResponse, tonic::Status>>;
+            async fn stream_rate_limit_quotas(
+                &self,
+                _: tonic::Request<tonic::Streaming<super::quota::RateLimitQuotaUsageReports>>,
+            ) -> Result<tonic::Response<Self::StreamRateLimitQuotasStream>, tonic::Status> {
+                Err(tonic::Status::unimplemented("test"))
+            }
+        }
+        // The method's path is `/{NAME}/StreamRateLimitQuotas`.
+        assert_eq!(
+            name::<Never>(),
+            "envoy.service.rate_limit_quota.v3.RateLimitQuotaService"
+        );
     }
 
     #[test]
