@@ -9,10 +9,12 @@
 //! [`stat_name`]).
 
 mod process;
+mod quota;
 mod statsd;
 mod upstream;
 mod xds;
 
+pub use quota::{QuotaAction, QuotaRefusal};
 pub use statsd::{ExtraTagsError, StatsdError, StatsdOptions};
 pub(crate) use statsd::{Statsd, spawn_flushes};
 
@@ -219,6 +221,7 @@ pub struct Metrics {
     store_errors: Counter,
     admin_auth: AdminAuthMetrics,
     xds: xds::XdsMetrics,
+    quota: quota::QuotaMetrics,
     reloads: Family<ReloadLabels, Counter>,
     redis_errors: Counter,
     redis_fallbacks: Family<FallbackLabels, Counter>,
@@ -474,6 +477,7 @@ impl Metrics {
         );
         let admin_auth = AdminAuthMetrics::new(registry);
         let xds = xds::XdsMetrics::new(registry);
+        let quota = quota::QuotaMetrics::new(registry);
         let reloads = Family::<ReloadLabels, Counter>::default();
         registry.register("config_reloads", "Config reloads by result", reloads.clone());
         for result in [ReloadResult::Success, ReloadResult::Failure] {
@@ -572,6 +576,7 @@ impl Metrics {
             store_errors,
             admin_auth,
             xds,
+            quota,
             reloads,
             redis_errors,
             redis_fallbacks,

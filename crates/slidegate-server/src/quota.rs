@@ -1,7 +1,432 @@
 //! The Rate Limit Quota Service's engine: Envoy's `rate_limit_quota`
 //! filter reports each quota bucket's use on a stream, and gets back for
-//! each a token bucket, a blanket rule or an abandon. [`share`] decides how
-//! one bucket's limit is split between the streams that report it.
+//! each a token bucket, a blanket rule or an abandon ([`Quotas::report`]).
+//! [`share`] decides how one bucket's limit is split between the streams
+//! that report it; [`ledgers`] keeps those decisions, in memory or in Redis
+//! for replicas that share their Envoys.
+//!
+//! What a stream may send is bounded: a bucket id of at most
+//! [`MAX_BUCKET_ENTRIES`] entries and [`MAX_BUCKET_BYTES`] bytes, at most
+//! [`QuotaOptions::max_stream_buckets`] buckets a stream. A bucket past a
+//! bound gets no action (Envoy keeps its `no_assignment_behavior`) and is
+//! counted, never an error that would end the stream: only a report
+//! without a domain, or naming another domain than the stream's first, is.
 
 pub mod ledgers;
 pub mod share;
+
+use crate::metrics::{Metrics, QuotaAction, QuotaRefusal};
+use crate::proto::quota::rate_limit_quota_response::BucketAction;
+use crate::proto::quota::rate_limit_quota_response::bucket_action::{
+    AbandonAction, BucketAction as Action, QuotaAssignmentAction,
+};
+use crate::proto::quota::{BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports};
+use crate::proto::types::rate_limit_strategy::{BlanketRule, Strategy};
+use crate::proto::types::{RateLimitStrategy, TokenBucket};
+use ledgers::{LedgerError, LedgerOp, Ledgers};
+use share::{Grant, Pools, StreamId, Timing};
+use slidegate_core::Clock;
+use std::collections::HashMap;
+use std::fmt::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// The most entries a bucket id may have.
+pub const MAX_BUCKET_ENTRIES: usize = 32;
+/// The most bytes a bucket id's keys and values may have together.
+pub const MAX_BUCKET_BYTES: usize = 1024;
+
+/// What a quota rule does with the buckets it matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuotaPolicy {
+    /// `unlimited`: `ALLOW_ALL`.
+    AllowAll,
+    /// A limit of 0: `DENY_ALL`.
+    DenyAll,
+    /// `limit` requests in any window of `window_ns`, shared.
+    Limited {
+        /// The requests a window.
+        limit: u64,
+        /// The window, in ns.
+        window_ns: u64,
+    },
+}
+
+/// The rule a bucket id matched: its name (for metrics and logs) and
+/// policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaMatch<'a> {
+    /// The rule's name.
+    pub rule: &'a str,
+    /// What it does.
+    pub policy: QuotaPolicy,
+}
+
+/// Where bucket ids find their rules: the config ([`crate::config::Config`]
+/// implements it), or a test's own.
+pub trait QuotaRules {
+    /// The rule of `domain` that the bucket id `bucket` (its entries,
+    /// sorted by key) matches.
+    fn quota_rule(&self, domain: &str, bucket: &[(&str, &str)]) -> Option<QuotaMatch<'_>>;
+}
+
+/// How the engine answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaOptions {
+    /// The TTL of assignments and how long grants are held.
+    pub timing: Timing,
+    /// The most buckets one stream may report (more are not answered).
+    pub max_stream_buckets: usize,
+    /// A bucket reported without a request for this long is abandoned.
+    pub idle_bucket: Duration,
+    /// A stream that sends nothing for this long is closed.
+    pub idle_stream: Duration,
+    /// The most buckets whose ledgers are kept in memory (without Redis):
+    /// a new bucket past it is denied until one's holds expire.
+    pub max_buckets: usize,
+}
+
+impl Default for QuotaOptions {
+    fn default() -> Self {
+        QuotaOptions {
+            timing: Timing::DEFAULT,
+            max_stream_buckets: 10_000,
+            idle_bucket: Duration::from_secs(300),
+            idle_stream: Duration::from_secs(30),
+            max_buckets: 250_000,
+        }
+    }
+}
+
+/// Why a stream is ended.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum QuotaError {
+    /// The first report names no domain.
+    #[error("the first usage report names no domain: set the rate_limit_quota filter's `domain`")]
+    NoDomain,
+    /// A report names another domain than the stream's first.
+    #[error("a usage report names domain `{then}`, but this stream's first named `{first}`: one domain a stream")]
+    OtherDomain {
+        /// The stream's domain.
+        first: String,
+        /// The other.
+        then: String,
+    },
+    /// The ledgers failed (Redis).
+    #[error(transparent)]
+    Ledgers(#[from] LedgerError),
+}
+
+/// The engine: ledgers, a clock, options, and this replica's id.
+pub struct Quotas {
+    ledgers: Box<dyn Ledgers>,
+    clock: Arc<dyn Clock + Send + Sync>,
+    options: QuotaOptions,
+    replica: u64,
+    streams: AtomicU64,
+}
+
+/// One stream's state: its domain, and the buckets it reported.
+#[derive(Debug)]
+pub struct QuotaStream {
+    id: StreamId,
+    domain: Option<String>,
+    buckets: HashMap<String, Tracked>,
+}
+
+impl QuotaStream {
+    /// Its domain, once its first report named it.
+    pub fn domain(&self) -> Option<&str> {
+        self.domain.as_deref()
+    }
+
+    /// How many buckets it has reported and still has.
+    pub fn buckets(&self) -> usize {
+        self.buckets.len()
+    }
+}
+
+/// One bucket of one stream.
+#[derive(Debug, Clone, Copy)]
+struct Tracked {
+    /// The last report with a request (or the first).
+    last_used: u64,
+    /// Its ledger holds a grant of this stream.
+    in_ledger: bool,
+}
+
+impl Quotas {
+    /// An engine keeping its ledgers in `ledgers`, on `clock` (with Redis
+    /// ledgers, the time since the UNIX epoch, which replicas share).
+    pub fn new(ledgers: Box<dyn Ledgers>, clock: Arc<dyn Clock + Send + Sync>, options: QuotaOptions) -> Quotas {
+        Quotas {
+            ledgers,
+            clock,
+            options,
+            replica: rand::random(),
+            streams: AtomicU64::new(0),
+        }
+    }
+
+    /// Its options.
+    pub fn options(&self) -> &QuotaOptions {
+        &self.options
+    }
+
+    /// How many buckets' ledgers are kept in memory.
+    pub fn tracked(&self) -> usize {
+        self.ledgers.tracked()
+    }
+
+    /// A new stream.
+    pub fn open(&self) -> QuotaStream {
+        QuotaStream {
+            id: StreamId {
+                replica: self.replica,
+                stream: self.streams.fetch_add(1, Ordering::Relaxed),
+            },
+            domain: None,
+            buckets: HashMap::new(),
+        }
+    }
+
+    /// Answers one usage report of `stream`: an action for each bucket
+    /// that gets one (see the module docs), counted in `metrics`.
+    ///
+    /// # Errors
+    ///
+    /// [`QuotaError`]: no domain, another domain, or the ledgers failed;
+    /// the stream should end.
+    pub async fn report(
+        &self,
+        stream: &mut QuotaStream,
+        rules: &impl QuotaRules,
+        reports: RateLimitQuotaUsageReports,
+        metrics: &Metrics,
+    ) -> Result<RateLimitQuotaResponse, QuotaError> {
+        let now = self.clock.now();
+        let domain = match (&stream.domain, reports.domain.as_str()) {
+            (None, "") => return Err(QuotaError::NoDomain),
+            (None, named) => stream.domain.insert(named.to_owned()).clone(),
+            (Some(first), then) if !then.is_empty() && then != first => {
+                return Err(QuotaError::OtherDomain {
+                    first: first.clone(),
+                    then: then.to_owned(),
+                });
+            }
+            (Some(first), _) => first.clone(),
+        };
+        let timing = self.options.timing;
+        let ttl = pbjson_types::Duration {
+            seconds: i64::try_from(timing.ttl_ns / 1_000_000_000).unwrap_or(i64::MAX),
+            nanos: 0,
+        };
+        let mut actions: Vec<BucketAction> = Vec::new();
+        // Actions waiting for their ledger's grant: the op's index, the
+        // bucket id and the window.
+        let mut ops: Vec<LedgerOp> = Vec::new();
+        let mut granted: Vec<(Option<BucketId>, u64)> = Vec::new();
+        for usage in reports.bucket_quota_usages {
+            let Some(id) = usage.bucket_id else {
+                metrics.quota_refused(QuotaRefusal::BucketId);
+                continue;
+            };
+            let mut pairs: Vec<(&str, &str)> = id.bucket.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let bytes: usize = pairs.iter().map(|(k, v)| k.len() + v.len()).sum();
+            if pairs.is_empty() || pairs.len() > MAX_BUCKET_ENTRIES || bytes > MAX_BUCKET_BYTES {
+                metrics.quota_refused(QuotaRefusal::BucketId);
+                continue;
+            }
+            pairs.sort_unstable();
+            let key = ledger_key(&domain, &pairs);
+            let allowed = usage.num_requests_allowed;
+            let denied = usage.num_requests_denied;
+            let elapsed = usage
+                .time_elapsed
+                .map_or(0, |d| u64::try_from(d.seconds).unwrap_or(0));
+            let Some(rule) = rules.quota_rule(&domain, &pairs) else {
+                // No longer configured: abandoned once, then left to
+                // Envoy's no_assignment_behavior.
+                if let Some(tracked) = stream.buckets.remove(&key) {
+                    metrics.quota_buckets(-1);
+                    if tracked.in_ledger {
+                        ops.push(LedgerOp::Leave { key });
+                        granted.push((None, 0));
+                    }
+                    actions.push(abandon(id));
+                }
+                metrics.quota_refused(QuotaRefusal::Unconfigured);
+                continue;
+            };
+            metrics.quota_usage(&domain, rule.rule, allowed, denied);
+            let known = stream.buckets.contains_key(&key);
+            if !known && stream.buckets.len() >= self.options.max_stream_buckets {
+                metrics.quota_refused(QuotaRefusal::StreamBuckets);
+                continue;
+            }
+            if !known {
+                metrics.quota_buckets(1);
+            }
+            let tracked = stream.buckets.entry(key.clone()).or_insert(Tracked {
+                last_used: now,
+                in_ledger: false,
+            });
+            if allowed > 0 || denied > 0 {
+                tracked.last_used = now;
+            } else if now.saturating_sub(tracked.last_used) >= duration_ns(self.options.idle_bucket) {
+                let in_ledger = tracked.in_ledger;
+                stream.buckets.remove(&key);
+                metrics.quota_buckets(-1);
+                if in_ledger {
+                    ops.push(LedgerOp::Leave { key });
+                    granted.push((None, 0));
+                }
+                actions.push(abandon(id));
+                continue;
+            }
+            match rule.policy {
+                QuotaPolicy::AllowAll | QuotaPolicy::DenyAll => {
+                    if tracked.in_ledger {
+                        tracked.in_ledger = false;
+                        ops.push(LedgerOp::Leave { key });
+                        granted.push((None, 0));
+                    }
+                    let rule = if rule.policy == QuotaPolicy::AllowAll {
+                        BlanketRule::AllowAll
+                    } else {
+                        BlanketRule::DenyAll
+                    };
+                    actions.push(assign(id, ttl, Strategy::BlanketRule(rule as i32)));
+                }
+                QuotaPolicy::Limited { limit, window_ns } => {
+                    tracked.in_ledger = true;
+                    let want = share::want(allowed, denied, elapsed, window_ns);
+                    ops.push(LedgerOp::Grant {
+                        key,
+                        want,
+                        pools: Pools::new(limit, window_ns),
+                    });
+                    granted.push((Some(id), window_ns));
+                }
+            }
+        }
+        if !ops.is_empty() {
+            let grants = self.ledgers.apply(stream.id, &ops, now, timing).await?;
+            for ((id, window_ns), grant) in granted.into_iter().zip(grants) {
+                let Some(id) = id else { continue };
+                let strategy = match grant {
+                    Grant::Deny => Strategy::BlanketRule(BlanketRule::DenyAll as i32),
+                    Grant::Bucket { max_tokens, per_window } => {
+                        let (max_tokens, per_fill, fill_secs) = share::token_bucket(max_tokens, per_window, window_ns);
+                        Strategy::TokenBucket(TokenBucket {
+                            max_tokens,
+                            tokens_per_fill: Some(pbjson_types::UInt32Value { value: per_fill }),
+                            fill_interval: Some(pbjson_types::Duration {
+                                seconds: i64::try_from(fill_secs).unwrap_or(i64::MAX),
+                                nanos: 0,
+                            }),
+                        })
+                    }
+                };
+                actions.push(assign(id, ttl, strategy));
+            }
+        }
+        for action in &actions {
+            metrics.quota_action(match &action.bucket_action {
+                Some(Action::AbandonAction(_)) | None => QuotaAction::Abandon,
+                Some(Action::QuotaAssignmentAction(a)) => match a.rate_limit_strategy.as_ref().and_then(|s| s.strategy.as_ref()) {
+                    Some(Strategy::TokenBucket(_)) => QuotaAction::TokenBucket,
+                    Some(Strategy::BlanketRule(r)) if *r == BlanketRule::AllowAll as i32 => QuotaAction::AllowAll,
+                    _ => QuotaAction::DenyAll,
+                },
+            });
+        }
+        Ok(RateLimitQuotaResponse { bucket_action: actions })
+    }
+
+    /// The stream ended: its buckets' demand stops counting (their holds
+    /// stay until they expire, as Envoy keeps its assignments until their
+    /// TTL).
+    ///
+    /// # Errors
+    ///
+    /// The ledgers failed (Redis): the holds then end by themselves.
+    pub async fn close(&self, stream: QuotaStream, metrics: &Metrics) -> Result<(), LedgerError> {
+        metrics.quota_buckets(-i64::try_from(stream.buckets.len()).unwrap_or(0));
+        let ops: Vec<LedgerOp> = stream
+            .buckets
+            .into_iter()
+            .filter(|(_, tracked)| tracked.in_ledger)
+            .map(|(key, _)| LedgerOp::Leave { key })
+            .collect();
+        if ops.is_empty() {
+            return Ok(());
+        }
+        self.ledgers
+            .apply(stream.id, &ops, self.clock.now(), self.options.timing)
+            .await
+            .map(|_| ())
+    }
+}
+
+/// The time since the UNIX epoch, in ns: what replicas sharing ledgers
+/// in Redis compare (their clocks must agree within the grace, 1 s).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EpochClock;
+
+impl Clock for EpochClock {
+    fn now(&self) -> u64 {
+        let since = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        duration_ns(since)
+    }
+}
+
+/// The nanoseconds of `d`, saturating.
+fn duration_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A bucket's ledger key: its domain and sorted entries, each with its
+/// length first, so that no two buckets share one.
+fn ledger_key(domain: &str, pairs: &[(&str, &str)]) -> String {
+    let mut key = String::with_capacity(domain.len() + 8 + pairs.iter().map(|(k, v)| k.len() + v.len() + 8).sum::<usize>());
+    let _ = write!(key, "{}:{domain}", domain.len());
+    for (k, v) in pairs {
+        let _ = write!(key, "|{}:{k}{}:{v}", k.len(), v.len());
+    }
+    key
+}
+
+fn abandon(id: BucketId) -> BucketAction {
+    BucketAction {
+        bucket_id: Some(id),
+        bucket_action: Some(Action::AbandonAction(AbandonAction {})),
+    }
+}
+
+fn assign(id: BucketId, ttl: pbjson_types::Duration, strategy: Strategy) -> BucketAction {
+    BucketAction {
+        bucket_id: Some(id),
+        bucket_action: Some(Action::QuotaAssignmentAction(QuotaAssignmentAction {
+            assignment_time_to_live: Some(ttl),
+            rate_limit_strategy: Some(RateLimitStrategy {
+                strategy: Some(strategy),
+            }),
+        })),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ledger_keys_never_collide_on_separators() {
+        assert_ne!(ledger_key("d", &[("a", "b|1:c")]), ledger_key("d", &[("a", "b"), ("c", "")]));
+        assert_eq!(ledger_key("edge", &[("route", "x")]), "4:edge|5:route1:x");
+    }
+}

@@ -103,6 +103,18 @@ impl Timing {
         active_ns: 11_000_000_000,
     };
 
+    /// A TTL of `ttl` (whole seconds are what Envoy reads), 1 s of grace,
+    /// demand counted for as long as a grant is held.
+    pub fn with_ttl(ttl: std::time::Duration) -> Timing {
+        let ttl_ns = u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX);
+        let grace_ns = Timing::DEFAULT.grace_ns;
+        Timing {
+            ttl_ns,
+            grace_ns,
+            active_ns: ttl_ns.saturating_add(grace_ns),
+        }
+    }
+
     /// `H`: how long a grant is held after it is sent.
     pub fn hold_ns(&self) -> u64 {
         self.ttl_ns.saturating_add(self.grace_ns)
