@@ -3,6 +3,7 @@
 pub(crate) mod ads;
 pub(crate) mod envoy_actions;
 pub(crate) mod envoy_gateway;
+pub(crate) mod envoy_quota;
 pub(crate) mod harness;
 
 use std::path::PathBuf;
