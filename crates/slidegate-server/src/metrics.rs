@@ -14,7 +14,7 @@ mod statsd;
 mod upstream;
 mod xds;
 
-pub use quota::{QuotaAction, QuotaRefusal};
+pub use quota::{QuotaAction, QuotaEnd, QuotaRefusal};
 pub use statsd::{ExtraTagsError, StatsdError, StatsdOptions};
 pub(crate) use statsd::{Statsd, spawn_flushes};
 

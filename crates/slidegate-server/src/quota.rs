@@ -260,12 +260,12 @@ impl Quotas {
                 metrics.quota_refused(QuotaRefusal::Unconfigured);
                 continue;
             };
-            metrics.quota_usage(&domain, rule.rule, allowed, denied);
             let known = stream.buckets.contains_key(&key);
             if !known && stream.buckets.len() >= self.options.max_stream_buckets {
                 metrics.quota_refused(QuotaRefusal::StreamBuckets);
                 continue;
             }
+            metrics.quota_usage(&domain, rule.rule, allowed, denied);
             if !known {
                 metrics.quota_buckets(1);
             }

@@ -70,6 +70,42 @@ impl QuotaRefusal {
     }
 }
 
+/// How a stream ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuotaEnd {
+    /// The client closed it.
+    Closed,
+    /// The client's side failed (a reset, a message that does not decode).
+    Failed,
+    /// Nothing came within the idle time.
+    Idle,
+    /// The client left its answers unread.
+    NotReading,
+    /// A report it cannot go on after (no domain, another domain) or the
+    /// ledgers failed.
+    Refused,
+}
+
+impl QuotaEnd {
+    const ALL: [QuotaEnd; 5] = [
+        QuotaEnd::Closed,
+        QuotaEnd::Failed,
+        QuotaEnd::Idle,
+        QuotaEnd::NotReading,
+        QuotaEnd::Refused,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            QuotaEnd::Closed => "closed",
+            QuotaEnd::Failed => "failed",
+            QuotaEnd::Idle => "idle",
+            QuotaEnd::NotReading => "not_reading",
+            QuotaEnd::Refused => "refused",
+        }
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabels {
     kind: &'static str,
@@ -91,6 +127,7 @@ struct UsageLabels {
 /// order, and the rest.
 pub(super) struct QuotaMetrics {
     streams: Gauge,
+    ended: [Counter; 5],
     buckets: Gauge,
     actions: [Counter; 4],
     refused: [Counter; 3],
@@ -105,6 +142,13 @@ impl QuotaMetrics {
             "Rate limit quota service streams open (one per Envoy and domain)",
             streams.clone(),
         );
+        let ended = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "rlqs_streams_ended",
+            "Rate limit quota service streams ended, by reason: closed (by the client), failed, idle (no report within the idle time), not_reading (answers left unread), refused (no domain, another domain, or the ledgers failed)",
+            ended.clone(),
+        );
+        let ended = QuotaEnd::ALL.map(|end| ended.get_or_create(&ReasonLabels { reason: end.label() }).clone());
         let buckets = Gauge::default();
         registry.register(
             "rlqs_buckets",
@@ -141,6 +185,7 @@ impl QuotaMetrics {
         });
         QuotaMetrics {
             streams,
+            ended,
             buckets,
             actions,
             refused,
@@ -156,6 +201,14 @@ impl Metrics {
             self.quota.streams.inc();
         } else {
             self.quota.streams.dec();
+        }
+    }
+
+    /// A quota stream ended.
+    pub(crate) fn quota_stream_ended(&self, end: QuotaEnd) {
+        let index = QuotaEnd::ALL.iter().position(|e| *e == end).unwrap_or(0);
+        if let Some(counter) = self.quota.ended.get(index) {
+            counter.inc();
         }
     }
 

@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use slidegate_redis::RedisConn;
 use std::collections::HashMap;
 use std::future::Future;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -94,9 +94,7 @@ impl MemoryLedgers {
     }
 
     fn shard(&self, key: &str) -> Option<&Mutex<HashMap<String, Ledger>>> {
-        let mut hasher = self.hasher.build_hasher();
-        key.hash(&mut hasher);
-        let index = usize::try_from(hasher.finish() % SHARDS as u64).unwrap_or(0);
+        let index = usize::try_from(self.hasher.hash_one(key) % SHARDS as u64).unwrap_or(0);
         self.shards.get(index)
     }
 
@@ -182,7 +180,6 @@ const ATTEMPTS: usize = 8;
 pub struct RedisLedgers {
     conn: RedisConn,
     prefix: String,
-    cas: redis::Script,
 }
 
 impl RedisLedgers {
@@ -191,7 +188,6 @@ impl RedisLedgers {
         RedisLedgers {
             conn,
             prefix: prefix.into(),
-            cas: redis::Script::new(CAS),
         }
     }
 
@@ -234,13 +230,16 @@ impl RedisLedgers {
                 ledger.expire(now);
                 let ttl_ms = (ledger.horizon(now).saturating_sub(now) / 1_000_000).max(1);
                 let encoded = if ledger.is_empty() { String::new() } else { ledger.encode() };
-                write.invoke_script(
-                    self.cas
-                        .key(self.redis_key(op_key(op)))
-                        .arg(version.as_deref().unwrap_or(""))
-                        .arg(encoded)
-                        .arg(ttl_ms),
-                );
+                // `EVAL`, not `EVALSHA`: a few hundred bytes a call, and
+                // nothing to load again after a restart or a failover.
+                write
+                    .cmd("EVAL")
+                    .arg(CAS)
+                    .arg(1)
+                    .arg(self.redis_key(op_key(op)))
+                    .arg(version.as_deref().unwrap_or(""))
+                    .arg(encoded)
+                    .arg(ttl_ms);
             }
             let set: Vec<i64> = write.query_async(&mut conn).await?;
             pending = pending

@@ -5,25 +5,32 @@
 //! # The bound
 //!
 //! A rule allows `L` requests in any window of length `W`. Its tokens are
-//! split once into a *burst pool* `P_B = max(1, L / 20)` and a *rate pool*
+//! split once into a *burst pool* `P_B` (`L / 25`; at least 32 when
+//! `L ≥ 128`, a quarter of `L` below; at least 1) and a *rate pool*
 //! `P_R = L − P_B` (tokens per window). Every Envoy stream gets a token
-//! bucket of `b` tokens (its burst, fixed while its bucket lives) filled at
-//! `g / W` tokens a second (its rate grant `g`). Two holds are kept:
+//! bucket of `b` tokens (`P_B / 16`, at least 2, at most `P_B`) filled at
+//! `g / W` tokens a second (its rate grant `g`).
+//!
+//! Envoy keeps a token bucket whose `max_tokens` and `tokens_per_fill`
+//! are sent again unchanged (it carries its tokens over), but starts any
+//! other one full: a new one, and also a changed one whenever the old one
+//! had a whole token left (its `initial_tokens` is passed as the
+//! `init_fill` flag of `AtomicTokenBucketImpl`). So every token bucket sent
+//! that is not the last one again is an *instance* that may start with
+//! `b` tokens. Two holds are kept:
 //!
 //! - a rate grant `g` sent at `t` is held until `t + H`, where
 //!   `H = TTL + grace`: Envoy drops an assignment when its TTL passes (or
 //!   earlier, for the next one), and the grace covers the time it takes to
 //!   arrive;
-//! - a burst `b` is held until `W` after the last assignment of its
-//!   *chain* (the run of token buckets Envoy keeps filling from one start)
-//!   stops being held.
+//! - an instance's `b` starting tokens are held until `W` after its last
+//!   sending stops being held.
 //!
 //! A grant never makes the held rates add up to more than `P_R`, nor the
-//! held bursts to more than `P_B`. In any window of length `W` an Envoy
-//! admits at most the bursts of the chains it used in that window (Envoy
-//! starts a changed bucket with the same share of `b` it had left, so a
-//! chain starts full once) plus its rate over the window; every such burst
-//! is still held at the window's end and every rate was held while it was
+//! held starting tokens to more than `P_B`. In any window of length `W` an
+//! Envoy admits at most the starting tokens of the instances it used in
+//! that window plus its rate over the window; every such instance is
+//! still held at the window's end and every rate was held while it was
 //! used, so the Envoys together admit at most `P_B + P_R = L`.
 //!
 //! # The shares
@@ -33,7 +40,9 @@
 //! of `P_R` among the streams reporting the bucket (a stream wanting less
 //! than an equal share keeps what it wants plus an eighth; the rest share
 //! what is left), and never more than what the other streams' holds leave
-//! free. What a stream gives up is free for the others once its hold
+//! free. The last token bucket is sent again unchanged while it is within
+//! an eighth of that share and fits, so that steady demand costs no new
+//! instance. What a stream gives up is free for the others once its hold
 //! expires: that delay is the price of the bound.
 
 use smallvec::SmallVec;
@@ -56,7 +65,7 @@ pub struct Pools {
     pub limit: u64,
     /// Its window `W`, in ns (at least 1).
     pub window_ns: u64,
-    /// `P_B`: the bursts of every live chain together.
+    /// `P_B`: the starting tokens of every live instance together.
     pub burst: u64,
     /// `P_R`: the rate grants together, in tokens a window.
     pub rate: u64,
@@ -65,7 +74,11 @@ pub struct Pools {
 impl Pools {
     /// The pools of `limit` requests per `window_ns`.
     pub fn new(limit: u64, window_ns: u64) -> Pools {
-        let burst = if limit == 0 { 0 } else { (limit / 20).max(1) };
+        let burst = if limit == 0 {
+            0
+        } else {
+            (limit / 25).max(32.min(limit / 4)).max(1)
+        };
         Pools {
             limit,
             window_ns: window_ns.max(1),
@@ -74,10 +87,11 @@ impl Pools {
         }
     }
 
-    /// The burst a new chain asks for: a sixteenth of the burst pool, at
-    /// least 1, so that 16 Envoys can start at once.
-    fn chain_burst(&self) -> u64 {
-        (self.burst / 16).max(1)
+    /// The tokens a new token bucket holds: a sixteenth of the burst pool,
+    /// at least 2 (one token would lose what fills while a request is
+    /// awaited), at most the pool.
+    pub fn bucket_tokens(&self) -> u64 {
+        (self.burst / 16).max(2).min(self.burst)
     }
 }
 
@@ -150,11 +164,20 @@ struct Holder {
     active_until: u64,
     /// The rate grants still held.
     rates: SmallVec<[Hold; 3]>,
-    /// The bursts still held, the current chain's last.
+    /// The starting tokens still held, the last instance's last.
     bursts: SmallVec<[Hold; 2]>,
-    /// The current chain's burst and when its last token bucket was sent;
-    /// `None`: no chain (nothing sent yet, a `DENY_ALL` since, or gone).
-    chain: Option<(u64, u64)>,
+    /// The last token bucket sent, if it may still be in force.
+    last: Option<Sent>,
+}
+
+/// A token bucket as sent: its tokens, its grant, the window it was
+/// granted under, and when it was last sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Sent {
+    tokens: u64,
+    rate: u64,
+    window_ns: u64,
+    at: u64,
 }
 
 impl Holder {
@@ -252,7 +275,7 @@ impl Ledger {
                     active_until: 0,
                     rates: SmallVec::new(),
                     bursts: SmallVec::new(),
-                    chain: None,
+                    last: None,
                 });
                 self.holders.len() - 1
             }
@@ -272,41 +295,58 @@ impl Ledger {
             .filter(|(i, _)| *i != index)
             .map(|(_, h)| h.held_rate(now))
             .fold(0, u64::saturating_add);
-        let mut rate = target.min(pools.rate.saturating_sub(others));
-        // The chain goes on if Envoy still has its last token bucket: one
-        // was sent less than a TTL ago.
-        let chain = self.holders.get(index).and_then(|me| me.chain);
-        let continues = chain.filter(|(_, sent)| now.saturating_sub(*sent) < timing.ttl_ns);
-        let burst = match continues {
-            Some((burst, _)) => burst,
-            None if rate == 0 => 0,
-            None => {
-                let free = pools.burst.saturating_sub(self.held_burst(now));
-                pools.chain_burst().min(free)
+        let free = pools.rate.saturating_sub(others);
+        let allowed = target.min(free);
+        // The token bucket Envoy may still have: the last one sent, less
+        // than a TTL ago.
+        let current = self
+            .holders
+            .get(index)
+            .and_then(|me| me.last)
+            .filter(|sent| now.saturating_sub(sent.at) < timing.ttl_ns && sent.window_ns == pools.window_ns);
+        let fits = |sent: &Sent| sent.rate <= free && sent.tokens <= pools.burst;
+        let near = |sent: &Sent| sent.rate.abs_diff(allowed) <= sent.rate / 8;
+        let spare = pools.burst.saturating_sub(self.held_burst(now));
+        let tokens = pools.bucket_tokens().min(spare);
+        let send = match current {
+            Some(sent) if fits(&sent) && near(&sent) => Some((sent, true)),
+            _ if allowed == 0 => None,
+            _ if tokens >= 1 => {
+                let previous = self.holders.get(index).and_then(|me| me.last);
+                let rate = distinct_rate(tokens, allowed, pools.window_ns, previous);
+                (rate > 0).then_some((
+                    Sent {
+                        tokens,
+                        rate,
+                        window_ns: pools.window_ns,
+                        at: now,
+                    },
+                    false,
+                ))
             }
+            // No tokens to start another: the last one again, if it fits.
+            Some(sent) if fits(&sent) => Some((sent, true)),
+            _ => None,
         };
-        if burst == 0 {
-            rate = 0;
-        }
         let Some(me) = self.holders.get_mut(index) else {
             return Grant::Deny;
         };
-        if rate == 0 {
-            me.chain = None;
+        let Some((sent, again)) = send else {
+            me.last = None;
             return Grant::Deny;
-        }
-        me.rates.push((rate, now.saturating_add(hold)));
+        };
+        me.rates.push((sent.rate, now.saturating_add(hold)));
         let burst_until = now.saturating_add(hold).saturating_add(pools.window_ns);
-        match (continues, me.bursts.last_mut()) {
-            (Some(_), Some(last)) => last.1 = last.1.max(burst_until),
-            _ => me.bursts.push((burst, burst_until)),
+        match (again, me.bursts.last_mut()) {
+            (true, Some(last)) => last.1 = last.1.max(burst_until),
+            _ => me.bursts.push((sent.tokens, burst_until)),
         }
-        me.chain = Some((burst, now));
+        me.last = Some(Sent { at: now, ..sent });
         // Only the largest of the holds that end last matters.
         compact(&mut me.rates);
         Grant::Bucket {
-            max_tokens: burst,
-            per_window: rate,
+            max_tokens: sent.tokens,
+            per_window: sent.rate,
         }
     }
 
@@ -323,8 +363,9 @@ impl Ledger {
     }
 
     /// The ledger as text, for Redis: a holder per `;`, each
-    /// `replica,stream,want,active_until,chain burst,chain sent/rates/bursts`,
-    /// a hold `amount:until`, space-separated (no chain: `0,0`).
+    /// `replica,stream,want,active_until,tokens,rate,window,sent/rates/bursts`
+    /// (the last token bucket sent; all 0 for none), a hold
+    /// `amount:until`, space-separated.
     pub fn encode(&self) -> String {
         use std::fmt::Write;
         let mut out = String::new();
@@ -332,11 +373,16 @@ impl Ledger {
             if i > 0 {
                 out.push(';');
             }
-            let (burst, sent) = h.chain.unwrap_or((0, 0));
+            let last = h.last.unwrap_or(Sent {
+                tokens: 0,
+                rate: 0,
+                window_ns: 0,
+                at: 0,
+            });
             let _ = write!(
                 out,
-                "{},{},{},{},{burst},{sent}/",
-                h.id.replica, h.id.stream, h.want, h.active_until
+                "{},{},{},{},{},{},{},{}/",
+                h.id.replica, h.id.stream, h.want, h.active_until, last.tokens, last.rate, last.window_ns, last.at
             );
             let holds = |out: &mut String, holds: &[Hold]| {
                 for (j, (amount, until)) in holds.iter().enumerate() {
@@ -369,7 +415,7 @@ impl Ledger {
             let rates = holds(parts.next()?)?;
             let bursts = holds(parts.next()?)?;
             let numbers: Vec<u64> = head.split(',').map(str::parse).collect::<Result<_, _>>().ok()?;
-            let [replica, stream, want, active_until, burst, sent] = numbers.as_slice() else {
+            let [replica, stream, want, active_until, tokens, rate, window_ns, at] = numbers.as_slice() else {
                 return None;
             };
             if parts.next().is_some() || holders.len() >= MAX_HOLDERS {
@@ -384,7 +430,12 @@ impl Ledger {
                 active_until: *active_until,
                 rates,
                 bursts,
-                chain: (*burst > 0).then_some((*burst, *sent)),
+                last: (*tokens > 0).then_some(Sent {
+                    tokens: *tokens,
+                    rate: *rate,
+                    window_ns: *window_ns,
+                    at: *at,
+                }),
             });
         }
         Some(Ledger { holders })
@@ -392,12 +443,30 @@ impl Ledger {
 
     /// The stream `id` will not report the bucket again (it ended, or
     /// the bucket was abandoned): its demand stops counting, its holds
-    /// stay until they expire, and a later grant starts a new chain.
+    /// stay until they expire, and a later grant is a new instance.
     pub fn leave(&mut self, id: StreamId) {
         if let Some(holder) = self.holders.iter_mut().find(|h| h.id == id) {
             holder.active_until = 0;
-            holder.chain = None;
+            holder.last = None;
         }
+    }
+}
+
+/// `rate`, or one token less when the token bucket it makes would look
+/// the same to Envoy as `previous` (its `max_tokens` and `tokens_per_fill`;
+/// Envoy compares no fill interval seconds) though its fill interval
+/// differs (a reload changed the window): Envoy would keep the old one,
+/// at the old rate.
+fn distinct_rate(tokens: u64, rate: u64, window_ns: u64, previous: Option<Sent>) -> u64 {
+    let Some(previous) = previous else {
+        return rate;
+    };
+    let (max, per_fill, fill) = token_bucket(tokens, rate, window_ns);
+    let (old_max, old_per_fill, old_fill) = token_bucket(previous.tokens, previous.rate, previous.window_ns);
+    if max == old_max && per_fill == old_per_fill && fill != old_fill {
+        rate.saturating_sub(1)
+    } else {
+        rate
     }
 }
 
@@ -480,17 +549,23 @@ mod tests {
     }
 
     #[test]
-    fn pools_split_a_twentieth_for_bursts() {
+    fn pools_split_a_twenty_fifth_for_bursts() {
         assert_eq!(
             Pools::new(1000, 60 * S),
             Pools {
                 limit: 1000,
                 window_ns: 60 * S,
-                burst: 50,
-                rate: 950
+                burst: 40,
+                rate: 960
             }
         );
-        assert_eq!(Pools::new(10, S).burst, 1);
+        assert_eq!(Pools::new(10, S).burst, 2);
+        assert_eq!(Pools::new(100, S).burst, 25);
+        assert_eq!(Pools::new(1000, S).bucket_tokens(), 2);
+        assert_eq!(Pools::new(100_000, S).bucket_tokens(), 250);
+        assert_eq!(Pools::new(4, S).bucket_tokens(), 1);
+        assert_eq!(Pools::new(1, S).burst, 1);
+        assert_eq!(Pools::new(1, S).rate, 0);
         assert_eq!(Pools::new(0, S).rate, 0);
     }
 
@@ -502,12 +577,12 @@ mod tests {
         assert_eq!(
             grant,
             Grant::Bucket {
-                max_tokens: 3,
-                per_window: 950
+                max_tokens: 2,
+                per_window: 960
             }
         );
-        assert_eq!(ledger.held_rate(0), 950);
-        assert_eq!(ledger.held_burst(0), 3);
+        assert_eq!(ledger.held_rate(0), 960);
+        assert_eq!(ledger.held_burst(0), 2);
     }
 
     #[test]
@@ -524,8 +599,8 @@ mod tests {
         assert_eq!(
             lowered,
             Grant::Bucket {
-                max_tokens: 3,
-                per_window: 475
+                max_tokens: 2,
+                per_window: 480
             }
         );
         assert_eq!(ledger.grant(id(2), u64::MAX, 6 * S, &pools, &timing), Grant::Deny);
@@ -533,8 +608,8 @@ mod tests {
         assert_eq!(
             second,
             Grant::Bucket {
-                max_tokens: 3,
-                per_window: 475
+                max_tokens: 2,
+                per_window: 480
             }
         );
         assert!(ledger.held_rate(11 * S) <= pools.rate);
@@ -550,8 +625,8 @@ mod tests {
         assert_eq!(
             busy,
             Grant::Bucket {
-                max_tokens: 3,
-                per_window: 850
+                max_tokens: 2,
+                per_window: 860
             }
         );
     }
@@ -571,20 +646,45 @@ mod tests {
     }
 
     #[test]
-    fn a_deny_breaks_the_chain_and_the_next_bucket_costs_a_new_burst() {
+    fn a_new_token_bucket_holds_its_tokens_and_the_same_one_again_does_not() {
         let pools = Pools::new(1000, 10 * S);
         let timing = Timing::DEFAULT;
         let mut ledger = Ledger::new();
         ledger.grant(id(1), u64::MAX, 0, &pools, &timing);
         ledger.leave(id(1));
-        // A new chain: two bursts held until the first one's ends.
+        // A new instance: its 2 tokens held beside the first one's.
         ledger.grant(id(1), u64::MAX, 5 * S, &pools, &timing);
-        assert_eq!(ledger.held_burst(5 * S), 6);
-        // Renewed within a TTL: the same chain.
+        assert_eq!(ledger.held_burst(5 * S), 4);
+        // The same bucket again within a TTL: nothing more held.
         ledger.grant(id(1), u64::MAX, 10 * S, &pools, &timing);
-        assert_eq!(ledger.held_burst(10 * S), 6);
-        // The first chain's burst ends W after its hold: 0 + 11 + 10.
-        assert_eq!(ledger.held_burst(21 * S), 3);
+        assert_eq!(ledger.held_burst(10 * S), 4);
+        // The first instance's tokens end W after its hold: 0 + 11 + 10.
+        assert_eq!(ledger.held_burst(21 * S), 2);
+    }
+
+    #[test]
+    fn a_share_within_an_eighth_sends_the_same_bucket_again() {
+        let pools = Pools::new(1000, 10 * S);
+        let timing = Timing::DEFAULT;
+        let mut ledger = Ledger::new();
+        let first = ledger.grant(id(1), 500, 0, &pools, &timing);
+        assert_eq!(first, Grant::Bucket { max_tokens: 2, per_window: 500 });
+        assert_eq!(ledger.grant(id(1), 520, 5 * S, &pools, &timing), first);
+        assert_eq!(ledger.held_burst(5 * S), 2);
+        let more = ledger.grant(id(1), 700, 10 * S, &pools, &timing);
+        assert_eq!(more, Grant::Bucket { max_tokens: 2, per_window: 700 });
+        assert_eq!(ledger.held_burst(10 * S), 4);
+    }
+
+    #[test]
+    fn a_new_window_never_sends_a_bucket_envoy_would_take_for_the_old_one() {
+        let timing = Timing::DEFAULT;
+        let mut ledger = Ledger::new();
+        ledger.grant(id(1), 500, 0, &Pools::new(1000, 10 * S), &timing);
+        // The same tokens and grant over 20 s: the same max_tokens and
+        // tokens_per_fill, which Envoy would keep at the old rate.
+        let after = ledger.grant(id(1), 500, 5 * S, &Pools::new(1000, 20 * S), &timing);
+        assert_eq!(after, Grant::Bucket { max_tokens: 2, per_window: 499 });
     }
 
     #[test]
@@ -598,7 +698,7 @@ mod tests {
         let text = ledger.encode();
         assert_eq!(Ledger::decode(&text), Some(ledger.clone()));
         assert_eq!(Ledger::decode(""), Some(Ledger::new()));
-        for bad in ["1,2,3/", "1,2,3,4,5,6/x:1/", "1,2,3,4,5,6///", "a,2,3,4,5,6//"] {
+        for bad in ["1,2,3/", "1,2,3,4,5,6,7,8/x:1/", "1,2,3,4,5,6,7,8///", "a,2,3,4,5,6,7,8//"] {
             assert_eq!(Ledger::decode(bad), None, "{bad}");
         }
         assert_eq!(ledger.horizon(0), S + timing.hold_ns() + 10 * S);
