@@ -1,9 +1,10 @@
 //! `slidegate check`: loads a config exactly as `serve` would, without
 //! serving it, so that a bad file is found before a pod starts on it; and
-//! `--explain`: which rule a descriptor matches and which limits apply.
+//! `--explain`: which rule a descriptor matches and which limits apply, and
+//! which quota bucket rule the same entries match as a bucket id.
 
 use clap::Args as ClapArgs;
-use slidegate_server::config::{Config, ConfigError, Domain, LoadOptions, Rule};
+use slidegate_server::config::{Config, ConfigError, Domain, Limit, LoadOptions, Rule};
 use slidegate_server::engine::check_config_all;
 use std::io::Write;
 use std::path::PathBuf;
@@ -27,7 +28,9 @@ pub(crate) struct Args {
     #[arg(long, env = "SLIDEGATE_MAX_CONFIG_BYTES", default_value_t = 64 << 20, value_name = "BYTES")]
     max_config_bytes: u64,
     /// After checking, say which rule the descriptor DOMAIN KEY=VALUE...
-    /// matches and which limits apply to it (nothing is counted).
+    /// matches and which limits apply to it (nothing is counted); when the
+    /// domain has quota_buckets, also which quota rule the entries match
+    /// as a bucket id.
     #[arg(long, num_args = 2.., value_names = ["DOMAIN", "KEY=VALUE"])]
     explain: Option<Vec<String>>,
 }
@@ -70,9 +73,13 @@ pub(crate) fn run(args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
         domains += 1;
         let (rules, limits) = count(&domain.rules);
         let files: Vec<&str> = config.files_of(&domain.name).collect();
+        let quota = match domain.quota_rules.len() {
+            0 => String::new(),
+            n => format!(", {n} quota rules"),
+        };
         writeln!(
             out,
-            "domain `{}` ({}): {rules} descriptors, {limits} limits",
+            "domain `{}` ({}): {rules} descriptors, {limits} limits{quota}",
             domain.name,
             files.join(", ")
         )?;
@@ -92,6 +99,9 @@ pub(crate) fn run(args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
             .domain(&domain)
             .ok_or_else(|| anyhow::anyhow!("--explain: no domain `{domain}` in the config"))?;
         explain_descriptor(&config, domain, &entries, out)?;
+        if !domain.quota_rules.is_empty() {
+            explain_bucket(&config, domain, &entries, out)?;
+        }
     }
     Ok(())
 }
@@ -168,10 +178,7 @@ fn explain_descriptor(
         .collect();
     for limit in &rule.limits {
         let name = limit.name.as_deref().map(|n| format!(" `{n}`")).unwrap_or_default();
-        let what = match &limit.policy {
-            Some(policy) => policy.to_string(),
-            None => "0 requests: refuses everything".to_owned(),
-        };
+        let what = limit_text(limit);
         let dropped = limit.name.as_deref().is_some_and(|n| replaced.contains(&n));
         let mode = [
             (rule.shadow_mode, " (shadow mode: never refuses)"),
@@ -186,6 +193,50 @@ fn explain_descriptor(
     }
     writeln!(out, "  counter key: {}", matched.counter_key(&domain.name, &pairs))?;
     Ok(())
+}
+
+/// Which quota rule of `domain` the entries match as a bucket id (Envoy's
+/// bucket map: a key given twice counts once, its first value), and its
+/// limit.
+fn explain_bucket(
+    config: &Config,
+    domain: &Domain,
+    entries: &[(String, String)],
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let id: Vec<(&str, &str)> = entries.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let shown: Vec<String> = entries.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let shown = shown.join(", ");
+    let Some((index, rule)) = domain.find_quota(&id) else {
+        writeln!(
+            out,
+            "bucket id {{{shown}}}: no quota bucket rule matches: Envoy keeps its no_assignment_behavior"
+        )?;
+        return Ok(());
+    };
+    let file = config
+        .quota_rule_file(&domain.name, index)
+        .or_else(|| config.file_of(&domain.name))
+        .unwrap_or("<config>");
+    writeln!(
+        out,
+        "bucket id {{{shown}}} matches quota rule `{}` at {file}:{}:{}",
+        rule.name, rule.line, rule.column
+    )?;
+    match &rule.limit {
+        Some(limit) => writeln!(out, "  limit: {}", limit_text(limit))?,
+        None => writeln!(out, "  unlimited: every request is admitted")?,
+    }
+    Ok(())
+}
+
+/// A limit as `--explain` shows it: its policy, or that it refuses
+/// everything.
+fn limit_text(limit: &Limit) -> String {
+    match &limit.policy {
+        Some(policy) => policy.to_string(),
+        None => "0 requests: refuses everything".to_owned(),
+    }
 }
 
 /// The file of the top-level rule a descriptor starts in (for a merged

@@ -207,6 +207,51 @@ fn explain_names_the_rule_and_the_limits_that_apply() {
     );
 }
 
+/// A domain with a descriptor and quota bucket rules.
+const QUOTA: &str = "domain: edge\ndescriptors:\n  - key: route\n    rate_limit: { unit: second, requests_per_unit: 9 }\nquota_buckets:\n  - name: checkout\n    bucket_id: { route: checkout, tenant: \"*\" }\n    absent: [beta]\n    rate_limit: { unit: minute, requests_per_unit: 600 }\n  - bucket_id: { route: free }\n    rate_limit: { unlimited: true }\n";
+
+#[test]
+fn explain_names_the_quota_rule_of_a_bucket_id() {
+    let explain = |words: &[&str]| {
+        let mut args = vec!["--explain"];
+        args.extend_from_slice(words);
+        let (code, stdout, stderr) = check("explain-quota", QUOTA, &args);
+        assert_eq!(code, Some(0), "{stderr}");
+        assert!(
+            stdout.contains("domain `edge` (") && stdout.contains("): 1 descriptors, 1 limits, 2 quota rules"),
+            "{stdout}"
+        );
+        stdout
+            .lines()
+            .skip(2)
+            .map(|l| l.replace(&format!("{}/", dir("explain-quota")), "DIR/"))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        explain(&["edge", "route=checkout", "tenant=acme"]),
+        [
+            "[route=checkout, tenant=acme] matches no rule of domain `edge`: not limited",
+            "bucket id {route=checkout, tenant=acme} matches quota rule `checkout` at DIR/d.yaml:6:5",
+            "  limit: 600 per 60s by sliding_window(buckets=8, weighting=conservative)",
+        ]
+    );
+    assert_eq!(
+        explain(&["edge", "route=free"]),
+        [
+            "[route=free] matches `route` at DIR/d.yaml:3:5",
+            "  limit: 9 per 1s by sliding_window(buckets=8, weighting=conservative)",
+            "  counter key: 4:edge5:route4:free",
+            "bucket id {route=free} matches quota rule `route_free` at DIR/d.yaml:10:5",
+            "  unlimited: every request is admitted",
+        ]
+    );
+    assert_eq!(
+        explain(&["edge", "route=checkout", "tenant=acme", "beta=1"])[1],
+        "bucket id {route=checkout, tenant=acme, beta=1}: no quota bucket rule matches: Envoy keeps its \
+         no_assignment_behavior"
+    );
+}
+
 /// The folder [`check_files`] writes `name`'s files to.
 fn dir(name: &str) -> String {
     std::env::temp_dir()

@@ -14,6 +14,19 @@
 //!     rate_limit: { unit: hour, requests_per_unit: 100 }
 //! ```
 //!
+//! A file may also have `quota_buckets` (then `descriptors` may be left
+//! out): the rules that give the buckets of Envoy's `rate_limit_quota`
+//! filter their limits ([`QuotaRule`], [`Domain::find_quota`]).
+//!
+//! ```yaml
+//! domain: edge
+//! quota_buckets:
+//!   - name: checkout
+//!     bucket_id: { route: checkout, tenant: "*" }
+//!     absent: [beta]
+//!     rate_limit: { unit: minute, requests_per_unit: 600 }
+//! ```
+//!
 //! On top of the original format, slidegate reads a few optional keys in a
 //! `rate_limit`: `algorithm` (one of [`Algorithm::NAMES`], by default
 //! [`DEFAULT_ALGORITHM`]), `window` (a duration such as `30s`, instead of
@@ -54,7 +67,10 @@
 //! ```
 
 mod parse;
+mod quota;
 mod yaml;
+
+pub use quota::QuotaRule;
 
 use slidegate_core::{Algorithm, Policy};
 use std::collections::btree_map::Entry;
@@ -201,11 +217,12 @@ pub struct Config {
 }
 
 /// The files of one domain, in load order, and the file of each top-level
-/// rule (an index into `files`).
+/// rule and of each quota rule (an index into `files`).
 #[derive(Debug, Clone, Default)]
 struct Sources {
     files: Vec<String>,
     rule_files: Vec<usize>,
+    quota_rule_files: Vec<usize>,
 }
 
 /// A domain being loaded: its limit names and `replaces` entries, checked
@@ -216,6 +233,10 @@ struct Loading {
     replaces: Vec<parse::Named>,
     /// Key and value of each top-level rule: the file (index) and line.
     top: HashMap<(String, Option<String>), (usize, usize)>,
+    /// Whether each quota rule has its own `name`, in load order.
+    quota_explicit: Vec<bool>,
+    /// Each explicit quota rule name: the file (index) and line.
+    quota_names: HashMap<String, (usize, usize)>,
 }
 
 impl Config {
@@ -366,6 +387,7 @@ impl Config {
             names,
             replaces,
             warnings,
+            quota_explicit,
         } = parsed;
         let sources = self.sources.entry(domain.name.clone()).or_default();
         if let Some(first) = sources.files.first()
@@ -416,15 +438,54 @@ impl Config {
                 }
             }
         }
+        // A quota rule's own name is unique in its domain, across merged
+        // files too.
+        for (i, rule) in domain.quota_rules.iter().enumerate() {
+            if !quota_explicit.get(i).copied().unwrap_or(false) {
+                continue;
+            }
+            match state.quota_names.entry(rule.name.clone()) {
+                HashEntry::Occupied(first) => {
+                    let (first_file, first_line) = *first.get();
+                    let first_file = sources.files.get(first_file).map_or("another file", String::as_str);
+                    return Err(ConfigError {
+                        file,
+                        line: rule.line,
+                        column: rule.column,
+                        key: Some(format!("quota_buckets[{i}].name")),
+                        message: format!(
+                            "quota bucket rule `{}` is already defined in domain `{}`, in {first_file} at line \
+                             {first_line}",
+                            rule.name, domain.name
+                        ),
+                    });
+                }
+                HashEntry::Vacant(slot) => {
+                    slot.insert((index, rule.line));
+                }
+            }
+        }
         sources.files.push(file);
         sources
             .rule_files
             .extend(std::iter::repeat_n(index, domain.rules.len()));
+        sources
+            .quota_rule_files
+            .extend(std::iter::repeat_n(index, domain.quota_rules.len()));
         state.names.extend(names);
         state.replaces.extend(replaces);
+        state.quota_explicit.extend(quota_explicit);
         self.warnings.extend(warnings);
         match self.domains.entry(domain.name.clone()) {
-            Entry::Occupied(mut slot) => slot.get_mut().rules.extend(domain.rules),
+            Entry::Occupied(mut slot) => {
+                let merged = slot.get_mut();
+                merged.rules.extend(domain.rules);
+                if !domain.quota_rules.is_empty() {
+                    merged.quota_rules.extend(domain.quota_rules);
+                    // The default names of the files made unique together.
+                    quota::name_rules(&mut merged.quota_rules, &state.quota_explicit);
+                }
+            }
             Entry::Vacant(slot) => {
                 slot.insert(domain);
             }
@@ -510,6 +571,15 @@ impl Config {
         sources.files.get(*file).map(String::as_str)
     }
 
+    /// The file of the domain's quota rule `rule` (an index into
+    /// [`Domain::quota_rules`]): where its line and column are (`None` for
+    /// a domain not loaded from a file).
+    pub fn quota_rule_file(&self, domain: &str, rule: usize) -> Option<&str> {
+        let sources = self.sources.get(domain)?;
+        let file = sources.quota_rule_files.get(rule)?;
+        sources.files.get(*file).map(String::as_str)
+    }
+
     /// What loaded but is probably a mistake, in load order: to log once
     /// at every load.
     pub fn warnings(&self) -> &[ConfigWarning] {
@@ -527,8 +597,9 @@ impl Config {
         self.domains.values()
     }
 
-    /// The same config with every limit counted by `algorithm` instead of
-    /// its own: the same rules, limits and windows (`slidegate simulate`'s
+    /// The same config with every limit (of a descriptor or a quota rule)
+    /// counted by `algorithm` instead of its own: the same rules, limits and
+    /// windows (`slidegate simulate`'s
     /// what-if replay sets one config's rules beside the exact
     /// `sliding_log` and a `fixed_window` of the same length). A limit of 0
     /// stays one.
@@ -539,20 +610,29 @@ impl Config {
     /// keep (a `sliding_window` whose buckets would be narrower than a
     /// nanosecond, say), naming the policy's complaint.
     pub fn with_algorithm(&self, algorithm: Algorithm) -> Result<Config, ConfigError> {
+        /// `limit` counted by `algorithm`; an error at `line`, `column`.
+        fn recount(
+            limit: &mut Limit,
+            algorithm: Algorithm,
+            (domain, file, line, column): (&str, &str, usize, usize),
+        ) -> Result<(), ConfigError> {
+            limit.algorithm = algorithm;
+            if let Some(policy) = limit.policy {
+                let policy = Policy::new(policy.limit(), limit.window, algorithm).map_err(|e| ConfigError {
+                    file: file.to_owned(),
+                    line,
+                    column,
+                    key: Some("algorithm".to_owned()),
+                    message: format!("domain `{domain}`: {} cannot count this limit: {e}", algorithm.name()),
+                })?;
+                limit.policy = Some(policy);
+            }
+            Ok(())
+        }
         fn rewrite(domain: &str, file: &str, rules: &mut [Rule], algorithm: Algorithm) -> Result<(), ConfigError> {
             for rule in rules.iter_mut() {
                 for limit in &mut rule.limits {
-                    limit.algorithm = algorithm;
-                    if let Some(policy) = limit.policy {
-                        let policy = Policy::new(policy.limit(), limit.window, algorithm).map_err(|e| ConfigError {
-                            file: file.to_owned(),
-                            line: rule.line,
-                            column: rule.column,
-                            key: Some("algorithm".to_owned()),
-                            message: format!("domain `{domain}`: {} cannot count this limit: {e}", algorithm.name()),
-                        })?;
-                        limit.policy = Some(policy);
-                    }
+                    recount(limit, algorithm, (domain, file, rule.line, rule.column))?;
                 }
                 rewrite(domain, file, &mut rule.children, algorithm)?;
             }
@@ -563,6 +643,13 @@ impl Config {
             let file = self.file_of(name).unwrap_or("<config>");
             rewrite(name, file, &mut domain.rules, algorithm)?;
             parse::name_counts(&mut domain.rules);
+            for (i, rule) in domain.quota_rules.iter_mut().enumerate() {
+                let file = self.quota_rule_file(name, i).unwrap_or(file);
+                if let Some(limit) = &mut rule.limit {
+                    recount(limit, algorithm, (name, file, rule.line, rule.column))?;
+                    limit.quota = limit.policy.map(slidegate_store::Quota::new);
+                }
+            }
         }
         config.index_now();
         Ok(config)
@@ -572,15 +659,16 @@ impl Config {
     /// turning limits off. It may not when
     ///
     /// - `new` has no domain and `old` has one (every limit would go), or
-    /// - a domain of `old` with at least one limit is still named in `new`
-    ///   but says nothing there: no limit and no `unlimited: true` anywhere
-    ///   in its descriptors. A file caught half written (`domain: t` alone)
-    ///   or emptied of its descriptors looks like that; a deliberate change
+    /// - a domain of `old` with at least one limit (of a descriptor or a
+    ///   quota rule) is still named in `new` but says nothing there: no
+    ///   limit and no `unlimited: true` anywhere in its descriptors, and no
+    ///   quota rule. A file caught half written (`domain: t` alone) or
+    ///   emptied of its descriptors looks like that; a deliberate change
     ///   says `unlimited: true`, or removes the domain's file.
     ///
     /// Anything else may: a domain whose file is gone while others remain
     /// (the log names it), and any change that leaves each domain of `old`
-    /// at least one limit or `unlimited` rule.
+    /// at least one limit, `unlimited` rule or quota rule.
     ///
     /// # Errors
     ///
@@ -603,9 +691,10 @@ impl Config {
             });
         }
         let mut emptied = old.domains().filter_map(|domain| {
-            let had = limit_count(&domain.rules);
+            let had = limit_count(&domain.rules) + domain.quota_rules.iter().filter(|r| r.limit.is_some()).count();
             let now = new.domain(&domain.name)?;
-            (had > 0 && !states_anything(&now.rules)).then_some((domain.name.as_str(), had))
+            let says = states_anything(&now.rules) || !now.quota_rules.is_empty();
+            (had > 0 && !says).then_some((domain.name.as_str(), had))
         });
         let Some((name, had)) = emptied.next() else {
             return Ok(());
@@ -713,6 +802,8 @@ pub struct Domain {
     pub name: String,
     /// The top-level `descriptors`, in file order.
     pub rules: Vec<Rule>,
+    /// The `quota_buckets`, in file order (see [`Domain::find_quota`]).
+    pub quota_rules: Vec<QuotaRule>,
     /// The rules of its larger levels by key and value, made by the
     /// first [`Domain::find`] (a config loaded from files has it made at
     /// load).
@@ -1264,12 +1355,15 @@ fn step<'a>(rules: &'a [Rule], key: &str, value: &str, level: Option<&Level>) ->
 }
 
 impl Domain {
-    /// A domain of these rules. Its larger levels are indexed by the first
-    /// [`Domain::find`]: the rules are not to change after it.
+    /// A domain of these rules, without quota rules
+    /// ([`Domain::with_quota_rules`] adds them). Its larger levels are
+    /// indexed by the first [`Domain::find`]: the rules are not to change
+    /// after it.
     pub fn new(name: String, rules: Vec<Rule>) -> Domain {
         Domain {
             name,
             rules,
+            quota_rules: Vec::new(),
             index: Index::default(),
         }
     }
@@ -1709,8 +1803,9 @@ mod tests {
     }
 }
 
-/// What a reload changes: the domains and the limits (by domain,
-/// descriptor path and place in their rule) added, removed and changed.
+/// What a reload changes: the domains, the limits (by domain, descriptor
+/// path and place in their rule) and the quota rules (by domain and name)
+/// added, removed and changed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ConfigChanges {
     /// Domains in the new config only.
@@ -1723,6 +1818,13 @@ pub struct ConfigChanges {
     pub limits_removed: Vec<String>,
     /// Limits in both whose policy, name or `replaces` differ.
     pub limits_changed: Vec<String>,
+    /// Quota rules in the new config only, as `domain: name`.
+    pub quota_rules_added: Vec<String>,
+    /// Quota rules in the old config only.
+    pub quota_rules_removed: Vec<String>,
+    /// Quota rules in both whose bucket id patterns, `absent` keys, limit
+    /// or place in the domain's list differ.
+    pub quota_rules_changed: Vec<String>,
 }
 
 impl ConfigChanges {
@@ -1743,16 +1845,18 @@ impl ConfigChanges {
                 .collect::<std::collections::BTreeSet<_>>()
         };
         let (old_domains, new_domains) = (names(old), names(new));
+        let (limits_added, limits_removed, limits_changed) = diff(&before, &after);
+        let (quota_before, quota_after) = (quota_shapes(old), quota_shapes(new));
+        let (quota_rules_added, quota_rules_removed, quota_rules_changed) = diff(&quota_before, &quota_after);
         ConfigChanges {
             domains_added: new_domains.difference(&old_domains).cloned().collect(),
             domains_removed: old_domains.difference(&new_domains).cloned().collect(),
-            limits_added: after.keys().filter(|k| !before.contains_key(*k)).cloned().collect(),
-            limits_removed: before.keys().filter(|k| !after.contains_key(*k)).cloned().collect(),
-            limits_changed: after
-                .iter()
-                .filter(|(k, v)| before.get(*k).is_some_and(|old| old != *v))
-                .map(|(k, _)| k.clone())
-                .collect(),
+            limits_added,
+            limits_removed,
+            limits_changed,
+            quota_rules_added,
+            quota_rules_removed,
+            quota_rules_changed,
         }
     }
 
@@ -1773,6 +1877,9 @@ impl fmt::Display for ConfigChanges {
             ("+", "limit", &self.limits_added),
             ("-", "limit", &self.limits_removed),
             ("~", "limit", &self.limits_changed),
+            ("+", "quota rule", &self.quota_rules_added),
+            ("-", "quota rule", &self.quota_rules_removed),
+            ("~", "quota rule", &self.quota_rules_changed),
         ] {
             if list.is_empty() {
                 continue;
@@ -1791,6 +1898,47 @@ impl fmt::Display for ConfigChanges {
         }
         Ok(())
     }
+}
+
+/// What a quota rule's change is judged by: its place in its domain's
+/// list (the first match wins), its bucket id patterns, its `absent` keys,
+/// and its limit's policy and `requests_per_unit` (`None`: unlimited).
+type QuotaShape = (
+    usize,
+    Vec<(String, ValuePattern)>,
+    Vec<String>,
+    Option<(Option<Policy>, u64)>,
+);
+
+/// Every quota rule of `config`, by `domain: name`.
+fn quota_shapes(config: &Config) -> BTreeMap<String, QuotaShape> {
+    let mut out = BTreeMap::new();
+    for domain in config.domains() {
+        for (i, rule) in domain.quota_rules.iter().enumerate() {
+            let limit = rule.limit.as_ref().map(|l| (l.policy, l.requests_per_unit));
+            out.insert(
+                format!("{}: {}", domain.name, rule.name),
+                (i, rule.bucket_id.clone(), rule.absent.clone(), limit),
+            );
+        }
+    }
+    out
+}
+
+/// The keys only in `after`, only in `before`, and in both with another
+/// value, each in order.
+fn diff<V: PartialEq>(
+    before: &BTreeMap<String, V>,
+    after: &BTreeMap<String, V>,
+) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let added = after.keys().filter(|k| !before.contains_key(*k)).cloned().collect();
+    let removed = before.keys().filter(|k| !after.contains_key(*k)).cloned().collect();
+    let changed = after
+        .iter()
+        .filter(|(k, v)| before.get(*k).is_some_and(|old| old != *v))
+        .map(|(k, _)| k.clone())
+        .collect();
+    (added, removed, changed)
 }
 
 /// What a limit's change is judged by: its policy, `requests_per_unit`,

@@ -6,6 +6,7 @@
 //! merge keys, refuses duplicate keys and does not read quoted scalars as
 //! numbers or bools, so `"10"` is not an integer and `"true"` not a bool.
 
+use super::quota::{QuotaRule, name_rules};
 use super::{ConfigError, ConfigWarning, Domain, Limit, MAX_DEPTH, Rule, Unit, ValuePattern};
 use marked_yaml::types::{MarkedMappingNode, MarkedScalarNode, MarkedSequenceNode};
 use marked_yaml::{Node, Span};
@@ -90,6 +91,8 @@ pub(super) struct Parsed {
     pub(super) names: Vec<Named>,
     pub(super) replaces: Vec<Named>,
     pub(super) warnings: Vec<ConfigWarning>,
+    /// Whether each of the domain's quota rules has its own `name`.
+    pub(super) quota_explicit: Vec<bool>,
 }
 
 /// A limit name or a `replaces` entry, with where it is.
@@ -276,7 +279,7 @@ fn qualified(prefix: &str, key: &str) -> String {
 /// `name` is accepted and ignored, as envoyproxy/ratelimit does (its key
 /// check is one set for every level, `name` in it); Envoy Gateway writes
 /// one at the top of every config it sends.
-const DOMAIN_KEYS: &[&str] = &["domain", "descriptors", "name"];
+const DOMAIN_KEYS: &[&str] = &["domain", "descriptors", "quota_buckets", "name"];
 const RULE_KEYS: &[&str] = &[
     "key",
     "value",
@@ -304,6 +307,20 @@ const LIMIT_KEYS: &[&str] = &[
     "epsilon",
 ];
 const REPLACES_KEYS: &[&str] = &["name"];
+const QUOTA_KEYS: &[&str] = &["name", "bucket_id", "absent", "rate_limit"];
+/// A quota rule's `rate_limit`: a descriptor's, without `name` and
+/// `replaces` (the rule has its own `name`; there is nothing to replace).
+const QUOTA_LIMIT_KEYS: &[&str] = &[
+    "unit",
+    "requests_per_unit",
+    "unlimited",
+    "algorithm",
+    "window",
+    "buckets",
+    "weighting",
+    "burst",
+    "epsilon",
+];
 
 /// A map's entries that are not null, after checking that every key is one
 /// of `known`.
@@ -521,11 +538,16 @@ impl Parser<'_> {
     fn domain(&mut self, root: &MarkedMappingNode) -> Result<Parsed, ConfigError> {
         let mut name = None;
         let mut rules = Vec::new();
+        let mut quota = Vec::new();
         for (field, key, value) in self.fields(root, "", DOMAIN_KEYS)? {
             match field {
                 "domain" => name = Some((self.non_empty("", key, value)?.to_owned(), value_pos(key, value))),
                 "name" => {
                     self.string("", key, value)?;
+                }
+                "quota_buckets" => {
+                    let list = self.sequence("", key, value)?;
+                    quota = self.quota_rules(list);
                 }
                 _ => {
                     let list = self.sequence("", key, value)?;
@@ -539,14 +561,250 @@ impl Parser<'_> {
         let mut rules = rules;
         name_counts(&mut rules);
         name_limits(&mut rules);
+        let quota_explicit: Vec<bool> = quota.iter().map(|(_, explicit)| *explicit).collect();
+        let mut quota: Vec<QuotaRule> = quota.into_iter().map(|(rule, _)| rule).collect();
+        name_rules(&mut quota, &quota_explicit);
         Ok(Parsed {
-            domain: Domain::new(name, rules),
+            domain: Domain::new(name, rules).with_quota_rules(quota),
             line: pos.line,
             column: pos.column,
             names: std::mem::take(&mut self.names),
             replaces: std::mem::take(&mut self.replaces),
             warnings: std::mem::take(&mut self.warnings),
+            quota_explicit,
         })
+    }
+
+    /// The rules of `quota_buckets`, each with whether it has its own
+    /// `name`; a bad rule is left out, its errors kept.
+    fn quota_rules(&mut self, list: &MarkedSequenceNode) -> Vec<(QuotaRule, bool)> {
+        let mut rules: Vec<(QuotaRule, bool)> = Vec::with_capacity(list.len());
+        // Each explicit name: where it is.
+        let mut names: HashMap<String, Pos> = HashMap::new();
+        for (i, item) in list.iter().enumerate() {
+            let at = format!("quota_buckets[{i}]");
+            let Node::Mapping(map) = item else {
+                let e = self.error(
+                    start(item.span()),
+                    Some(at),
+                    format!(
+                        "expected a map with `bucket_id` and `rate_limit`, found {}",
+                        describe(item)
+                    ),
+                );
+                self.errors.push(e);
+                continue;
+            };
+            match self.quota_rule(map, &format!("{at}.")) {
+                Ok((rule, Some((name_pos, name_key)))) => {
+                    match names.entry(rule.name.clone()) {
+                        Entry::Occupied(first) => {
+                            let first = *first.get();
+                            let e = self.error(
+                                name_pos,
+                                Some(name_key),
+                                format!(
+                                    "quota bucket rule `{}` is already defined at line {} column {}",
+                                    rule.name, first.line, first.column
+                                ),
+                            );
+                            self.errors.push(e);
+                            continue;
+                        }
+                        Entry::Vacant(slot) => {
+                            slot.insert(name_pos);
+                        }
+                    }
+                    rules.push((rule, true));
+                }
+                Ok((rule, None)) => rules.push((rule, false)),
+                Err(e) => self.errors.push(e),
+            }
+        }
+        rules
+    }
+
+    /// One rule of `quota_buckets` (its keys under `prefix`,
+    /// `quota_buckets[i].`), and where its own `name` is, if it has one.
+    fn quota_rule(
+        &mut self,
+        map: &MarkedMappingNode,
+        prefix: &str,
+    ) -> Result<(QuotaRule, Option<(Pos, String)>), ConfigError> {
+        let pos = map_pos(map);
+        let mut rule = QuotaRule {
+            name: String::new(),
+            bucket_id: Vec::new(),
+            absent: Vec::new(),
+            limit: None,
+            line: pos.line,
+            column: pos.column,
+        };
+        let mut name = None;
+        let mut limit = None;
+        let mut limit_given = false;
+        // Where each `absent` entry is.
+        let mut absent_at = Vec::new();
+        let before = self.errors.len();
+        for (field, key, value) in self.fields(map, prefix, QUOTA_KEYS)? {
+            // Every bad field is reported, as for a descriptor.
+            let mut one = || -> Result<(), ConfigError> {
+                match field {
+                    "name" => {
+                        rule.name = self.non_empty(prefix, key, value)?.to_owned();
+                        name = Some((value_pos(key, value), qualified(prefix, key)));
+                    }
+                    "bucket_id" => rule.bucket_id = self.bucket_id(prefix, key, value)?,
+                    "absent" => {
+                        (rule.absent, absent_at) = self.absent(prefix, key, value)?.into_iter().unzip();
+                    }
+                    _ => {
+                        limit_given = true;
+                        let map = self.mapping(prefix, key, value)?;
+                        let inner = format!("{prefix}rate_limit.");
+                        limit = Some(self.limit(map, &inner, QUOTA_LIMIT_KEYS)?);
+                    }
+                }
+                Ok(())
+            };
+            if let Err(e) = one() {
+                self.errors.push(e);
+            }
+        }
+        if !limit_given {
+            let e = self.error(
+                pos,
+                Some(qualified(prefix, "rate_limit")),
+                "missing: give the bucket's limit, or `{ unlimited: true }`",
+            );
+            self.errors.push(e);
+        }
+        // A key both required and refused matches nothing.
+        for (index, (absent, &at)) in rule.absent.iter().zip(&absent_at).enumerate() {
+            if rule.bucket_id.iter().any(|(key, _)| key == absent) {
+                let e = self.error(
+                    at,
+                    Some(format!("{prefix}absent[{index}]")),
+                    format!("`{absent}` is also in `bucket_id`: a key cannot be both required and absent"),
+                );
+                self.errors.push(e);
+            }
+        }
+        if self.errors.len() > before {
+            // The rule's last error, for the caller to keep.
+            return Err(self
+                .errors
+                .pop()
+                .unwrap_or_else(|| self.error(pos, None, "invalid quota bucket rule")));
+        }
+        rule.limit = limit.flatten();
+        Ok((rule, name))
+    }
+
+    /// `bucket_id`: each key and its value pattern, sorted by key.
+    fn bucket_id(
+        &mut self,
+        prefix: &str,
+        key: &MarkedScalarNode,
+        value: &Node,
+    ) -> Result<Vec<(String, ValuePattern)>, ConfigError> {
+        let map = self.mapping(prefix, key, value)?;
+        let inner = format!("{prefix}bucket_id.");
+        let mut out = Vec::with_capacity(map.len());
+        let mut failed = None;
+        for (k, v) in map.iter() {
+            let one = || -> Result<(String, ValuePattern), ConfigError> {
+                if k.as_str().is_empty() {
+                    return Err(self.error(
+                        start(k.span()),
+                        Some(format!("{inner}\"\"")),
+                        "an empty key matches no bucket id",
+                    ));
+                }
+                let text = match v {
+                    Node::Scalar(s) if !is_null(v) => s.as_str(),
+                    other => {
+                        return Err(self.bad(
+                            &inner,
+                            k,
+                            v,
+                            format!(
+                                "expected a value (exact, with `*` wildcards, or \"*\" for any), found {}",
+                                describe(other)
+                            ),
+                        ));
+                    }
+                };
+                if text.is_empty() {
+                    return Err(self.bad(
+                        &inner,
+                        k,
+                        v,
+                        "must not be empty: a bucket id's values never are (\"*\" matches any value)",
+                    ));
+                }
+                Ok((k.as_str().to_owned(), ValuePattern::new(text)))
+            };
+            match one() {
+                Ok(entry) => out.push(entry),
+                Err(e) => {
+                    if let Some(earlier) = failed.replace(e) {
+                        self.errors.push(earlier);
+                    }
+                }
+            }
+        }
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
+
+    /// `absent`: a list of keys, each with where it is.
+    fn absent(
+        &mut self,
+        prefix: &str,
+        key: &MarkedScalarNode,
+        value: &Node,
+    ) -> Result<Vec<(String, Pos)>, ConfigError> {
+        let list = self.sequence(prefix, key, value)?;
+        let mut out: Vec<(String, Pos)> = Vec::with_capacity(list.len());
+        let mut failed = None;
+        for (i, item) in list.iter().enumerate() {
+            let at = format!("{prefix}absent[{i}]");
+            let e = match item {
+                Node::Scalar(s) if !is_null(item) && !s.as_str().is_empty() => {
+                    if out.iter().any(|(k, _)| k == s.as_str()) {
+                        self.error(
+                            start(item.span()),
+                            Some(at),
+                            format!("`{}` is listed twice", s.as_str()),
+                        )
+                    } else {
+                        out.push((s.as_str().to_owned(), start(item.span())));
+                        continue;
+                    }
+                }
+                Node::Scalar(_) => self.error(
+                    value_pos(key, item),
+                    Some(at),
+                    "an empty key: a bucket id's keys never are",
+                ),
+                other => self.error(
+                    start(item.span()),
+                    Some(at),
+                    format!("expected a key, found {}", describe(other)),
+                ),
+            };
+            if let Some(earlier) = failed.replace(e) {
+                self.errors.push(earlier);
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
     }
 
     /// A warning at `pos`.
@@ -638,7 +896,7 @@ impl Parser<'_> {
                     }
                     "rate_limit" => {
                         let limit = self.mapping("", key, value)?;
-                        match self.limit(limit, "rate_limit.")? {
+                        match self.limit(limit, "rate_limit.", LIMIT_KEYS)? {
                             Some(limit) => {
                                 limited = true;
                                 rule.limits.push(limit);
@@ -656,7 +914,7 @@ impl Parser<'_> {
                                     format!("expected a map like `rate_limit`, found {}", describe(item)),
                                 ));
                             };
-                            match self.limit(limit, &prefix)? {
+                            match self.limit(limit, &prefix, LIMIT_KEYS)? {
                                 Some(limit) => {
                                     limited = true;
                                     rule.limits.push(limit);
@@ -740,11 +998,17 @@ impl Parser<'_> {
         Ok(rule)
     }
 
-    /// A `rate_limit` map; `None` for `unlimited: true`.
-    fn limit(&mut self, map: &MarkedMappingNode, prefix: &str) -> Result<Option<Limit>, ConfigError> {
+    /// A `rate_limit` map of the `known` keys; `None` for `unlimited:
+    /// true`.
+    fn limit(
+        &mut self,
+        map: &MarkedMappingNode,
+        prefix: &str,
+        known: &[&'static str],
+    ) -> Result<Option<Limit>, ConfigError> {
         let mut f = LimitFields::default();
         let before = self.errors.len();
-        for (field, key, value) in self.fields(map, prefix, LIMIT_KEYS)? {
+        for (field, key, value) in self.fields(map, prefix, known)? {
             // As for a descriptor's fields: every bad one reported.
             let mut one = || -> Result<(), ConfigError> {
                 match field {
