@@ -10,6 +10,8 @@ use slidegate_memory::Budget;
 use slidegate_redis::RedisTls;
 use slidegate_server::engine::{InputLimits, Settings};
 use slidegate_server::net::tls::TlsFile;
+use slidegate_server::quota::QuotaOptions;
+use slidegate_server::quota::share::Timing;
 use slidegate_server::redis_store::RedisOptions;
 use slidegate_server::server::ResponseHeaderNames;
 use slidegate_server::server::{
@@ -32,6 +34,7 @@ const ENVOY: &str = "envoyproxy/ratelimit compatibility";
 const HEALTH: &str = "Health and shutdown";
 const CLIENT_LIMITS: &str = "Limits on clients";
 const OBSERVABILITY: &str = "Observability";
+const QUOTA: &str = "Rate limit quota service (Envoy's rate_limit_quota filter)";
 
 /// Every flag is also read from the environment variable named beside it.
 /// A switch is a flag alone (`--shadow-mode`), `--no-…` turning off one on
@@ -539,6 +542,35 @@ pub(crate) struct Args {
     /// The service name of the exported spans.
     #[arg(long, env = "OTEL_SERVICE_NAME", default_value = "slidegate", value_name = "NAME", help_heading = OBSERVABILITY)]
     otel_service_name: String,
+
+    /// How long an assignment sent to Envoy lasts, in whole seconds.
+    ///
+    /// Envoy reports every 5 s and gets a new assignment each time; past
+    /// this without one it falls back to its `expired_assignment_behavior`.
+    /// What an Envoy was sent stays reserved this long (plus 1 s), so a
+    /// longer TTL makes shares move more slowly between Envoys.
+    #[arg(long, env = "SLIDEGATE_RLQS_TTL", default_value = "10s", value_parser = parse_ttl, value_name = "DURATION", help_heading = QUOTA)]
+    rlqs_ttl: Duration,
+    /// Quota buckets kept in memory without Redis; more are denied.
+    #[arg(long, env = "SLIDEGATE_RLQS_MAX_BUCKETS", default_value_t = 250_000, value_name = "N", help_heading = QUOTA)]
+    rlqs_max_buckets: usize,
+    /// Quota buckets one stream may report; more get no answer.
+    #[arg(long, env = "SLIDEGATE_RLQS_MAX_STREAM_BUCKETS", default_value_t = 10_000, value_name = "N", help_heading = QUOTA)]
+    rlqs_max_stream_buckets: usize,
+    /// A bucket reported with no request for this long is abandoned.
+    #[arg(long, env = "SLIDEGATE_RLQS_IDLE_BUCKET", default_value = "5m", value_parser = parse_timeout, value_name = "DURATION", help_heading = QUOTA)]
+    rlqs_idle_bucket: Duration,
+}
+
+/// `--rlqs-ttl`: whole seconds, at least 1 (Envoy reads only the seconds).
+fn parse_ttl(s: &str) -> Result<Duration, String> {
+    let ttl = parse_timeout(s)?;
+    if ttl.subsec_nanos() != 0 {
+        return Err(format!(
+            "`{s}` is not a whole number of seconds: Envoy reads only an assignment's seconds"
+        ));
+    }
+    Ok(ttl)
 }
 
 /// `--redis-failure`.
@@ -731,6 +763,13 @@ impl Args {
             near_limit_ratio: self.near_limit_ratio,
             merge_domains: self.merge_domain_config,
             drain_delay: self.drain_delay,
+            quota: QuotaOptions {
+                timing: Timing::with_ttl(self.rlqs_ttl),
+                max_stream_buckets: self.rlqs_max_stream_buckets,
+                idle_bucket: self.rlqs_idle_bucket,
+                max_buckets: self.rlqs_max_buckets,
+                ..QuotaOptions::default()
+            },
             max_config_bytes: self.max_config_bytes,
             ready_requires_redis: self.ready_requires_redis,
             ready_requires_config: self.ready_requires_config,

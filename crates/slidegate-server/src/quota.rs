@@ -243,9 +243,7 @@ impl Quotas {
             let key = ledger_key(&domain, &pairs);
             let allowed = usage.num_requests_allowed;
             let denied = usage.num_requests_denied;
-            let elapsed = usage
-                .time_elapsed
-                .map_or(0, |d| u64::try_from(d.seconds).unwrap_or(0));
+            let elapsed = usage.time_elapsed.map_or(0, |d| u64::try_from(d.seconds).unwrap_or(0));
             let Some(rule) = rules.quota_rule(&domain, &pairs) else {
                 // No longer configured: abandoned once, then left to
                 // Envoy's no_assignment_behavior.
@@ -336,11 +334,13 @@ impl Quotas {
         for action in &actions {
             metrics.quota_action(match &action.bucket_action {
                 Some(Action::AbandonAction(_)) | None => QuotaAction::Abandon,
-                Some(Action::QuotaAssignmentAction(a)) => match a.rate_limit_strategy.as_ref().and_then(|s| s.strategy.as_ref()) {
-                    Some(Strategy::TokenBucket(_)) => QuotaAction::TokenBucket,
-                    Some(Strategy::BlanketRule(r)) if *r == BlanketRule::AllowAll as i32 => QuotaAction::AllowAll,
-                    _ => QuotaAction::DenyAll,
-                },
+                Some(Action::QuotaAssignmentAction(a)) => {
+                    match a.rate_limit_strategy.as_ref().and_then(|s| s.strategy.as_ref()) {
+                        Some(Strategy::TokenBucket(_)) => QuotaAction::TokenBucket,
+                        Some(Strategy::BlanketRule(r)) if *r == BlanketRule::AllowAll as i32 => QuotaAction::AllowAll,
+                        _ => QuotaAction::DenyAll,
+                    }
+                }
             });
         }
         Ok(RateLimitQuotaResponse { bucket_action: actions })
@@ -385,6 +385,24 @@ impl Clock for EpochClock {
     }
 }
 
+impl QuotaRules for crate::config::Config {
+    fn quota_rule(&self, domain: &str, bucket: &[(&str, &str)]) -> Option<QuotaMatch<'_>> {
+        let (_, rule) = self.domain(domain)?.find_quota(bucket)?;
+        let policy = match &rule.limit {
+            None => QuotaPolicy::AllowAll,
+            Some(limit) if limit.requests_per_unit == 0 => QuotaPolicy::DenyAll,
+            Some(limit) => QuotaPolicy::Limited {
+                limit: limit.requests_per_unit,
+                window_ns: duration_ns(limit.window),
+            },
+        };
+        Some(QuotaMatch {
+            rule: &rule.name,
+            policy,
+        })
+    }
+}
+
 /// The nanoseconds of `d`, saturating.
 fn duration_ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
@@ -393,7 +411,8 @@ fn duration_ns(d: Duration) -> u64 {
 /// A bucket's ledger key: its domain and sorted entries, each with its
 /// length first, so that no two buckets share one.
 fn ledger_key(domain: &str, pairs: &[(&str, &str)]) -> String {
-    let mut key = String::with_capacity(domain.len() + 8 + pairs.iter().map(|(k, v)| k.len() + v.len() + 8).sum::<usize>());
+    let mut key =
+        String::with_capacity(domain.len() + 8 + pairs.iter().map(|(k, v)| k.len() + v.len() + 8).sum::<usize>());
     let _ = write!(key, "{}:{domain}", domain.len());
     for (k, v) in pairs {
         let _ = write!(key, "|{}:{k}{}:{v}", k.len(), v.len());
@@ -426,7 +445,10 @@ mod tests {
 
     #[test]
     fn ledger_keys_never_collide_on_separators() {
-        assert_ne!(ledger_key("d", &[("a", "b|1:c")]), ledger_key("d", &[("a", "b"), ("c", "")]));
+        assert_ne!(
+            ledger_key("d", &[("a", "b|1:c")]),
+            ledger_key("d", &[("a", "b"), ("c", "")])
+        );
         assert_eq!(ledger_key("edge", &[("route", "x")]), "4:edge|5:route1:x");
     }
 }

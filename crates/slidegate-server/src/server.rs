@@ -16,6 +16,8 @@ pub use crate::net::metrics_listener::{MetricsListener, MetricsPathError};
 use crate::net::tls::Tls;
 pub use crate::net::tls::{TlsError, TlsOptions};
 use crate::net::watch::{FileStamp, fingerprint};
+use crate::quota::ledgers::{MemoryLedgers, RedisLedgers};
+use crate::quota::{EpochClock, QuotaOptions, Quotas};
 pub use crate::reload::Reloader;
 use crate::reload::{Watched, log_warnings};
 use crate::service::Service;
@@ -135,6 +137,9 @@ pub struct Options {
     /// Gateway's default mapping names them; `None` (the default) opens
     /// none (`GET /metrics` on the HTTP listener is there either way).
     pub metrics_listener: Option<MetricsListener>,
+    /// The Rate Limit Quota Service's TTL and bounds (its ledgers are in
+    /// Redis with [`Options::redis`], in memory otherwise).
+    pub quota: QuotaOptions,
 }
 
 impl Default for Options {
@@ -169,6 +174,7 @@ impl Default for Options {
             statsd: None,
             metrics_listener: None,
             xds: None,
+            quota: QuotaOptions::default(),
         }
     }
 }
@@ -394,17 +400,38 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
     let start_options = load_options(&options).allow_empty_folders(options.ready_requires_config);
     let config = Config::load_all(&options.config, &start_options).map_err(StartError::Config)?;
     log_warnings(&config);
-    let (engine, probe) = match options.redis.clone() {
+    let clock = Arc::new(clock);
+    let (engine, probe, quotas) = match options.redis.clone() {
         None => (
-            Engine::new(config, clock, options.budget, options.other_budget, options.input),
+            Engine::new(
+                config,
+                Arc::clone(&clock),
+                options.budget,
+                options.other_budget,
+                options.input,
+            ),
             None,
+            // The quota service's ledgers on the engine's clock.
+            Quotas::new(
+                Box::new(MemoryLedgers::new(options.quota.max_buckets)),
+                clock,
+                options.quota,
+            ),
         ),
         Some(redis) => {
             let (store, probe) = redis.connect_probed().await?;
             let engine = Engine::with_store(config, store, true, options.input)?.with_store_name(redis.store_name());
-            (engine, Some(probe))
+            // Replicas compare their times in the shared ledgers: the
+            // time since the UNIX epoch.
+            let quotas = Quotas::new(
+                Box::new(RedisLedgers::new(probe.connection(), redis.prefix.clone())),
+                Arc::new(EpochClock),
+                options.quota,
+            );
+            (engine, Some(probe), quotas)
         }
     };
+    let quotas = Arc::new(quotas);
     let tls = match options.tls.clone() {
         Some(files) => Some(Arc::new(Tls::load_blocking(files).await?)),
         None => None,
@@ -475,6 +502,7 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
     let routes = crate::api::grpc_routes::GrpcRoutes::new(
         Arc::clone(&shared),
         health_service,
+        quotas,
         timeouts.request,
         options.body_limit,
     );

@@ -128,7 +128,10 @@ struct Sim {
 impl Sim {
     fn new(rules: OneRule, replicas: usize, plans: Vec<Plan>, redis: Option<&RedisServer>) -> Sim {
         let clock = ManualClock::new(0);
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         let replicas = (0..replicas)
             .map(|_| {
                 let ledgers: Box<dyn slidegate_server::quota::ledgers::Ledgers> = match redis {
@@ -270,7 +273,10 @@ fn fewest_in_a_window(admitted: &[u64], window_ns: u64, from: u64, to: u64) -> u
     let mut fewest = u64::MAX;
     let mut start = from;
     while start + window_ns <= to {
-        let n = admitted.iter().filter(|t| **t >= start && **t < start + window_ns).count();
+        let n = admitted
+            .iter()
+            .filter(|t| **t >= start && **t < start + window_ns)
+            .count();
         fewest = fewest.min(n as u64);
         start += S;
     }
@@ -325,10 +331,16 @@ fn check_bound(limit: u64, window_s: u64, plans: Vec<Plan>, replicas: usize, red
     sim.run(150 * S);
     let admitted = sim.admitted();
     let most = most_in_a_window(&admitted, window_s * S);
-    assert!(most <= limit, "{most} admitted in a window of {window_s} s, over the limit {limit}");
+    assert!(
+        most <= limit,
+        "{most} admitted in a window of {window_s} s, over the limit {limit}"
+    );
     if std::env::var_os("RLQS_SHARE_TRACE").is_some() {
         let asked: usize = sim.envoys.iter().map(|e| e.admitted.len() + e.denied.len()).sum();
-        eprintln!("limit {limit}/{window_s}s: {} admitted of {asked}, at most {most} in a window", admitted.len());
+        eprintln!(
+            "limit {limit}/{window_s}s: {} admitted of {asked}, at most {most} in a window",
+            admitted.len()
+        );
     }
 }
 

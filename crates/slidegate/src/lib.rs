@@ -73,6 +73,9 @@ pub mod guide {
     #[doc = include_str!("../../../docs/envoy-gateway.md")]
     pub mod envoy_gateway {}
 
+    #[doc = include_str!("../../../docs/rate-limit-quota.md")]
+    pub mod rate_limit_quota {}
+
     #[doc = include_str!("../../../docs/simulator.md")]
     pub mod simulator {}
 

@@ -1,6 +1,7 @@
 //! The service a gRPC connection serves (`crate::net::conn::serve_grpc`, on
 //! hyper's HTTP/2 connection): `ShouldRateLimit` answered straight when
-//! its request is plain, by tonic's server otherwise.
+//! its request is plain, by tonic's server otherwise; the quota service's
+//! streams (`crate::api::rlqs`) and health by tonic's.
 //!
 //! A plain request is the common one: no `grpc-encoding` (or `identity`),
 //! a body that ends without trailers and holds exactly one uncompressed
@@ -26,8 +27,11 @@
 //! no message, `INTERNAL`).
 
 use crate::api::grpc::{Grpc, respond, tonic_unary, undecodable};
+use crate::api::rlqs::{RLQS_PATH, Rlqs};
+use crate::proto::quota::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 use crate::proto::rls::RateLimitRequest;
 use crate::proto::rls::rate_limit_service_server::RateLimitServiceServer;
+use crate::quota::Quotas;
 use crate::service::Shared;
 use bytes::{BufMut, Bytes, BytesMut};
 use http::HeaderMap;
@@ -76,6 +80,7 @@ pub(crate) struct GrpcRoutes(Arc<Routes>);
 struct Routes {
     shared: Arc<Shared>,
     rls: RateLimitServiceServer<Grpc>,
+    rlqs: RateLimitQuotaServiceServer<Rlqs>,
     health: Health,
     timeout: Duration,
     /// The largest message decoded (`--max-request-bytes`).
@@ -92,7 +97,7 @@ impl GrpcRoutes {
     /// The routes of `shared`'s service, with tonic-health's `health`,
     /// under the request timeout `timeout`, decoding messages of at most
     /// `limit` bytes.
-    pub(crate) fn new<H>(shared: Arc<Shared>, health: H, timeout: Duration, limit: usize) -> Self
+    pub(crate) fn new<H>(shared: Arc<Shared>, health: H, quotas: Arc<Quotas>, timeout: Duration, limit: usize) -> Self
     where
         H: tower::Service<http::Request<Replay>, Response = TonicAnswered, Error = Infallible>
             + Clone
@@ -103,6 +108,7 @@ impl GrpcRoutes {
     {
         GrpcRoutes(Arc::new(Routes {
             rls: Grpc::service(Arc::clone(&shared)).max_decoding_message_size(limit),
+            rlqs: Rlqs::service(Arc::clone(&shared), quotas),
             shared,
             health: Health::new(health),
             timeout,
@@ -128,6 +134,10 @@ impl hyper::service::Service<http::Request<Incoming>> for GrpcRoutes {
             }
         } else if path.starts_with(RLS_PATH) {
             Box::pin(tonic_call(routes.rls.clone(), request.map(Replay::from)))
+        } else if path.starts_with(RLQS_PATH) {
+            // A stream: answered at once (its headers), served by its own
+            // task after (`crate::api::rlqs`).
+            Box::pin(tonic_call(routes.rlqs.clone(), request.map(Replay::from)))
         } else if path.starts_with(HEALTH_PATH) {
             Box::pin(tonic_call(routes.health.clone(), request.map(Replay::from)))
         } else {

@@ -1,5 +1,5 @@
 //! The front ends: gRPC ([`grpc`], the routes a connection serves and
-//! tonic's service) and HTTP ([`http`](mod@http), routes and problem
+//! tonic's service; [`rlqs`], the quota service's streams) and HTTP ([`http`](mod@http), routes and problem
 //! documents; `envoy_metrics`, the metrics listener's), and the wire
 //! conversions between their messages and the
 //! service's request and answer. They decide through
@@ -10,4 +10,5 @@ pub mod grpc;
 pub(crate) mod grpc_routes;
 pub mod http;
 pub(crate) mod problem;
+pub mod rlqs;
 pub mod wire;

@@ -176,13 +176,8 @@ impl QuotaMetrics {
         // One statement each: `get_or_create` holds the family's lock until
         // its guard drops.
         let actions = QuotaAction::ALL.map(|kind| actions.get_or_create(&KindLabels { kind: kind.label() }).clone());
-        let refused = QuotaRefusal::ALL.map(|reason| {
-            refused
-                .get_or_create(&ReasonLabels {
-                    reason: reason.label(),
-                })
-                .clone()
-        });
+        let refused =
+            QuotaRefusal::ALL.map(|reason| refused.get_or_create(&ReasonLabels { reason: reason.label() }).clone());
         QuotaMetrics {
             streams,
             ended,

@@ -195,7 +195,13 @@ impl RedisLedgers {
         format!("{}rlqs:{key}", self.prefix)
     }
 
-    async fn apply_all(&self, id: StreamId, ops: &[LedgerOp], now: u64, timing: Timing) -> Result<Vec<Grant>, LedgerError> {
+    async fn apply_all(
+        &self,
+        id: StreamId,
+        ops: &[LedgerOp],
+        now: u64,
+        timing: Timing,
+    ) -> Result<Vec<Grant>, LedgerError> {
         let mut answers = vec![Grant::Deny; ops.len()];
         let mut pending: Vec<usize> = (0..ops.len()).collect();
         let mut conn = self.conn.clone();
@@ -229,7 +235,11 @@ impl RedisLedgers {
                 }
                 ledger.expire(now);
                 let ttl_ms = (ledger.horizon(now).saturating_sub(now) / 1_000_000).max(1);
-                let encoded = if ledger.is_empty() { String::new() } else { ledger.encode() };
+                let encoded = if ledger.is_empty() {
+                    String::new()
+                } else {
+                    ledger.encode()
+                };
                 // `EVAL`, not `EVALSHA`: a few hundred bytes a call, and
                 // nothing to load again after a restart or a failover.
                 write

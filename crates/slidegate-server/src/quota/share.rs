@@ -668,11 +668,23 @@ mod tests {
         let timing = Timing::DEFAULT;
         let mut ledger = Ledger::new();
         let first = ledger.grant(id(1), 500, 0, &pools, &timing);
-        assert_eq!(first, Grant::Bucket { max_tokens: 2, per_window: 500 });
+        assert_eq!(
+            first,
+            Grant::Bucket {
+                max_tokens: 2,
+                per_window: 500
+            }
+        );
         assert_eq!(ledger.grant(id(1), 520, 5 * S, &pools, &timing), first);
         assert_eq!(ledger.held_burst(5 * S), 2);
         let more = ledger.grant(id(1), 700, 10 * S, &pools, &timing);
-        assert_eq!(more, Grant::Bucket { max_tokens: 2, per_window: 700 });
+        assert_eq!(
+            more,
+            Grant::Bucket {
+                max_tokens: 2,
+                per_window: 700
+            }
+        );
         assert_eq!(ledger.held_burst(10 * S), 4);
     }
 
@@ -684,7 +696,13 @@ mod tests {
         // The same tokens and grant over 20 s: the same max_tokens and
         // tokens_per_fill, which Envoy would keep at the old rate.
         let after = ledger.grant(id(1), 500, 5 * S, &Pools::new(1000, 20 * S), &timing);
-        assert_eq!(after, Grant::Bucket { max_tokens: 2, per_window: 499 });
+        assert_eq!(
+            after,
+            Grant::Bucket {
+                max_tokens: 2,
+                per_window: 499
+            }
+        );
     }
 
     #[test]
@@ -698,7 +716,12 @@ mod tests {
         let text = ledger.encode();
         assert_eq!(Ledger::decode(&text), Some(ledger.clone()));
         assert_eq!(Ledger::decode(""), Some(Ledger::new()));
-        for bad in ["1,2,3/", "1,2,3,4,5,6,7,8/x:1/", "1,2,3,4,5,6,7,8///", "a,2,3,4,5,6,7,8//"] {
+        for bad in [
+            "1,2,3/",
+            "1,2,3,4,5,6,7,8/x:1/",
+            "1,2,3,4,5,6,7,8///",
+            "a,2,3,4,5,6,7,8//",
+        ] {
             assert_eq!(Ledger::decode(bad), None, "{bad}");
         }
         assert_eq!(ledger.horizon(0), S + timing.hold_ns() + 10 * S);
