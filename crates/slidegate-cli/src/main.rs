@@ -230,6 +230,7 @@ mod tests {
             "Health and shutdown:",
             "Limits on clients:",
             "Observability:",
+            "Rate limit quota service (Envoy's rate_limit_quota filter):",
         ];
         let mut at = 0;
         for heading in headings {
@@ -249,6 +250,19 @@ mod tests {
                 assert!(continued <= 1, "a flag's help takes more than a line:\n{help}");
             }
         }
+    }
+
+    /// `--rlqs-ttl` is whole seconds, at least 6 (Envoy's reports come
+    /// every 5 s), each refusal naming the value and why.
+    #[test]
+    fn rlqs_ttl_is_whole_seconds_past_a_report() {
+        let parse = |ttl: &str| Cli::try_parse_from(["slidegate", "serve", "--rlqs-ttl", ttl]).map(|_| ());
+        assert!(parse("10s").is_ok());
+        assert!(parse("6s").is_ok());
+        let whole = parse("7500ms").unwrap_err().to_string();
+        assert!(whole.contains("`7500ms` is not a whole number of seconds"), "{whole}");
+        let short = parse("5s").unwrap_err().to_string();
+        assert!(short.contains("`5s` is under 6s: Envoy reports every 5 s"), "{short}");
     }
 
     fn parsed(argv: &[&str], env: &[(&str, &str)]) -> anyhow::Result<(String, Vec<String>)> {

@@ -543,7 +543,7 @@ pub(crate) struct Args {
     #[arg(long, env = "OTEL_SERVICE_NAME", default_value = "slidegate", value_name = "NAME", help_heading = OBSERVABILITY)]
     otel_service_name: String,
 
-    /// How long an assignment sent to Envoy lasts, in whole seconds.
+    /// How long an assignment sent to Envoy lasts, in whole seconds (6 s or more).
     ///
     /// Envoy reports every 5 s and gets a new assignment each time; past
     /// this without one it falls back to its `expired_assignment_behavior`.
@@ -562,12 +562,18 @@ pub(crate) struct Args {
     rlqs_idle_bucket: Duration,
 }
 
-/// `--rlqs-ttl`: whole seconds, at least 1 (Envoy reads only the seconds).
+/// `--rlqs-ttl`: whole seconds (Envoy reads only the seconds), at least 6
+/// (Envoy reports every 5 s: a shorter TTL lapses between its reports).
 fn parse_ttl(s: &str) -> Result<Duration, String> {
     let ttl = parse_timeout(s)?;
     if ttl.subsec_nanos() != 0 {
         return Err(format!(
             "`{s}` is not a whole number of seconds: Envoy reads only an assignment's seconds"
+        ));
+    }
+    if ttl < Duration::from_secs(6) {
+        return Err(format!(
+            "`{s}` is under 6s: Envoy reports every 5 s, so its assignments would lapse between reports"
         ));
     }
     Ok(ttl)
