@@ -15,6 +15,7 @@
 pub mod ledgers;
 pub mod share;
 
+use crate::log_limit::LogLimit;
 use crate::metrics::{Metrics, QuotaAction, QuotaRefusal};
 use crate::proto::quota::rate_limit_quota_response::BucketAction;
 use crate::proto::quota::rate_limit_quota_response::bucket_action::{
@@ -29,7 +30,7 @@ use slidegate_core::Clock;
 use std::collections::HashMap;
 use std::fmt::Write;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// The most entries a bucket id may have.
@@ -82,8 +83,9 @@ pub struct QuotaOptions {
     pub idle_bucket: Duration,
     /// A stream that sends nothing for this long is closed.
     pub idle_stream: Duration,
-    /// The most buckets whose ledgers are kept in memory (without Redis):
-    /// a new bucket past it is denied until one's holds expire.
+    /// The most buckets the open streams track together, and whose
+    /// ledgers are kept in memory (without Redis): a bucket past it gets no
+    /// answer (tracked) or `DENY_ALL` (a ledger) until room is made.
     pub max_buckets: usize,
 }
 
@@ -114,9 +116,6 @@ pub enum QuotaError {
         /// The other.
         then: String,
     },
-    /// The ledgers failed (Redis).
-    #[error(transparent)]
-    Ledgers(#[from] LedgerError),
 }
 
 /// The engine: ledgers, a clock, options, and this replica's id.
@@ -126,6 +125,11 @@ pub struct Quotas {
     options: QuotaOptions,
     replica: u64,
     streams: AtomicU64,
+    /// The buckets every open stream tracks, together (at most
+    /// [`QuotaOptions::max_buckets`]).
+    tracked: AtomicUsize,
+    /// One log line per interval when the ledgers fail.
+    ledger_log: LogLimit,
 }
 
 /// One stream's state: its domain, and the buckets it reported.
@@ -167,6 +171,8 @@ impl Quotas {
             options,
             replica: rand::random(),
             streams: AtomicU64::new(0),
+            tracked: AtomicUsize::new(0),
+            ledger_log: LogLimit::new(Duration::from_secs(10)),
         }
     }
 
@@ -176,8 +182,25 @@ impl Quotas {
     }
 
     /// How many buckets' ledgers are kept in memory.
-    pub fn tracked(&self) -> usize {
+    pub fn ledgers_kept(&self) -> usize {
         self.ledgers.tracked()
+    }
+
+    /// Counts one more bucket tracked by a stream, unless that would pass
+    /// [`QuotaOptions::max_buckets`].
+    fn track(&self) -> bool {
+        let before = self.tracked.fetch_add(1, Ordering::Relaxed);
+        if before >= self.options.max_buckets {
+            self.tracked.fetch_sub(1, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    /// Counts `n` buckets no longer tracked.
+    fn untrack(&self, n: usize, metrics: &Metrics) {
+        self.tracked.fetch_sub(n, Ordering::Relaxed);
+        metrics.quota_buckets(-i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// A new stream.
@@ -197,8 +220,10 @@ impl Quotas {
     ///
     /// # Errors
     ///
-    /// [`QuotaError`]: no domain, another domain, or the ledgers failed;
-    /// the stream should end.
+    /// [`QuotaError`]: no domain, or another domain; the stream should
+    /// end. When the ledgers fail (Redis), the buckets that needed them get
+    /// no action (Envoy keeps its assignments until their TTL) and the
+    /// stream goes on.
     pub async fn report(
         &self,
         stream: &mut QuotaStream,
@@ -248,7 +273,7 @@ impl Quotas {
                 // No longer configured: abandoned once, then left to
                 // Envoy's no_assignment_behavior.
                 if let Some(tracked) = stream.buckets.remove(&key) {
-                    metrics.quota_buckets(-1);
+                    self.untrack(1, metrics);
                     if tracked.in_ledger {
                         ops.push(LedgerOp::Leave { key });
                         granted.push((None, 0));
@@ -261,6 +286,10 @@ impl Quotas {
             let known = stream.buckets.contains_key(&key);
             if !known && stream.buckets.len() >= self.options.max_stream_buckets {
                 metrics.quota_refused(QuotaRefusal::StreamBuckets);
+                continue;
+            }
+            if !known && !self.track() {
+                metrics.quota_refused(QuotaRefusal::ServerBuckets);
                 continue;
             }
             metrics.quota_usage(&domain, rule.rule, allowed, denied);
@@ -276,7 +305,7 @@ impl Quotas {
             } else if now.saturating_sub(tracked.last_used) >= duration_ns(self.options.idle_bucket) {
                 let in_ledger = tracked.in_ledger;
                 stream.buckets.remove(&key);
-                metrics.quota_buckets(-1);
+                self.untrack(1, metrics);
                 if in_ledger {
                     ops.push(LedgerOp::Leave { key });
                     granted.push((None, 0));
@@ -310,8 +339,25 @@ impl Quotas {
                 }
             }
         }
-        if !ops.is_empty() {
-            let grants = self.ledgers.apply(stream.id, &ops, now, timing).await?;
+        let grants = if ops.is_empty() {
+            Vec::new()
+        } else {
+            match self.ledgers.apply(stream.id, &ops, now, timing).await {
+                Ok(grants) => grants,
+                Err(e) => {
+                    // No answer for those buckets: Envoy keeps what it was
+                    // sent until its TTL, and the next report tries again.
+                    for _ in granted.iter().filter(|(id, _)| id.is_some()) {
+                        metrics.quota_refused(QuotaRefusal::Ledgers);
+                    }
+                    if let Some(held) = self.ledger_log.hit(std::time::Instant::now()) {
+                        tracing::warn!(error = %e, held_back = held, "quota ledgers failed: the buckets of this report keep their assignments until their TTL");
+                    }
+                    Vec::new()
+                }
+            }
+        };
+        {
             for ((id, window_ns), grant) in granted.into_iter().zip(grants) {
                 let Some(id) = id else { continue };
                 let strategy = match grant {
@@ -354,7 +400,7 @@ impl Quotas {
     ///
     /// The ledgers failed (Redis): the holds then end by themselves.
     pub async fn close(&self, stream: QuotaStream, metrics: &Metrics) -> Result<(), LedgerError> {
-        metrics.quota_buckets(-i64::try_from(stream.buckets.len()).unwrap_or(0));
+        self.untrack(stream.buckets.len(), metrics);
         let ops: Vec<LedgerOp> = stream
             .buckets
             .into_iter()

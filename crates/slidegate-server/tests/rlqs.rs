@@ -510,3 +510,68 @@ async fn a_million_bucket_ids_stay_within_the_bound() {
         .unwrap();
     assert_eq!(kinds(&answer), ["token_bucket"]);
 }
+
+#[tokio::test]
+async fn the_buckets_of_every_stream_together_stay_within_the_bound() {
+    let h = Harness::start_with(CONFIG, |o| o.quota.max_buckets = 3).await;
+    let channel = h.channel().await;
+    let mut first = Wire::open(&channel).await;
+    let tenants = |range: std::ops::Range<u32>| -> Vec<BucketQuotaUsage> {
+        range
+            .map(|n| usage(id(&[("route", "checkout"), ("tenant", &format!("t{n}"))]), 1, 0, 0))
+            .collect()
+    };
+    let answer = first.ask(reports("edge", tenants(0..2))).await.unwrap();
+    assert_eq!(answer.bucket_action.len(), 2);
+    let mut second = Wire::open(&channel).await;
+    let answer = second.ask(reports("edge", tenants(10..12))).await.unwrap();
+    assert_eq!(answer.bucket_action.len(), 1, "one more bucket: 3 in all");
+    assert_eq!(
+        h.metric("slidegate_rlqs_buckets_refused_total{reason=\"server_buckets\"}").await,
+        Some(1.0)
+    );
+    // The first stream ends: its buckets make room.
+    drop(first);
+    let mut third = Wire::open(&channel).await;
+    let mut answered = 0;
+    for _ in 0..100 {
+        answered = third.ask(reports("edge", tenants(20..22))).await.unwrap().bucket_action.len();
+        if answered == 2 {
+            break;
+        }
+        // The server notices the reset on its own time: ask again.
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(answered, 2);
+}
+
+#[tokio::test]
+async fn a_redis_outage_leaves_envoys_on_their_assignments() {
+    use slidegate_conformance::redis::RedisServer;
+    use slidegate_server::redis_store::RedisOptions;
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let h = Harness::start_with(CONFIG, |o| {
+        o.redis = Some(RedisOptions {
+            urls: vec![url],
+            timeout: Duration::from_millis(200),
+            ..RedisOptions::default()
+        });
+    })
+    .await;
+    let mut envoy = Envoy::new(&h, deny_first()).await;
+    envoy.request(CHECKOUT, 0).await;
+    let assigned = envoy.model.action(CHECKOUT);
+    assert!(matches!(assigned, Some(CurrentAction::Assigned(Some(Strategy::TokenBucket(_))))));
+    redis.kill();
+    // The next report is answered without an action for the bucket: Envoy
+    // keeps its token bucket until its TTL, and the stream goes on.
+    h.clock.set(BASE + 5 * S);
+    envoy.tick(5 * S).await;
+    assert_eq!(envoy.model.action(CHECKOUT), assigned);
+    assert_eq!(envoy.model.streams_opened(), 1);
+    assert_eq!(
+        h.metric("slidegate_rlqs_buckets_refused_total{reason=\"ledgers\"}").await,
+        Some(1.0)
+    );
+}

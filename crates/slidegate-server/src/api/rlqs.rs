@@ -162,11 +162,7 @@ async fn serve(
         }
         End::Refused(e) => {
             tracing::warn!(domain, buckets, secs, error = %e, "rate limit quota stream ended");
-            let status = match e {
-                QuotaError::Ledgers(_) => tonic::Status::unavailable(e.to_string()),
-                _ => tonic::Status::invalid_argument(e.to_string()),
-            };
-            (QuotaEnd::Refused, Some(status))
+            (QuotaEnd::Refused, Some(tonic::Status::invalid_argument(e.to_string())))
         }
     };
     if let Err(e) = quotas.close(stream, metrics).await {

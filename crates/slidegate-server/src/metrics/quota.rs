@@ -52,13 +52,19 @@ pub enum QuotaRefusal {
     StreamBuckets,
     /// No quota rule matches it.
     Unconfigured,
+    /// The open streams track as many buckets as the server takes.
+    ServerBuckets,
+    /// The ledgers failed (Redis): no answer this time.
+    Ledgers,
 }
 
 impl QuotaRefusal {
-    const ALL: [QuotaRefusal; 3] = [
+    const ALL: [QuotaRefusal; 5] = [
         QuotaRefusal::BucketId,
         QuotaRefusal::StreamBuckets,
         QuotaRefusal::Unconfigured,
+        QuotaRefusal::ServerBuckets,
+        QuotaRefusal::Ledgers,
     ];
 
     fn label(self) -> &'static str {
@@ -66,6 +72,8 @@ impl QuotaRefusal {
             QuotaRefusal::BucketId => "bucket_id",
             QuotaRefusal::StreamBuckets => "stream_buckets",
             QuotaRefusal::Unconfigured => "unconfigured",
+            QuotaRefusal::ServerBuckets => "server_buckets",
+            QuotaRefusal::Ledgers => "ledgers",
         }
     }
 }
@@ -81,8 +89,7 @@ pub enum QuotaEnd {
     Idle,
     /// The client left its answers unread.
     NotReading,
-    /// A report it cannot go on after (no domain, another domain) or the
-    /// ledgers failed.
+    /// A report it cannot go on after (no domain, another domain).
     Refused,
 }
 
@@ -130,7 +137,7 @@ pub(super) struct QuotaMetrics {
     ended: [Counter; 5],
     buckets: Gauge,
     actions: [Counter; 4],
-    refused: [Counter; 3],
+    refused: [Counter; 5],
     usage: Family<UsageLabels, Counter>,
 }
 
@@ -145,7 +152,7 @@ impl QuotaMetrics {
         let ended = Family::<ReasonLabels, Counter>::default();
         registry.register(
             "rlqs_streams_ended",
-            "Rate limit quota service streams ended, by reason: closed (by the client), failed, idle (no report within the idle time), not_reading (answers left unread), refused (no domain, another domain, or the ledgers failed)",
+            "Rate limit quota service streams ended, by reason: closed (by the client), failed, idle (no report within the idle time), not_reading (answers left unread), refused (no domain, or another domain)",
             ended.clone(),
         );
         let ended = QuotaEnd::ALL.map(|end| ended.get_or_create(&ReasonLabels { reason: end.label() }).clone());
@@ -164,7 +171,7 @@ impl QuotaMetrics {
         let refused = Family::<ReasonLabels, Counter>::default();
         registry.register(
             "rlqs_buckets_refused",
-            "Reported buckets not answered, by reason: bucket_id (missing, empty or too large), stream_buckets (the stream has as many as it may), unconfigured (no quota rule matches)",
+            "Reported buckets not answered, by reason: bucket_id (missing, empty or too large), stream_buckets (the stream has as many as it may), unconfigured (no quota rule matches), server_buckets (the open streams track --rlqs-max-buckets), ledgers (Redis failed: answered at the next report)",
             refused.clone(),
         );
         let usage = Family::<UsageLabels, Counter>::default();
