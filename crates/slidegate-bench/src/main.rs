@@ -8,6 +8,10 @@
 //! ```text
 //! cargo run --release -p slidegate-bench -- --only algorithms,store --time 1s --rounds 3
 //! ```
+//!
+//! `slidegate-bench rlqs --grpc 127.0.0.1:PORT` loads a running `slidegate
+//! serve`'s rate limit quota service as many Envoys would
+//! (`crate::bench_rlqs`).
 
 #![forbid(unsafe_code)]
 
@@ -15,6 +19,7 @@ mod bench;
 mod bench_clients;
 mod bench_hybrid;
 mod bench_redis;
+mod bench_rlqs;
 mod case;
 mod progress;
 mod redis_conn;
@@ -42,16 +47,39 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// client, at each of --redis-concurrency, with Redis's CPU per
 /// decision; hybrid (with --redis): the hybrid mode against the script.
 #[derive(Parser, Debug)]
-#[command(name = "slidegate-bench", version)]
+#[command(name = "slidegate-bench", version, args_conflicts_with_subcommands = true)]
 struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+
     #[command(flatten)]
     args: bench::Args,
+}
+
+/// Loads of a server running elsewhere, rather than the groups above.
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// Load a running `slidegate serve`'s rate limit quota service (RLQS)
+    /// as many Envoys' rate_limit_quota filters would
+    ///
+    /// --streams streams of StreamRateLimitQuotas over --connections
+    /// HTTP/2 connections, each with --buckets bucket ids of its own:
+    /// each stream's first report (every bucket new), then --rounds rounds
+    /// of a report from every stream, each waiting for its answer; every
+    /// answer must hold an action per bucket. Prints bucket reports/s and,
+    /// with --server-pid, the server's CPU per bucket report. Loopback
+    /// only; every step bounded by --timeout.
+    Rlqs(bench_rlqs::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let mut stdout = std::io::stdout().lock();
-    match bench::run(&cli.args, &mut stdout) {
+    let done = match &cli.command {
+        Some(Command::Rlqs(args)) => bench_rlqs::run(args, &mut stdout),
+        None => bench::run(&cli.args, &mut stdout),
+    };
+    match done {
         Ok(()) => ExitCode::SUCCESS,
         // A closed pipe (`slidegate-bench | head`) is not a failure.
         Err(e)
