@@ -115,12 +115,15 @@ rlqs_run() {
     echo "warning: $tb token buckets for $((first + rounds_reports)) bucket reports:" \
       "$(jq -c '[.first.actions, .rounds.actions]' <<<"$out")" >&2
   fi
+  if [ "$(jq '.closed_cleanly' <<<"$out")" != 1000 ]; then
+    echo "warning: $(jq '.closed_cleanly' <<<"$out") of 1000 streams ended cleanly" >&2
+  fi
   rate=$(jq '.rounds.bucket_reports_per_second | floor' <<<"$out")
-  cpu_rounds=$(jq '.rounds.server_cpu_us_per_bucket_report * 1000 | round / 1000' <<<"$out")
+  cpu_rounds=$(printf '%.3f' "$(jq '.rounds.server_cpu_us_per_bucket_report' <<<"$out")")
   cpu_whole=$(per $((after - before)) $((first + rounds_reports)))
   printf '%-7s %-58s %10s /s  cpu %7s µs (whole run %s)  p99 %s ms  max RSS %s MiB\n' \
     "rlqs $1" "bucket reports (1000 streams x 100 buckets, $rounds rounds)" "$rate" "$cpu_rounds" \
-    "$cpu_whole" "$(jq '.rounds.p99_ms * 100 | round / 100' <<<"$out")" "$hwm"
+    "$cpu_whole" "$(printf '%.1f' "$(jq '.rounds.p99_ms' <<<"$out")")" "$hwm"
   echo "$cpu_rounds $cpu_whole $rate $hwm" >>"$work/rlqs.txt"
 }
 

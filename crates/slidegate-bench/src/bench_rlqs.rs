@@ -165,7 +165,8 @@ struct Phase {
     /// The server's CPU time (user and system) over the phase, in seconds
     /// (with `--server-pid`).
     server_cpu_seconds: Option<f64>,
-    /// `server_cpu_seconds` per bucket report, in microseconds.
+    /// `server_cpu_seconds` per bucket report, in microseconds (none when
+    /// the phase was too short for the CPU time to move).
     server_cpu_us_per_bucket_report: Option<f64>,
     /// The answers' actions.
     actions: Actions,
@@ -186,6 +187,9 @@ struct Summary {
     first: Phase,
     /// The rounds.
     rounds: Phase,
+    /// Streams that ended cleanly when their request side closed (the
+    /// server's answers ended with status OK within `--timeout`).
+    closed_cleanly: usize,
 }
 
 /// One open stream: where its reports go, where its answers come from,
@@ -347,8 +351,9 @@ fn phase(
         p50_ms: percentile(&latencies, 0.50).map(|us| us / 1e3),
         p99_ms: percentile(&latencies, 0.99).map(|us| us / 1e3),
         server_cpu_seconds: cpu,
+        // None when the reading did not move: too short to measure.
         server_cpu_us_per_bucket_report: cpu
-            .filter(|_| bucket_reports > 0)
+            .filter(|s| bucket_reports > 0 && *s > 0.0)
             .map(|s| s * 1e6 / bucket_reports as f64),
         actions,
     }
@@ -404,8 +409,7 @@ async fn load(args: &Args) -> Result<Summary> {
         before.zip(cpu()?),
         actions,
     );
-    // Closing each stream's request side ends it.
-    drop(streams);
+    let closed_cleanly = close(streams, args.timeout).await;
     Ok(Summary {
         streams: args.streams,
         buckets: args.buckets,
@@ -413,7 +417,26 @@ async fn load(args: &Args) -> Result<Summary> {
         domain: args.domain.clone(),
         first,
         rounds,
+        closed_cleanly,
     })
+}
+
+/// Closes every stream's request side, as an Envoy going away does, and
+/// waits for each one's answers to end: how many ended with status OK
+/// within `timeout`.
+async fn close(streams: Vec<Stream>, timeout: Duration) -> usize {
+    let mut answers = Vec::with_capacity(streams.len());
+    for stream in streams {
+        drop(stream.reports);
+        answers.push(stream.answers);
+    }
+    let mut clean = 0;
+    for mut answers in answers {
+        if let Ok(Ok(None)) = tokio::time::timeout(timeout, answers.message()).await {
+            clean += 1;
+        }
+    }
+    clean
 }
 
 /// Checks the flags, runs the load, and writes the summary.
@@ -485,6 +508,12 @@ fn write_text(summary: &Summary, out: &mut dyn Write) -> Result<()> {
             thousands(a.other as f64),
         )?;
     }
+    writeln!(
+        out,
+        "streams closed cleanly: {} of {}",
+        thousands(summary.closed_cleanly as f64),
+        thousands(summary.streams as f64)
+    )?;
     Ok(())
 }
 
