@@ -224,8 +224,16 @@ fn explain_bucket(
         rule.name, rule.line, rule.column
     )?;
     match &rule.limit {
-        Some(limit) => writeln!(out, "  limit: {}", limit_text(limit))?,
-        None => writeln!(out, "  unlimited: every request is admitted")?,
+        Some(limit) if limit.requests_per_unit == 0 => {
+            writeln!(out, "  limit: 0 requests: DENY_ALL, every request refused")?;
+        }
+        Some(limit) => writeln!(
+            out,
+            "  limit: {} per {}, shared between the Envoys that report the bucket: together at most that in any window of its length",
+            limit.requests_per_unit,
+            slidegate_core::duration::format_duration(limit.window),
+        )?,
+        None => writeln!(out, "  unlimited: ALLOW_ALL, every request admitted")?,
     }
     Ok(())
 }

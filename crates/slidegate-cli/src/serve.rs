@@ -552,7 +552,7 @@ pub(crate) struct Args {
     #[arg(long, env = "SLIDEGATE_RLQS_TTL", default_value = "10s", value_parser = parse_ttl, value_name = "DURATION", help_heading = QUOTA)]
     rlqs_ttl: Duration,
     /// Quota buckets kept in memory without Redis; more are denied.
-    #[arg(long, env = "SLIDEGATE_RLQS_MAX_BUCKETS", default_value_t = 250_000, value_name = "N", help_heading = QUOTA)]
+    #[arg(long, env = "SLIDEGATE_RLQS_MAX_BUCKETS", default_value_t = 100_000, value_name = "N", help_heading = QUOTA)]
     rlqs_max_buckets: usize,
     /// Quota buckets one stream may report; more get no answer.
     #[arg(long, env = "SLIDEGATE_RLQS_MAX_STREAM_BUCKETS", default_value_t = 10_000, value_name = "N", help_heading = QUOTA)]

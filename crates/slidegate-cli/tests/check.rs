@@ -232,7 +232,7 @@ fn explain_names_the_quota_rule_of_a_bucket_id() {
         [
             "[route=checkout, tenant=acme] matches no rule of domain `edge`: not limited",
             "bucket id {route=checkout, tenant=acme} matches quota rule `checkout` at DIR/d.yaml:6:5",
-            "  limit: 600 per 60s by sliding_window(buckets=8, weighting=conservative)",
+            "  limit: 600 per 1m, shared between the Envoys that report the bucket: together at most that in any window of its length",
         ]
     );
     assert_eq!(
@@ -242,7 +242,7 @@ fn explain_names_the_quota_rule_of_a_bucket_id() {
             "  limit: 9 per 1s by sliding_window(buckets=8, weighting=conservative)",
             "  counter key: 4:edge5:route4:free",
             "bucket id {route=free} matches quota rule `route_free` at DIR/d.yaml:10:5",
-            "  unlimited: every request is admitted",
+            "  unlimited: ALLOW_ALL, every request admitted",
         ]
     );
     assert_eq!(

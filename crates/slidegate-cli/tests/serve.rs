@@ -728,3 +728,69 @@ fn a_first_scrape_shows_every_series_at_zero() {
         }
     }
 }
+
+/// `slidegate serve` answers Envoy's rate limit quota service on its gRPC
+/// listener: a usage report of a configured bucket gets a token bucket,
+/// and the stream's start and end are logged, its domain as configured.
+#[test]
+fn it_answers_the_rate_limit_quota_service_and_logs_each_stream() {
+    use slidegate_server::proto::quota::rate_limit_quota_response::bucket_action::BucketAction;
+    use slidegate_server::proto::quota::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
+    use slidegate_server::proto::quota::rate_limit_quota_usage_reports::BucketQuotaUsage;
+    use slidegate_server::proto::quota::{BucketId, RateLimitQuotaUsageReports};
+    use slidegate_server::proto::types::rate_limit_strategy::Strategy;
+    let dir = fresh("rlqs");
+    let file = dir.join("edge.yaml");
+    std::fs::write(
+        &file,
+        "domain: edge\nquota_buckets:\n  - bucket_id: { route: checkout }\n    rate_limit: { unit: minute, requests_per_unit: 600 }\n",
+    )
+    .unwrap();
+    let (child, lines) = serve_logging(&["--config", file.to_str().unwrap()]);
+    let mut log = Vec::new();
+    let (_, grpc) = next_line(&lines, &mut log, listening_on);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let strategy = runtime.block_on(async {
+        let channel = common::channel(&grpc).await;
+        let report = RateLimitQuotaUsageReports {
+            domain: "edge".to_owned(),
+            bucket_quota_usages: vec![BucketQuotaUsage {
+                bucket_id: Some(BucketId {
+                    bucket: [("route".to_owned(), "checkout".to_owned())].into(),
+                }),
+                time_elapsed: Some(pbjson_types::Duration { seconds: 0, nanos: 0 }),
+                num_requests_allowed: 1,
+                num_requests_denied: 0,
+            }],
+        };
+        let mut answers = RateLimitQuotaServiceClient::new(channel)
+            .stream_rate_limit_quotas(tokio_stream::iter([report]))
+            .await
+            .unwrap()
+            .into_inner();
+        let answer = answers.message().await.unwrap().unwrap();
+        match answer.bucket_action.into_iter().next().and_then(|a| a.bucket_action) {
+            Some(BucketAction::QuotaAssignmentAction(a)) => a.rate_limit_strategy.and_then(|s| s.strategy),
+            other => panic!("{other:?}"),
+        }
+    });
+    match strategy {
+        Some(Strategy::TokenBucket(bucket)) => {
+            assert_eq!(bucket.fill_interval.map(|d| d.seconds), Some(60));
+            assert!(bucket.tokens_per_fill.is_some_and(|n| n.value > 0 && n.value <= 600));
+        }
+        other => panic!("expected a token bucket, got {other:?}"),
+    }
+    next_line(&lines, &mut log, |l| {
+        (l.contains("rate limit quota stream started") && l.contains("domain=\"edge\"")).then_some(())
+    });
+    next_line(&lines, &mut log, |l| {
+        l.contains("rate limit quota stream ended").then_some(())
+    });
+    // The client's connection closes with its runtime.
+    drop(runtime);
+    terminate(child);
+}

@@ -28,7 +28,6 @@ use ledgers::{LedgerError, LedgerOp, Ledgers};
 use share::{Grant, Pools, StreamId, Timing};
 use slidegate_core::Clock;
 use std::collections::HashMap;
-use std::fmt::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -96,7 +95,7 @@ impl Default for QuotaOptions {
             max_stream_buckets: 10_000,
             idle_bucket: Duration::from_secs(300),
             idle_stream: Duration::from_secs(30),
-            max_buckets: 250_000,
+            max_buckets: 100_000,
         }
     }
 }
@@ -459,9 +458,18 @@ fn duration_ns(d: Duration) -> u64 {
 fn ledger_key(domain: &str, pairs: &[(&str, &str)]) -> String {
     let mut key =
         String::with_capacity(domain.len() + 8 + pairs.iter().map(|(k, v)| k.len() + v.len() + 8).sum::<usize>());
-    let _ = write!(key, "{}:{domain}", domain.len());
+    let mut number = itoa::Buffer::new();
+    key.push_str(number.format(domain.len()));
+    key.push(':');
+    key.push_str(domain);
     for (k, v) in pairs {
-        let _ = write!(key, "|{}:{k}{}:{v}", k.len(), v.len());
+        key.push('|');
+        key.push_str(number.format(k.len()));
+        key.push(':');
+        key.push_str(k);
+        key.push_str(number.format(v.len()));
+        key.push(':');
+        key.push_str(v);
     }
     key
 }

@@ -527,7 +527,8 @@ async fn the_buckets_of_every_stream_together_stay_within_the_bound() {
     let answer = second.ask(reports("edge", tenants(10..12))).await.unwrap();
     assert_eq!(answer.bucket_action.len(), 1, "one more bucket: 3 in all");
     assert_eq!(
-        h.metric("slidegate_rlqs_buckets_refused_total{reason=\"server_buckets\"}").await,
+        h.metric("slidegate_rlqs_buckets_refused_total{reason=\"server_buckets\"}")
+            .await,
         Some(1.0)
     );
     // The first stream ends: its buckets make room.
@@ -535,7 +536,12 @@ async fn the_buckets_of_every_stream_together_stay_within_the_bound() {
     let mut third = Wire::open(&channel).await;
     let mut answered = 0;
     for _ in 0..100 {
-        answered = third.ask(reports("edge", tenants(20..22))).await.unwrap().bucket_action.len();
+        answered = third
+            .ask(reports("edge", tenants(20..22)))
+            .await
+            .unwrap()
+            .bucket_action
+            .len();
         if answered == 2 {
             break;
         }
@@ -562,7 +568,10 @@ async fn a_redis_outage_leaves_envoys_on_their_assignments() {
     let mut envoy = Envoy::new(&h, deny_first()).await;
     envoy.request(CHECKOUT, 0).await;
     let assigned = envoy.model.action(CHECKOUT);
-    assert!(matches!(assigned, Some(CurrentAction::Assigned(Some(Strategy::TokenBucket(_))))));
+    assert!(matches!(
+        assigned,
+        Some(CurrentAction::Assigned(Some(Strategy::TokenBucket(_))))
+    ));
     redis.kill();
     // The next report is answered without an action for the bucket: Envoy
     // keeps its token bucket until its TTL, and the stream goes on.
@@ -571,7 +580,8 @@ async fn a_redis_outage_leaves_envoys_on_their_assignments() {
     assert_eq!(envoy.model.action(CHECKOUT), assigned);
     assert_eq!(envoy.model.streams_opened(), 1);
     assert_eq!(
-        h.metric("slidegate_rlqs_buckets_refused_total{reason=\"ledgers\"}").await,
+        h.metric("slidegate_rlqs_buckets_refused_total{reason=\"ledgers\"}")
+            .await,
         Some(1.0)
     );
 }

@@ -6,7 +6,7 @@
 //! merge keys, refuses duplicate keys and does not read quoted scalars as
 //! numbers or bools, so `"10"` is not an integer and `"true"` not a bool.
 
-use super::quota::{QuotaRule, name_rules};
+use super::quota::{QuotaRule, name_rules, unique_name};
 use super::{ConfigError, ConfigWarning, Domain, Limit, MAX_DEPTH, Rule, Unit, ValuePattern};
 use marked_yaml::types::{MarkedMappingNode, MarkedScalarNode, MarkedSequenceNode};
 use marked_yaml::{Node, Span};
@@ -1360,14 +1360,7 @@ pub(super) fn name_limits(rules: &mut [Rule]) {
                 } else {
                     here.clone()
                 };
-                let mut candidate = base.clone();
-                let mut n = 1;
-                while taken.contains(&candidate) {
-                    n += 1;
-                    candidate = format!("{base}#{n}");
-                }
-                taken.insert(candidate.clone());
-                limit.header_name = candidate;
+                limit.header_name = unique_name(base, taken);
             }
             name(&mut rule.children, &here, taken);
         }

@@ -81,6 +81,20 @@ impl Domain {
     }
 }
 
+/// `base`, or `base#2`, `base#3`... the first not in `taken`, which
+/// takes it: how unnamed limits and quota rules get names unique in their
+/// domain.
+pub(super) fn unique_name(base: String, taken: &mut HashSet<String>) -> String {
+    let mut candidate = base.clone();
+    let mut n = 1;
+    while taken.contains(&candidate) {
+        n += 1;
+        candidate = format!("{base}#{n}");
+    }
+    taken.insert(candidate.clone());
+    candidate
+}
+
 /// Names the rules of one domain: a rule whose `explicit[i]` is true keeps
 /// its name (the caller checked they are unique); every other gets its
 /// [`QuotaRule::default_name`], then `#n` (from 2) while that is the name
@@ -96,15 +110,7 @@ pub(super) fn name_rules(rules: &mut [QuotaRule], explicit: &[bool]) {
         .collect();
     for (i, rule) in rules.iter_mut().enumerate() {
         if !is_explicit(i) {
-            let base = rule.default_name();
-            let mut candidate = base.clone();
-            let mut n = 1;
-            while taken.contains(&candidate) {
-                n += 1;
-                candidate = format!("{base}#{n}");
-            }
-            taken.insert(candidate.clone());
-            rule.name = candidate;
+            rule.name = unique_name(rule.default_name(), &mut taken);
         }
         if let Some(limit) = &mut rule.limit {
             limit.header_name.clone_from(&rule.name);
