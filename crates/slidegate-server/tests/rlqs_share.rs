@@ -14,6 +14,9 @@
 //! - Two Envoys asking 10 % and 200 % of `L`: from the third report of the
 //!   later one on, the first is never refused and the second admits the
 //!   rest of the rate pool (what the first's share leaves).
+//!
+//! Each holds with one replica in memory and with two replicas on one
+//! throw-away Redis.
 
 mod common;
 
@@ -329,6 +332,15 @@ fn check_bound(limit: u64, window_s: u64, plans: Vec<Plan>, replicas: usize, red
     };
     let mut sim = Sim::new(rules, replicas, plans, redis);
     sim.run(150 * S);
+    if let Some(redis) = redis {
+        // The ledgers were Redis's: those still held are there.
+        let keys = redis.cli(&["KEYS", "slidegate:rlqs:*"]);
+        let held = sim.envoys.iter().any(|e| !e.gone && !e.admitted.is_empty());
+        assert!(
+            !held || keys.contains("slidegate:rlqs:"),
+            "no ledger in Redis: {keys:?}"
+        );
+    }
     let admitted = sim.admitted();
     let most = most_in_a_window(&admitted, window_s * S);
     assert!(
@@ -362,23 +374,7 @@ proptest! {
         factor in 1.05f64..4.0,
         join_ms in 0u64..5000,
     ) {
-        let rules = OneRule { limit, window_ns: window_s * S };
-        let join = join_ms * 1_000_000;
-        let end = join + (3 * window_s + 30) * S;
-        let plan = Plan {
-            join,
-            phases: vec![(end, factor * limit as f64 / window_s as f64)],
-            fate: Fate::Stays,
-            replica: 0,
-        };
-        let mut sim = Sim::new(rules, 1, vec![plan], None);
-        sim.run(end);
-        let admitted = sim.admitted();
-        // From its first request's answer on (the first request meets
-        // DENY_ALL, before any assignment).
-        let fewest = fewest_in_a_window(&admitted, window_s * S, join + 1_000_000, end);
-        prop_assert!(fewest * 100 >= limit * 95, "{fewest} of {limit} in the worst window of {window_s} s");
-        prop_assert!(most_in_a_window(&admitted, window_s * S) <= limit);
+        alone(limit, window_s, factor, join_ms, None)?;
     }
 
     #[test]
@@ -387,29 +383,98 @@ proptest! {
         window_s in prop::sample::select(vec![5u64, 10, 30]),
         offset_ms in 0u64..5000,
     ) {
-        let rules = OneRule { limit, window_ns: window_s * S };
-        let per_s = limit as f64 / window_s as f64;
-        let later = offset_ms * 1_000_000;
-        let end = later + (15 + 3 * window_s) * S;
-        let small = Plan { join: 0, phases: vec![(end, 0.1 * per_s)], fate: Fate::Stays, replica: 0 };
-        let busy = Plan { join: later, phases: vec![(end, 2.0 * per_s)], fate: Fate::Stays, replica: 0 };
-        let mut sim = Sim::new(rules, 1, vec![small, busy], None);
-        sim.run(end);
-        // The later one's third report, 15 s after its first.
-        let settled = later + 15 * S + 1;
-        let small = &sim.envoys[0];
-        let refused = small.denied.iter().filter(|t| **t >= settled).count();
-        prop_assert_eq!(refused, 0, "the 10 % Envoy was refused after its shares settled");
-        let pools = Pools::new(limit, window_s * S);
-        let small_demand = limit / 10;
-        let small_share = small_demand + small_demand / 8 + 1;
-        let rest = pools.rate - small_share;
-        let busy = fewest_in_a_window(&sim.envoys[1].admitted, window_s * S, settled, end);
-        // Reports count whole requests over whole seconds: the small one's
-        // share moves by a few tokens from report to report.
-        prop_assert!(busy + 3 + limit / 100 >= rest, "the busy Envoy admitted {busy} in a window, the rest is {rest}");
-        prop_assert!(most_in_a_window(&sim.admitted(), window_s * S) <= limit);
+        ten_and_two_hundred(limit, window_s, offset_ms, None)?;
     }
+}
+
+/// An Envoy alone asking `factor` times the limit, joining at `join_ms`:
+/// at least 95 % of the limit in every window once its first report is
+/// answered, never more than the limit. With `redis`, on one replica of
+/// two sharing it.
+fn alone(
+    limit: u64,
+    window_s: u64,
+    factor: f64,
+    join_ms: u64,
+    redis: Option<&RedisServer>,
+) -> Result<(), TestCaseError> {
+    let rules = OneRule {
+        limit,
+        window_ns: window_s * S,
+    };
+    let join = join_ms * 1_000_000;
+    let end = join + (3 * window_s + 30) * S;
+    let plan = Plan {
+        join,
+        phases: vec![(end, factor * limit as f64 / window_s as f64)],
+        fate: Fate::Stays,
+        replica: usize::from(redis.is_some()),
+    };
+    let replicas = if redis.is_some() { 2 } else { 1 };
+    let mut sim = Sim::new(rules, replicas, vec![plan], redis);
+    sim.run(end);
+    let admitted = sim.admitted();
+    // From its first request's answer on (the first request meets
+    // DENY_ALL, before any assignment).
+    let fewest = fewest_in_a_window(&admitted, window_s * S, join + 1_000_000, end);
+    prop_assert!(
+        fewest * 100 >= limit * 95,
+        "{fewest} of {limit} in the worst window of {window_s} s"
+    );
+    prop_assert!(most_in_a_window(&admitted, window_s * S) <= limit);
+    Ok(())
+}
+
+/// Two Envoys asking 10 % and 200 % of the limit, the second joining
+/// `offset_ms` later: from the later one's third report on, the first is
+/// never refused and the second admits the rest of the rate pool. With
+/// `redis`, each on its own replica of two sharing it.
+fn ten_and_two_hundred(
+    limit: u64,
+    window_s: u64,
+    offset_ms: u64,
+    redis: Option<&RedisServer>,
+) -> Result<(), TestCaseError> {
+    let rules = OneRule {
+        limit,
+        window_ns: window_s * S,
+    };
+    let per_s = limit as f64 / window_s as f64;
+    let later = offset_ms * 1_000_000;
+    let end = later + (15 + 3 * window_s) * S;
+    let (replicas, other) = if redis.is_some() { (2, 1) } else { (1, 0) };
+    let small = Plan {
+        join: 0,
+        phases: vec![(end, 0.1 * per_s)],
+        fate: Fate::Stays,
+        replica: 0,
+    };
+    let busy = Plan {
+        join: later,
+        phases: vec![(end, 2.0 * per_s)],
+        fate: Fate::Stays,
+        replica: other,
+    };
+    let mut sim = Sim::new(rules, replicas, vec![small, busy], redis);
+    sim.run(end);
+    // The later one's third report, 15 s after its first.
+    let settled = later + 15 * S + 1;
+    let small = &sim.envoys[0];
+    let refused = small.denied.iter().filter(|t| **t >= settled).count();
+    prop_assert_eq!(refused, 0, "the 10 % Envoy was refused after its shares settled");
+    let pools = Pools::new(limit, window_s * S);
+    let small_demand = limit / 10;
+    let small_share = small_demand + small_demand / 8 + 1;
+    let rest = pools.rate - small_share;
+    let busy = fewest_in_a_window(&sim.envoys[1].admitted, window_s * S, settled, end);
+    // Reports count whole requests over whole seconds: the small one's
+    // share moves by a few tokens from report to report.
+    prop_assert!(
+        busy + 3 + limit / 100 >= rest,
+        "the busy Envoy admitted {busy} in a window, the rest is {rest}"
+    );
+    prop_assert!(most_in_a_window(&sim.admitted(), window_s * S) <= limit);
+    Ok(())
 }
 
 proptest! {
@@ -424,5 +489,28 @@ proptest! {
     ) {
         let redis = RedisServer::start();
         check_bound(limit, window_s, plans, 2, Some(&redis));
+    }
+
+    /// A lone Envoy's 95 % with its replica's ledgers in Redis.
+    #[test]
+    fn an_envoy_alone_on_a_replica_gets_at_least_95_percent(
+        limit in 800u64..3000,
+        window_s in prop::sample::select(vec![5u64, 10, 30]),
+        factor in 1.05f64..4.0,
+        join_ms in 0u64..5000,
+    ) {
+        let redis = RedisServer::start();
+        alone(limit, window_s, factor, join_ms, Some(&redis))?;
+    }
+
+    /// The 10 %/200 % split with each Envoy on its own replica.
+    #[test]
+    fn ten_percent_and_the_rest_across_two_replicas(
+        limit in 800u64..3000,
+        window_s in prop::sample::select(vec![5u64, 10, 30]),
+        offset_ms in 0u64..5000,
+    ) {
+        let redis = RedisServer::start();
+        ten_and_two_hundred(limit, window_s, offset_ms, Some(&redis))?;
     }
 }

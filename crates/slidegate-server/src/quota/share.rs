@@ -269,6 +269,8 @@ impl Ledger {
             Some(index) => index,
             None if self.holders.len() >= MAX_HOLDERS => return Grant::Deny,
             None => {
+                // Most buckets have one stream: no room for four.
+                self.holders.reserve_exact(1);
                 self.holders.push(Holder {
                     id,
                     want,
