@@ -585,3 +585,40 @@ async fn a_redis_outage_leaves_envoys_on_their_assignments() {
         Some(1.0)
     );
 }
+
+/// The guide's config loads as written, and its rules are what the guide
+/// says they are.
+#[test]
+fn the_guides_config_loads_as_written() {
+    use slidegate_server::config::Config;
+    use slidegate_server::quota::{QuotaPolicy, QuotaRules};
+    let guide = include_str!("../../../docs/rate-limit-quota.md");
+    let yaml: String = guide
+        .split("```yaml\n")
+        .skip(1)
+        .filter_map(|block| block.split("```").next())
+        .find(|block| block.starts_with("domain: edge"))
+        .expect("the guide has a config")
+        .to_owned();
+    let config = Config::parse("rate-limit-quota.md", &yaml).unwrap();
+    let rule = |pairs: &[(&str, &str)]| config.quota_rule("edge", pairs).map(|m| (m.rule.to_owned(), m.policy));
+    assert_eq!(
+        rule(&[("route", "checkout"), ("tenant", "acme")]),
+        Some((
+            "checkout".to_owned(),
+            QuotaPolicy::Limited {
+                limit: 600,
+                window_ns: 60 * S
+            }
+        ))
+    );
+    assert_eq!(
+        rule(&[("route", "health")]),
+        Some(("health".to_owned(), QuotaPolicy::AllowAll))
+    );
+    assert_eq!(
+        rule(&[("route", "admin")]),
+        Some(("admin".to_owned(), QuotaPolicy::DenyAll))
+    );
+    assert_eq!(rule(&[("route", "checkout")]), None, "no tenant");
+}
