@@ -135,6 +135,9 @@ pub struct Quotas {
 #[derive(Debug)]
 pub struct QuotaStream {
     id: StreamId,
+    /// Opened with its Envoy's id ([`Quotas::open_as`]): its holds are the
+    /// Envoy's, for its next stream to go on with.
+    identified: bool,
     domain: Option<String>,
     buckets: HashMap<String, Tracked>,
 }
@@ -202,13 +205,33 @@ impl Quotas {
         metrics.quota_buckets(-i64::try_from(n).unwrap_or(i64::MAX));
     }
 
-    /// A new stream.
+    /// A new stream, of an Envoy slidegate cannot tell from any other:
+    /// what its earlier streams hold counts against it until it expires.
     pub fn open(&self) -> QuotaStream {
         QuotaStream {
             id: StreamId {
                 replica: self.replica,
                 stream: self.streams.fetch_add(1, Ordering::Relaxed),
             },
+            identified: false,
+            domain: None,
+            buckets: HashMap::new(),
+        }
+    }
+
+    /// A new stream of the Envoy whose id is `envoy` (sent by the Envoy as
+    /// `x-slidegate-envoy-id`, unique to it): every stream of one id, on
+    /// any replica, is one holder of the ledgers, so a stream that replaces
+    /// a broken one goes on with what the Envoy was given. Two Envoys that
+    /// share an id share one share, each admitting all of it: ids must be
+    /// unique.
+    pub fn open_as(&self, envoy: &str) -> QuotaStream {
+        QuotaStream {
+            id: StreamId {
+                replica: fnv1a(envoy, 0xcbf2_9ce4_8422_2325),
+                stream: fnv1a(envoy, 0x6c62_272e_07bb_0142),
+            },
+            identified: true,
             domain: None,
             buckets: HashMap::new(),
         }
@@ -393,13 +416,19 @@ impl Quotas {
 
     /// The stream ended: its buckets' demand stops counting (their holds
     /// stay until they expire, as Envoy keeps its assignments until their
-    /// TTL).
+    /// TTL). A stream of an identified Envoy leaves the ledgers as they
+    /// are, for its next stream.
     ///
     /// # Errors
     ///
     /// The ledgers failed (Redis): the holds then end by themselves.
     pub async fn close(&self, stream: QuotaStream, metrics: &Metrics) -> Result<(), LedgerError> {
         self.untrack(stream.buckets.len(), metrics);
+        if stream.identified {
+            // Its Envoy may go on on another stream, with its holds: its
+            // demand stops counting when its reports stop.
+            return Ok(());
+        }
         let ops: Vec<LedgerOp> = stream
             .buckets
             .into_iter()
@@ -446,6 +475,14 @@ impl QuotaRules for crate::config::Config {
             policy,
         })
     }
+}
+
+/// FNV-1a of `text` from `basis`: the same on every replica and version,
+/// for the ledgers' holder of an Envoy id.
+fn fnv1a(text: &str, basis: u64) -> u64 {
+    text.bytes().fold(basis, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// The nanoseconds of `d`, saturating.

@@ -50,9 +50,20 @@ struct Wire {
 
 impl Wire {
     async fn open(channel: &Channel) -> Wire {
+        Wire::open_as(channel, None).await
+    }
+
+    /// A stream carrying `envoy` as its `x-slidegate-envoy-id`, if given.
+    async fn open_as(channel: &Channel, envoy: Option<&str>) -> Wire {
         let (send, queue) = mpsc::channel(64);
+        let mut request = tonic::Request::new(ReceiverStream::new(queue));
+        if let Some(envoy) = envoy {
+            request
+                .metadata_mut()
+                .insert("x-slidegate-envoy-id", envoy.parse().expect("an ASCII id"));
+        }
         let answers = RateLimitQuotaServiceClient::new(channel.clone())
-            .stream_rate_limit_quotas(ReceiverStream::new(queue))
+            .stream_rate_limit_quotas(request)
             .await
             .expect("the stream opens")
             .into_inner();
@@ -76,6 +87,8 @@ struct Envoy {
     model: EnvoyQuotaClient,
     channel: Channel,
     wires: HashMap<usize, Wire>,
+    /// The `x-slidegate-envoy-id` its streams carry, if any.
+    id: Option<String>,
 }
 
 impl Envoy {
@@ -84,6 +97,7 @@ impl Envoy {
             model: EnvoyQuotaClient::new("edge", behaviours),
             channel: h.channel().await,
             wires: HashMap::new(),
+            id: None,
         }
     }
 
@@ -92,7 +106,7 @@ impl Envoy {
     async fn pump(&mut self, t: u64) {
         for out in self.model.outbox() {
             if !self.wires.contains_key(&out.stream) {
-                let wire = Wire::open(&self.channel).await;
+                let wire = Wire::open_as(&self.channel, self.id.as_deref()).await;
                 self.wires.insert(out.stream, wire);
             }
             let wire = self.wires.get_mut(&out.stream).expect("opened above");
@@ -297,6 +311,40 @@ async fn a_new_stream_waits_for_its_old_streams_hold_and_envoy_keeps_its_assignm
         Some(CurrentAction::Assigned(Some(Strategy::TokenBucket(_))))
     ));
     assert_eq!(h.metric("slidegate_rlqs_streams ").await, Some(1.0));
+}
+
+#[tokio::test]
+async fn an_envoy_that_names_itself_goes_on_on_a_new_stream_without_waiting() {
+    let h = Harness::start(CONFIG).await;
+    let mut envoy = Envoy::new(&h, deny_first()).await;
+    envoy.id = Some("envoy-a".to_owned());
+    // 20 requests a second, more than the limit's rate: a steady demand.
+    for n in 0..100 {
+        let t = n * S / 20;
+        h.clock.set(BASE + t);
+        envoy.request(CHECKOUT, t).await;
+    }
+    let assigned = envoy.model.action(CHECKOUT);
+    assert!(matches!(
+        assigned,
+        Some(CurrentAction::Assigned(Some(Strategy::TokenBucket(_))))
+    ));
+    envoy.wires.clear();
+    envoy.model.stream_closed();
+    // The new stream carries the same id: the same holder, so the same
+    // token bucket comes back and Envoy carries its tokens over.
+    h.clock.set(BASE + 5 * S);
+    envoy.tick(5 * S).await;
+    assert_eq!(envoy.model.streams_opened(), 2);
+    assert_eq!(envoy.model.action(CHECKOUT), assigned);
+    // Another Envoy, named otherwise, still waits for that share.
+    let mut other = Envoy::new(&h, deny_first()).await;
+    other.id = Some("envoy-b".to_owned());
+    assert!(!other.request(CHECKOUT, 5 * S).await);
+    assert_eq!(
+        other.model.action(CHECKOUT),
+        Some(CurrentAction::Assigned(Some(Strategy::Blanket(Blanket::DenyAll))))
+    );
 }
 
 fn usage(bucket: BucketId, allowed: u64, denied: u64, seconds: i64) -> BucketQuotaUsage {

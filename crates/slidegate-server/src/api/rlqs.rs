@@ -16,7 +16,7 @@
 use crate::metrics::QuotaEnd;
 use crate::proto::quota::rate_limit_quota_service_server::{RateLimitQuotaService, RateLimitQuotaServiceServer};
 use crate::proto::quota::{RateLimitQuotaResponse, RateLimitQuotaUsageReports};
-use crate::quota::{QuotaError, Quotas};
+use crate::quota::{QuotaError, QuotaStream, Quotas};
 use crate::service::Shared;
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -58,9 +58,14 @@ impl RateLimitQuotaService for Rlqs {
         request: tonic::Request<tonic::Streaming<RateLimitQuotaUsageReports>>,
     ) -> Result<tonic::Response<Responses>, tonic::Status> {
         let (answers, queue) = mpsc::channel(QUEUED);
+        let stream = match envoy_id(request.metadata()) {
+            Some(envoy) => self.quotas.open_as(envoy),
+            None => self.quotas.open(),
+        };
         tokio::spawn(serve(
             Arc::clone(&self.shared),
             Arc::clone(&self.quotas),
+            stream,
             request.into_inner(),
             answers,
         ));
@@ -82,17 +87,32 @@ enum End {
     Refused(QuotaError),
 }
 
+/// The header naming a stream's Envoy, set in the filter's `rlqs_server`
+/// (`initial_metadata`): see [`Quotas::open_as`].
+pub const ENVOY_ID: &str = "x-slidegate-envoy-id";
+
+/// The longest Envoy id taken; a longer one is ignored.
+const MAX_ENVOY_ID: usize = 256;
+
+/// The stream's Envoy id, if it has a usable one.
+fn envoy_id(metadata: &tonic::metadata::MetadataMap) -> Option<&str> {
+    metadata
+        .get(ENVOY_ID)
+        .and_then(|v| v.to_str().ok())
+        .filter(|id| !id.is_empty() && id.len() <= MAX_ENVOY_ID)
+}
+
 /// Serves one stream until it ends, then leaves its buckets' ledgers.
 async fn serve(
     shared: Arc<Shared>,
     quotas: Arc<Quotas>,
+    mut stream: QuotaStream,
     mut reports: tonic::Streaming<RateLimitQuotaUsageReports>,
     answers: mpsc::Sender<Result<RateLimitQuotaResponse, tonic::Status>>,
 ) {
     let metrics = shared.service.metrics();
     metrics.quota_stream(true);
     let started = tokio::time::Instant::now();
-    let mut stream = quotas.open();
     let idle = quotas.options().idle_stream;
     let end = loop {
         let report = match tokio::time::timeout(idle, reports.message()).await {
