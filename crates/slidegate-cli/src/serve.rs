@@ -430,7 +430,8 @@ pub(crate) struct Args {
     ///
     /// A connection (HTTP or gRPC) must start its first request (call)
     /// within `--header-timeout` of opening and then one within this long
-    /// of the last, unless one is in flight; otherwise it is asked to close
+    /// of the last, unless one is in flight (a rate limit quota stream is
+    /// while it lasts); otherwise it is asked to close
     /// (gRPC: a `GOAWAY`; a client reconnects for its next call). Bytes
     /// alone (HTTP/2 `PING`s and `SETTINGS`, part of a request) do not keep
     /// it. One on which no byte is read or written for this long is closed

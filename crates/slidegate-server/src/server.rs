@@ -503,6 +503,7 @@ pub async fn start<C: Clock + Send + Sync + 'static>(options: Options, clock: C)
         Arc::clone(&shared),
         health_service,
         quotas,
+        stopped.clone(),
         timeouts.request,
         options.body_limit,
     );

@@ -670,3 +670,24 @@ fn the_guides_config_loads_as_written() {
     );
     assert_eq!(rule(&[("route", "checkout")]), None, "no tenant");
 }
+
+#[tokio::test]
+async fn a_stopping_server_ends_every_stream_for_envoy_to_reconnect() {
+    let h = Harness::start(CONFIG).await;
+    let channel = h.channel().await;
+    let mut wire = Wire::open(&channel).await;
+    wire.ask(reports("edge", vec![usage(id(CHECKOUT), 1, 0, 0)]))
+        .await
+        .unwrap();
+    let stopping = tokio::spawn(h.running.shutdown());
+    let end = tokio::time::timeout(ANSWER, wire.answers.message())
+        .await
+        .expect("the stream ends");
+    let status = end.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unavailable);
+    assert!(status.message().contains("stopping"), "{}", status.message());
+    tokio::time::timeout(ANSWER, stopping)
+        .await
+        .expect("the server stops")
+        .unwrap();
+}

@@ -97,7 +97,14 @@ impl GrpcRoutes {
     /// The routes of `shared`'s service, with tonic-health's `health`,
     /// under the request timeout `timeout`, decoding messages of at most
     /// `limit` bytes.
-    pub(crate) fn new<H>(shared: Arc<Shared>, health: H, quotas: Arc<Quotas>, timeout: Duration, limit: usize) -> Self
+    pub(crate) fn new<H>(
+        shared: Arc<Shared>,
+        health: H,
+        quotas: Arc<Quotas>,
+        stopped: tokio::sync::watch::Receiver<bool>,
+        timeout: Duration,
+        limit: usize,
+    ) -> Self
     where
         H: tower::Service<http::Request<Replay>, Response = TonicAnswered, Error = Infallible>
             + Clone
@@ -108,7 +115,7 @@ impl GrpcRoutes {
     {
         GrpcRoutes(Arc::new(Routes {
             rls: Grpc::service(Arc::clone(&shared)).max_decoding_message_size(limit),
-            rlqs: Rlqs::service(Arc::clone(&shared), quotas),
+            rlqs: Rlqs::service(Arc::clone(&shared), quotas, stopped),
             shared,
             health: Health::new(health),
             timeout,

@@ -9,7 +9,10 @@
 //! read) has its stream ended; a stream that sends nothing for the idle
 //! time ([`crate::quota::QuotaOptions::idle_stream`]) is ended with
 //! `DEADLINE_EXCEEDED`; a report without a domain, or naming another
-//! domain than the first, ends it with `INVALID_ARGUMENT`. What a stream
+//! domain than the first, ends it with `INVALID_ARGUMENT`; a server that
+//! stops ends every stream with `UNAVAILABLE`, for its Envoy to open one
+//! elsewhere. While a stream lasts its connection is not idle
+//! ([`StreamHold`]). What a stream
 //! held stays held until its TTL passes, as Envoy keeps its assignments
 //! that long: ending a stream never frees tokens early.
 
@@ -19,7 +22,7 @@ use crate::proto::quota::{RateLimitQuotaResponse, RateLimitQuotaUsageReports};
 use crate::quota::{QuotaError, QuotaStream, Quotas};
 use crate::service::Shared;
 use std::sync::Arc;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 
 /// The largest usage report taken, in bytes: an Envoy reports all its
@@ -37,13 +40,25 @@ pub(crate) const RLQS_PATH: &str = "/envoy.service.rate_limit_quota.v3.RateLimit
 pub struct Rlqs {
     shared: Arc<Shared>,
     quotas: Arc<Quotas>,
+    /// Turns true when the server stops: every stream then ends.
+    stopped: watch::Receiver<bool>,
 }
 
 impl Rlqs {
     /// The tonic service, decoding reports of at most
     /// [`MAX_REPORT_BYTES`].
-    pub(crate) fn service(shared: Arc<Shared>, quotas: Arc<Quotas>) -> RateLimitQuotaServiceServer<Rlqs> {
-        RateLimitQuotaServiceServer::new(Rlqs { shared, quotas }).max_decoding_message_size(MAX_REPORT_BYTES)
+    /// Its streams end when `stopped` turns true.
+    pub(crate) fn service(
+        shared: Arc<Shared>,
+        quotas: Arc<Quotas>,
+        stopped: watch::Receiver<bool>,
+    ) -> RateLimitQuotaServiceServer<Rlqs> {
+        RateLimitQuotaServiceServer::new(Rlqs {
+            shared,
+            quotas,
+            stopped,
+        })
+        .max_decoding_message_size(MAX_REPORT_BYTES)
     }
 }
 
@@ -55,20 +70,20 @@ impl RateLimitQuotaService for Rlqs {
 
     async fn stream_rate_limit_quotas(
         &self,
-        request: tonic::Request<tonic::Streaming<RateLimitQuotaUsageReports>>,
+        mut request: tonic::Request<tonic::Streaming<RateLimitQuotaUsageReports>>,
     ) -> Result<tonic::Response<Responses>, tonic::Status> {
+        // Kept while the stream lasts: its connection is not idle.
+        let hold = request.extensions_mut().remove::<StreamHold>();
         let (answers, queue) = mpsc::channel(QUEUED);
         let stream = match envoy_id(request.metadata()) {
             Some(envoy) => self.quotas.open_as(envoy),
             None => self.quotas.open(),
         };
-        tokio::spawn(serve(
-            Arc::clone(&self.shared),
-            Arc::clone(&self.quotas),
-            stream,
-            request.into_inner(),
-            answers,
-        ));
+        let (shared, quotas, stopped) = (Arc::clone(&self.shared), Arc::clone(&self.quotas), self.stopped.clone());
+        tokio::spawn(async move {
+            serve(shared, quotas, stream, request.into_inner(), answers, stopped).await;
+            drop(hold);
+        });
         Ok(tonic::Response::new(ReceiverStream::new(queue)))
     }
 }
@@ -85,6 +100,24 @@ enum End {
     NotReading,
     /// A report the stream cannot go on after.
     Refused(QuotaError),
+    /// The server is stopping.
+    Stopping,
+}
+
+/// What keeps a stream's connection from being idle while the stream
+/// lasts: the connection layer puts one in each stream's request
+/// (`crate::net::admission`), and the stream's task keeps it until the
+/// stream ends.
+#[derive(Clone)]
+pub struct StreamHold {
+    _held: Arc<dyn std::any::Any + Send + Sync>,
+}
+
+impl StreamHold {
+    /// A hold that lasts as long as `held` does.
+    pub(crate) fn new(held: Arc<dyn std::any::Any + Send + Sync>) -> StreamHold {
+        StreamHold { _held: held }
+    }
 }
 
 /// The header naming a stream's Envoy, set in the filter's `rlqs_server`
@@ -109,13 +142,18 @@ async fn serve(
     mut stream: QuotaStream,
     mut reports: tonic::Streaming<RateLimitQuotaUsageReports>,
     answers: mpsc::Sender<Result<RateLimitQuotaResponse, tonic::Status>>,
+    mut stopped: watch::Receiver<bool>,
 ) {
     let metrics = shared.service.metrics();
     metrics.quota_stream(true);
     let started = tokio::time::Instant::now();
     let idle = quotas.options().idle_stream;
     let end = loop {
-        let report = match tokio::time::timeout(idle, reports.message()).await {
+        let next = tokio::select! {
+            next = tokio::time::timeout(idle, reports.message()) => next,
+            _ = stopped.wait_for(|&s| s) => break End::Stopping,
+        };
+        let report = match next {
             Err(_) => break End::Idle,
             Ok(Err(status)) => break End::Failed(status),
             Ok(Ok(None)) => break End::Closed,
@@ -179,6 +217,16 @@ async fn serve(
                 "rate limit quota stream ended: the client left {QUEUED} responses unread"
             );
             (QuotaEnd::NotReading, None)
+        }
+        End::Stopping => {
+            tracing::info!(
+                domain,
+                buckets,
+                secs,
+                "rate limit quota stream ended: slidegate is stopping"
+            );
+            let status = tonic::Status::unavailable("slidegate is stopping: open a new stream");
+            (QuotaEnd::Stopping, Some(status))
         }
         End::Refused(e) => {
             tracing::warn!(domain, buckets, secs, error = %e, "rate limit quota stream ended");

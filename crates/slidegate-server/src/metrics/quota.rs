@@ -91,15 +91,18 @@ pub enum QuotaEnd {
     NotReading,
     /// A report it cannot go on after (no domain, another domain).
     Refused,
+    /// The server stopped.
+    Stopping,
 }
 
 impl QuotaEnd {
-    const ALL: [QuotaEnd; 5] = [
+    const ALL: [QuotaEnd; 6] = [
         QuotaEnd::Closed,
         QuotaEnd::Failed,
         QuotaEnd::Idle,
         QuotaEnd::NotReading,
         QuotaEnd::Refused,
+        QuotaEnd::Stopping,
     ];
 
     fn label(self) -> &'static str {
@@ -109,6 +112,7 @@ impl QuotaEnd {
             QuotaEnd::Idle => "idle",
             QuotaEnd::NotReading => "not_reading",
             QuotaEnd::Refused => "refused",
+            QuotaEnd::Stopping => "stopping",
         }
     }
 }
@@ -134,7 +138,7 @@ struct UsageLabels {
 /// order, and the rest.
 pub(super) struct QuotaMetrics {
     streams: Gauge,
-    ended: [Counter; 5],
+    ended: [Counter; 6],
     buckets: Gauge,
     actions: [Counter; 4],
     refused: [Counter; 5],
@@ -152,7 +156,7 @@ impl QuotaMetrics {
         let ended = Family::<ReasonLabels, Counter>::default();
         registry.register(
             "rlqs_streams_ended",
-            "Rate limit quota service streams ended, by reason: closed (by the client), failed, idle (no report within the idle time), not_reading (answers left unread), refused (no domain, or another domain)",
+            "Rate limit quota service streams ended, by reason: closed (by the client), failed, idle (no report within the idle time), not_reading (answers left unread), refused (no domain, or another domain), stopping (the server stopped)",
             ended.clone(),
         );
         let ended = QuotaEnd::ALL.map(|end| ended.get_or_create(&ReasonLabels { reason: end.label() }).clone());

@@ -38,6 +38,7 @@
 //! or closes (and scanned only when full); a call touches only its own
 //! connection's atomics and the global in-flight count.
 
+use crate::api::rlqs::StreamHold;
 use crate::log_limit::LogLimit;
 pub use crate::metrics::AdmissionStats;
 use crate::metrics::ConnectionStats;
@@ -458,7 +459,36 @@ impl Ticket {
             conn: Arc::clone(&self.conn),
             admission: Arc::clone(&self.admission),
             overloaded,
+            streams: None,
         }
+    }
+}
+
+impl<S, R> Tracked<S, R> {
+    /// Calls whose path `streams` picks are streams that outlive their
+    /// answer's headers: each request carries a [`StreamHold`] for its
+    /// handler to keep for as long as the stream lasts, during which the
+    /// connection is not idle (it is not asked to close for want of calls).
+    pub(crate) fn holding(mut self, streams: fn(&str) -> bool) -> Self {
+        self.streams = Some(streams);
+        self
+    }
+}
+
+/// A stream's hold on its connection ([`StreamHold`]): counted on the
+/// connection only, not in the in-flight budget, which long streams would
+/// otherwise spend; ended when the last clone of its [`StreamHold`] drops.
+struct Held(Arc<Conn>);
+
+/// A [`StreamHold`] on `conn`.
+fn hold(conn: &Arc<Conn>) -> StreamHold {
+    conn.in_flight.fetch_add(1, Ordering::Relaxed);
+    StreamHold::new(Arc::new(Held(Arc::clone(conn))))
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.end();
     }
 }
 
@@ -477,6 +507,8 @@ pub(crate) struct Tracked<S, R> {
     conn: Arc<Conn>,
     admission: Arc<Admission>,
     overloaded: fn() -> R,
+    /// Which paths are streams that hold the connection.
+    streams: Option<fn(&str) -> bool>,
 }
 
 impl<S, R: Unpin, B> hyper::service::Service<http::Request<B>> for Tracked<S, R>
@@ -488,11 +520,14 @@ where
     type Error = S::Error;
     type Future = Counted<S::Future, R>;
 
-    fn call(&self, request: http::Request<B>) -> Self::Future {
+    fn call(&self, mut request: http::Request<B>) -> Self::Future {
         if !self.admission.try_begin() {
             return Counted::Refused(Some((self.overloaded)()));
         }
         self.conn.begin();
+        if self.streams.is_some_and(|streams| streams(request.uri().path())) {
+            request.extensions_mut().insert(hold(&self.conn));
+        }
         Counted::Running {
             call: self.inner.call(request),
             _guard: CallGuard {
@@ -595,6 +630,26 @@ mod tests {
         assert_eq!(default_max_connections(None), 1024);
         // This process's limit is readable here (Linux).
         assert!(descriptor_limit().is_some_and(|n| n > 0));
+    }
+
+    /// A stream (the quota service's) keeps its connection from idling
+    /// for as long as it lasts, though its call was answered long ago.
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_keeps_its_connection_until_it_ends() {
+        let admission = Admission::new(limits(8, 10));
+        let ticket = admission.admit(Instant::now(), None).unwrap();
+        ticket.conn().begin();
+        let held = hold(ticket.conn());
+        // The call is answered (its headers): the stream goes on.
+        ticket.conn().end();
+        let idle = Duration::from_secs(60);
+        let watch = ticket.conn().watch(Duration::from_secs(10), idle, None);
+        tokio::pin!(watch);
+        assert!(tokio::time::timeout(idle * 10, &mut watch).await.is_err());
+        // Held in the admission's in-flight budget? No: only the connection.
+        assert_eq!(admission.stats().in_flight, 0);
+        drop(held);
+        assert_eq!(watch.await, Close::Graceful(Reason::Idle));
     }
 
     #[tokio::test(start_paused = true)]

@@ -402,7 +402,9 @@ pub(crate) async fn serve_grpc(
             .max_concurrent_streams(max_streams)
             .initial_stream_window_size(STREAM_WINDOW)
             .max_local_error_reset_streams(MAX_REFUSED_STREAMS);
-        let service = ticket.track(routes.clone(), crate::api::grpc_routes::overloaded);
+        let service = ticket
+            .track(routes.clone(), crate::api::grpc_routes::overloaded)
+            .holding(|path| path.starts_with(crate::api::rlqs::RLQS_PATH));
         serve_connection(
             builder.serve_connection(io, service),
             connection_stop.clone(),
