@@ -183,11 +183,6 @@ impl Quotas {
         &self.options
     }
 
-    /// How many buckets' ledgers are kept in memory.
-    pub fn ledgers_kept(&self) -> usize {
-        self.ledgers.tracked()
-    }
-
     /// Counts one more bucket tracked by a stream, unless that would pass
     /// [`QuotaOptions::max_buckets`].
     fn track(&self) -> bool {
@@ -300,6 +295,7 @@ impl Quotas {
                         ops.push(LedgerOp::Leave { key });
                         granted.push((None, 0));
                     }
+                    metrics.quota_action(QuotaAction::Abandon);
                     actions.push(abandon(id));
                 }
                 metrics.quota_refused(QuotaRefusal::Unconfigured);
@@ -332,6 +328,7 @@ impl Quotas {
                     ops.push(LedgerOp::Leave { key });
                     granted.push((None, 0));
                 }
+                metrics.quota_action(QuotaAction::Abandon);
                 actions.push(abandon(id));
                 continue;
             }
@@ -342,11 +339,12 @@ impl Quotas {
                         ops.push(LedgerOp::Leave { key });
                         granted.push((None, 0));
                     }
-                    let rule = if rule.policy == QuotaPolicy::AllowAll {
-                        BlanketRule::AllowAll
+                    let (rule, kind) = if rule.policy == QuotaPolicy::AllowAll {
+                        (BlanketRule::AllowAll, QuotaAction::AllowAll)
                     } else {
-                        BlanketRule::DenyAll
+                        (BlanketRule::DenyAll, QuotaAction::DenyAll)
                     };
+                    metrics.quota_action(kind);
                     actions.push(assign(id, ttl, Strategy::BlanketRule(rule as i32)));
                 }
                 QuotaPolicy::Limited { limit, window_ns } => {
@@ -383,8 +381,12 @@ impl Quotas {
             for ((id, window_ns), grant) in granted.into_iter().zip(grants) {
                 let Some(id) = id else { continue };
                 let strategy = match grant {
-                    Grant::Deny => Strategy::BlanketRule(BlanketRule::DenyAll as i32),
+                    Grant::Deny => {
+                        metrics.quota_action(QuotaAction::DenyAll);
+                        Strategy::BlanketRule(BlanketRule::DenyAll as i32)
+                    }
                     Grant::Bucket { max_tokens, per_window } => {
+                        metrics.quota_action(QuotaAction::TokenBucket);
                         let (max_tokens, per_fill, fill_secs) = share::token_bucket(max_tokens, per_window, window_ns);
                         Strategy::TokenBucket(TokenBucket {
                             max_tokens,
@@ -398,18 +400,6 @@ impl Quotas {
                 };
                 actions.push(assign(id, ttl, strategy));
             }
-        }
-        for action in &actions {
-            metrics.quota_action(match &action.bucket_action {
-                Some(Action::AbandonAction(_)) | None => QuotaAction::Abandon,
-                Some(Action::QuotaAssignmentAction(a)) => {
-                    match a.rate_limit_strategy.as_ref().and_then(|s| s.strategy.as_ref()) {
-                        Some(Strategy::TokenBucket(_)) => QuotaAction::TokenBucket,
-                        Some(Strategy::BlanketRule(r)) if *r == BlanketRule::AllowAll as i32 => QuotaAction::AllowAll,
-                        _ => QuotaAction::DenyAll,
-                    }
-                }
-            });
         }
         Ok(RateLimitQuotaResponse { bucket_action: actions })
     }

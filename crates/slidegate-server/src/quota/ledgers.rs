@@ -12,7 +12,6 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::hash::BuildHasher;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// One bucket's part of a report.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,10 +56,6 @@ pub trait Ledgers: Send + Sync {
     /// Applies `ops` for stream `id` at `now`: one answer per op, in order
     /// (a leave's is [`Grant::Deny`], unused).
     fn apply<'a>(&'a self, id: StreamId, ops: &'a [LedgerOp], now: u64, timing: Timing) -> LedgerFuture<'a>;
-
-    /// How many buckets' ledgers are kept (in memory; 0 for Redis, where
-    /// they expire by themselves).
-    fn tracked(&self) -> usize;
 }
 
 /// The shards of [`MemoryLedgers`].
@@ -78,7 +73,6 @@ pub struct MemoryLedgers {
     shards: Box<[Mutex<HashMap<String, Ledger>>]>,
     per_shard: usize,
     hasher: foldhash::fast::FixedState,
-    tracked: AtomicUsize,
 }
 
 impl MemoryLedgers {
@@ -89,8 +83,17 @@ impl MemoryLedgers {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             per_shard: max_buckets.div_ceil(SHARDS).max(1),
             hasher: foldhash::fast::FixedState::with_seed(0x5eed),
-            tracked: AtomicUsize::new(0),
         }
+    }
+
+    /// How many buckets' ledgers are kept.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|shard| shard.lock().len()).sum()
+    }
+
+    /// Whether no ledger is kept.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     fn shard(&self, key: &str) -> Option<&Mutex<HashMap<String, Ledger>>> {
@@ -121,12 +124,10 @@ impl MemoryLedgers {
             return Grant::Deny;
         };
         if map.len() >= self.per_shard {
-            let before = map.len();
             map.retain(|_, ledger| {
                 ledger.expire(now);
                 !ledger.is_empty()
             });
-            self.tracked.fetch_sub(before - map.len(), Ordering::Relaxed);
             if map.len() >= self.per_shard {
                 return Grant::Deny;
             }
@@ -134,7 +135,6 @@ impl MemoryLedgers {
         let mut ledger = Ledger::new();
         let answer = ledger.grant(id, want, now, pools, timing);
         map.insert(key.clone(), ledger);
-        self.tracked.fetch_add(1, Ordering::Relaxed);
         answer
     }
 }
@@ -143,10 +143,6 @@ impl Ledgers for MemoryLedgers {
     fn apply<'a>(&'a self, id: StreamId, ops: &'a [LedgerOp], now: u64, timing: Timing) -> LedgerFuture<'a> {
         let answers = ops.iter().map(|op| self.apply_one(id, op, now, &timing)).collect();
         Box::pin(std::future::ready(Ok(answers)))
-    }
-
-    fn tracked(&self) -> usize {
-        self.tracked.load(Ordering::Relaxed)
     }
 }
 
@@ -276,10 +272,6 @@ impl Ledgers for RedisLedgers {
     fn apply<'a>(&'a self, id: StreamId, ops: &'a [LedgerOp], now: u64, timing: Timing) -> LedgerFuture<'a> {
         Box::pin(self.apply_all(id, ops, now, timing))
     }
-
-    fn tracked(&self) -> usize {
-        0
-    }
 }
 
 #[cfg(test)]
@@ -311,11 +303,11 @@ mod tests {
         };
         assert!(matches!(grant(&first, 0), Grant::Bucket { .. }));
         assert_eq!(grant(&second, S), Grant::Deny);
-        assert_eq!(ledgers.tracked(), 1);
+        assert_eq!(ledgers.len(), 1);
         // The first's holds end at 11 s (rate) and 21 s (burst); its
         // demand at 11 s.
         assert_eq!(grant(&second, 20 * S), Grant::Deny);
         assert!(matches!(grant(&second, 21 * S), Grant::Bucket { .. }));
-        assert_eq!(ledgers.tracked(), 1);
+        assert_eq!(ledgers.len(), 1);
     }
 }
