@@ -223,6 +223,7 @@ pub struct Metrics {
     xds: xds::XdsMetrics,
     quota: quota::QuotaMetrics,
     reloads: Family<ReloadLabels, Counter>,
+    last_reload_ok: Gauge,
     redis_errors: Counter,
     redis_fallbacks: Family<FallbackLabels, Counter>,
     store_decisions: Family<DecisionLabels, Counter>,
@@ -483,6 +484,15 @@ impl Metrics {
         for result in [ReloadResult::Success, ReloadResult::Failure] {
             let _ = reloads.get_or_create(&ReloadLabels { result });
         }
+        // 1 from the start: a server starts only with its config loaded
+        // (or with none, which no reload has yet failed to replace).
+        let last_reload_ok = Gauge::default();
+        last_reload_ok.set(1);
+        registry.register(
+            "config_last_reload_successful",
+            "1 when the last config reload worked (or none was tried yet), 0 while the served config is older than a file that failed to load",
+            last_reload_ok.clone(),
+        );
         let redis_errors = Counter::default();
         registry.register(
             "redis_errors",
@@ -578,6 +588,7 @@ impl Metrics {
             xds,
             quota,
             reloads,
+            last_reload_ok,
             redis_errors,
             redis_fallbacks,
             store_decisions,
@@ -773,6 +784,7 @@ impl Metrics {
             ReloadResult::Failure
         };
         self.reloads.get_or_create(&ReloadLabels { result }).inc();
+        self.last_reload_ok.set(i64::from(ok));
     }
 
     /// The text exposition (OpenMetrics), with the store's figures (and

@@ -614,6 +614,15 @@ async fn reload_good_and_bad_files() {
         h.metric("slidegate_config_reloads_total{result=\"failure\"}").await,
         Some(1.0)
     );
+    // What an alert reads: 0 while the file on disk is not what serves,
+    // 1 again once a reload works.
+    assert_eq!(h.metric("slidegate_config_last_reload_successful").await, Some(0.0));
+    h.dir.write(
+        "domain.yaml",
+        "domain: r\ndescriptors:\n  - key: keep\n    rate_limit: { unit: minute, requests_per_unit: 5 }\n",
+    );
+    h.running.reloader().reload().unwrap();
+    assert_eq!(h.metric("slidegate_config_last_reload_successful").await, Some(1.0));
 }
 
 /// The watcher notices a changed file by itself.
