@@ -374,6 +374,80 @@ fn metadata() -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// What the build stage copies from the build context: paths relative to
+/// the repository's root.
+fn copied_into_build(image: &Image) -> Vec<String> {
+    image
+        .build
+        .all("COPY")
+        .into_iter()
+        .flat_map(|copy| {
+            let mut parts = words(&copy.args, copy.line);
+            assert!(!parts[0].starts_with("--"), "the build stage copies from the context");
+            parts.pop();
+            parts
+        })
+        .map(|p| p.trim_end_matches('/').to_owned())
+        .collect()
+}
+
+/// `from` copied to `to`, folders whole but for `target/` folders (which
+/// .dockerignore keeps out).
+fn copy_tree(from: &Path, to: &Path) {
+    if from.is_dir() {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            if entry.file_name() != "target" {
+                copy_tree(&entry.path(), &to.join(entry.file_name()));
+            }
+        }
+    } else {
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(from, to).unwrap_or_else(|e| panic!("{}: {e}", from.display()));
+    }
+}
+
+/// The build stage's command compiles from what it copies alone: the
+/// context's files laid out as the stage lays them out, and its cargo
+/// command run there with `check` for `build` (every build script runs and
+/// every `include_str!` is read, without the release build's code
+/// generation) and `--offline` (the crates come from this machine's cache,
+/// the versions from Cargo.lock).
+#[test]
+fn the_build_context_holds_all_the_build_reads() {
+    let image = image();
+    let dir = common::fresh("deploy-build-context");
+    let src = dir.join("src");
+    for path in copied_into_build(&image) {
+        copy_tree(&root().join(&path), &src.join(&path));
+    }
+    let cargo: Vec<String> = image
+        .build_commands
+        .iter()
+        .find(|c| c[0] == "cargo")
+        .expect("the build stage runs cargo")
+        .iter()
+        .skip(1)
+        .map(|word| {
+            if word == "build" {
+                "check".to_owned()
+            } else {
+                word.clone()
+            }
+        })
+        .chain(["--offline".to_owned()])
+        .collect();
+    let out = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+        .args(&cargo)
+        .current_dir(&src)
+        .env("CARGO_TARGET_DIR", dir.join("target"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "cargo {}: {}", cargo.join(" "), shown(&out));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 /// The build stage builds, with the lock file as it is, the package whose
 /// binary this test suite runs, from a workspace it copies whole.
 #[test]
@@ -413,18 +487,7 @@ fn the_build_stage_builds_the_tested_binary_from_the_locked_workspace() {
     // Every member of the workspace, and the workspace's own manifest and
     // lock file, is copied into the build stage and let into the build
     // context.
-    let copied: Vec<String> = image
-        .build
-        .all("COPY")
-        .into_iter()
-        .flat_map(|copy| {
-            let mut parts = words(&copy.args, copy.line);
-            assert!(!parts[0].starts_with("--"), "the build stage copies from the context");
-            parts.pop();
-            parts
-        })
-        .map(|p| p.trim_end_matches('/').to_owned())
-        .collect();
+    let copied = copied_into_build(&image);
     let ignore = std::fs::read_to_string(root().join(".dockerignore")).unwrap();
     let ignore: Vec<&str> = ignore
         .lines()
