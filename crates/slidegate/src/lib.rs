@@ -76,6 +76,9 @@ pub mod guide {
     #[doc = include_str!("../../../docs/rate-limit-quota.md")]
     pub mod rate_limit_quota {}
 
+    #[doc = include_str!("../../../docs/deploying.md")]
+    pub mod deploying {}
+
     #[doc = include_str!("../../../docs/simulator.md")]
     pub mod simulator {}
 
