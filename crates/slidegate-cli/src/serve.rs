@@ -892,7 +892,7 @@ pub(crate) fn run(args: &Args, notes: &[String]) -> anyhow::Result<()> {
             .await
             .map_err(name_the_flag)?;
         // Said once the server runs: a start that fails says only why.
-        if args.config.is_empty() {
+        if args.config.is_empty() && args.xds.is_none() {
             tracing::warn!(
                 "no config given (--config, or SLIDEGATE_CONFIG in the environment): no domain has limits, \
                  so every descriptor is answered OK; only the ad-hoc checks of POST /v1/check limit anything"
@@ -1003,25 +1003,140 @@ fn parse_header_name(text: &str) -> Result<http::HeaderName, String> {
 }
 
 /// The memory this process may use: the smaller of the machine's
-/// (`MemTotal` in `/proc/meminfo`) and its cgroup's limit (v2
-/// `memory.max`, v1 `memory.limit_in_bytes`), with what it is; `None`
-/// where neither can be read.
+/// (`MemTotal` in `/proc/meminfo`) and its cgroup's limit, with what it
+/// is; `None` where neither can be read.
 fn memory_limit() -> Option<(u64, &'static str)> {
     let machine = std::fs::read_to_string("/proc/meminfo").ok().and_then(|text| {
         let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
         let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
         Some((kib.saturating_mul(1024), "this machine"))
     });
-    let cgroup = [
-        "/sys/fs/cgroup/memory.max",
-        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
-    ]
-    .iter()
-    .find_map(|path| std::fs::read_to_string(path).ok()?.trim().parse::<u64>().ok())
-    .map(|bytes| (bytes, "the process's cgroup"));
+    let membership = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let cgroup = cgroup_memory_limit(&membership, |path| std::fs::read_to_string(path).ok())
+        .map(|bytes| (bytes, "the process's cgroup"));
     match (machine, cgroup) {
         (Some(m), Some(c)) => Some(if c.0 < m.0 { c } else { m }),
         (m, c) => m.or(c),
+    }
+}
+
+/// The memory limit of the cgroup that `membership` (the text of
+/// `/proc/self/cgroup`) names, `read` giving the files under
+/// `/sys/fs/cgroup`: the smallest limit of that cgroup and its ancestors
+/// (v2 `memory.max`, v1 `memory.limit_in_bytes`), those that can be read.
+///
+/// A container sees its own cgroup at the root (`0::/`); a systemd
+/// service sees the host's tree and sits in its unit's cgroup
+/// (`0::/system.slice/slidegate.service`), whose `MemoryMax=` is that
+/// folder's `memory.max`, not the root's.
+fn cgroup_memory_limit(membership: &str, read: impl Fn(&str) -> Option<String>) -> Option<u64> {
+    let limit = |path: &str| read(path).and_then(|t| t.trim().parse::<u64>().ok());
+    // v2: `0::PATH`; v1: `N:...memory...:PATH`. A hybrid system has both,
+    // its memory controller on v1.
+    let v2 = membership.lines().find_map(|l| l.strip_prefix("0::"));
+    let v1 = membership.lines().find_map(|l| {
+        let mut parts = l.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        controllers.split(',').any(|c| c == "memory").then_some(path)
+    });
+    let mut hierarchies = Vec::new();
+    if let Some(path) = v2 {
+        hierarchies.push(("/sys/fs/cgroup", "memory.max", path));
+    }
+    if let Some(path) = v1 {
+        hierarchies.push(("/sys/fs/cgroup/memory", "memory.limit_in_bytes", path));
+    }
+    if hierarchies.is_empty() {
+        // No membership known: the root of either hierarchy.
+        hierarchies = vec![
+            ("/sys/fs/cgroup", "memory.max", "/"),
+            ("/sys/fs/cgroup/memory", "memory.limit_in_bytes", "/"),
+        ];
+    }
+    let mut smallest: Option<u64> = None;
+    for (base, file, path) in hierarchies {
+        let mut folder = path.trim_end_matches('/').to_owned();
+        loop {
+            // `max` (no limit) does not parse, and a folder not mounted
+            // here (a container's view of the host's path) reads nothing.
+            if let Some(bytes) = limit(&format!("{base}{folder}/{file}")) {
+                smallest = Some(smallest.map_or(bytes, |s| s.min(bytes)));
+            }
+            match folder.rfind('/') {
+                Some(at) => folder.truncate(at),
+                None => break,
+            }
+        }
+    }
+    smallest
+}
+
+#[cfg(test)]
+mod cgroup_tests {
+    use super::cgroup_memory_limit;
+    use std::collections::HashMap;
+
+    fn files(list: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = list.iter().map(|(p, t)| ((*p).to_owned(), (*t).to_owned())).collect();
+        move |path: &str| map.get(path).cloned()
+    }
+
+    /// In a container (its own cgroup at the root): the root's file.
+    #[test]
+    fn a_container_reads_its_root() {
+        let read = files(&[("/sys/fs/cgroup/memory.max", "402653184\n")]);
+        assert_eq!(cgroup_memory_limit("0::/\n", read), Some(402_653_184));
+    }
+
+    /// Under systemd: the unit's `MemoryMax=`, in its own folder, and the
+    /// smaller of it and its slice's.
+    #[test]
+    fn a_systemd_service_reads_its_units_folder_and_its_ancestors() {
+        let unit = "0::/system.slice/slidegate.service\n";
+        let read = files(&[
+            (
+                "/sys/fs/cgroup/system.slice/slidegate.service/memory.max",
+                "536870912\n",
+            ),
+            ("/sys/fs/cgroup/system.slice/memory.max", "max\n"),
+        ]);
+        assert_eq!(cgroup_memory_limit(unit, read), Some(536_870_912));
+        let read = files(&[
+            (
+                "/sys/fs/cgroup/system.slice/slidegate.service/memory.max",
+                "536870912\n",
+            ),
+            ("/sys/fs/cgroup/system.slice/memory.max", "268435456\n"),
+        ]);
+        assert_eq!(cgroup_memory_limit(unit, read), Some(268_435_456));
+        // No limit anywhere.
+        let read = files(&[("/sys/fs/cgroup/system.slice/slidegate.service/memory.max", "max\n")]);
+        assert_eq!(cgroup_memory_limit(unit, read), None);
+    }
+
+    /// cgroup v1, and a hybrid system (v1's memory controller beside the
+    /// unified v2 tree, which has no memory limit).
+    #[test]
+    fn cgroup_v1_reads_the_memory_hierarchy() {
+        let v1 = "12:cpu,cpuacct:/x\n4:memory:/docker/abc\n";
+        let read = || {
+            files(&[
+                ("/sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes", "1073741824\n"),
+                ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n"),
+            ])
+        };
+        assert_eq!(cgroup_memory_limit(v1, read()), Some(1_073_741_824));
+        assert_eq!(
+            cgroup_memory_limit(&format!("{v1}0::/x\n"), read()),
+            Some(1_073_741_824)
+        );
+    }
+
+    /// Nothing known: the roots, as before.
+    #[test]
+    fn without_membership_the_roots_are_read() {
+        let read = files(&[("/sys/fs/cgroup/memory.max", "1000\n")]);
+        assert_eq!(cgroup_memory_limit("", read), Some(1000));
     }
 }
 

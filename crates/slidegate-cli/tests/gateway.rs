@@ -357,6 +357,9 @@ async fn slidegate_runs_as_envoy_gateways_rate_limit_service() {
         .chain(lines.try_iter().collect::<Vec<_>>().iter())
         .any(|l| l.contains("panicked"));
     assert!(!panicked, "{log:#?}");
+    // The config comes from the control plane: no warning that none was
+    // given (before the fix, the start said "no config given").
+    assert!(!log.iter().any(|l| l.contains("no config given")), "{log:#?}");
     ads.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -106,24 +106,12 @@ fn a_real_prometheus_fires_the_alerts_and_answers_every_rule_and_panel() {
     let dir = common::fresh("deploy-prometheus");
     // slidegate on Redis, the shared limit: 5 a minute per client.
     let redis = RedisServer::start();
-    let config = dir.join("config");
-    std::fs::create_dir_all(&config).unwrap();
-    std::fs::write(
-        config.join("demo.yaml"),
-        "domain: demo\ndescriptors:\n  - key: client\n    rate_limit: { unit: minute, requests_per_unit: 5 }\n",
-    )
-    .unwrap();
+    let config = config_folder(&dir.join("config"), "demo", 5);
     let config_arg = config.to_str().unwrap();
     let redis_url = redis.url();
     let mut shared = Server::start(&["--config", config_arg, "--redis", &redis_url]);
     // slidegate in memory, with a store far too small for its keys.
-    let flood = dir.join("flood");
-    std::fs::create_dir_all(&flood).unwrap();
-    std::fs::write(
-        flood.join("flood.yaml"),
-        "domain: flood\ndescriptors:\n  - key: client\n    rate_limit: { unit: minute, requests_per_unit: 10 }\n",
-    )
-    .unwrap();
+    let flood = config_folder(&dir.join("flood"), "flood", 10);
     let memory = Server::start(&["--config", flood.to_str().unwrap(), "--memory-mib", "1"]);
     // A target where nothing listens: an instance that is down.
     let down = free_port();
@@ -238,6 +226,18 @@ fn a_real_prometheus_fires_the_alerts_and_answers_every_rule_and_panel() {
     common::terminate(memory.stop());
     common::terminate(shared.stop());
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `folder`, made, with one config file: the domain `domain`, `limit` a
+/// minute per `client`.
+fn config_folder(folder: &Path, domain: &str, limit: u32) -> std::path::PathBuf {
+    std::fs::create_dir_all(folder).unwrap();
+    std::fs::write(
+        folder.join(format!("{domain}.yaml")),
+        format!("domain: {domain}\ndescriptors:\n  - key: client\n    rate_limit: {{ unit: minute, requests_per_unit: {limit} }}\n"),
+    )
+    .unwrap();
+    folder.to_path_buf()
 }
 
 /// The metric and the label of a Grafana `label_values(METRIC, LABEL)`.
@@ -518,12 +518,7 @@ fn the_dashboard_reads_as_grafana_expects() {
 #[test]
 fn the_rules_and_the_dashboard_name_only_exported_metrics() {
     // A rule's series appear with its first decision.
-    let dir = common::fresh("deploy-exported");
-    std::fs::write(
-        dir.join("demo.yaml"),
-        "domain: demo\ndescriptors:\n  - key: client\n    rate_limit: { unit: minute, requests_per_unit: 5 }\n",
-    )
-    .unwrap();
+    let dir = config_folder(&common::fresh("deploy-exported"), "demo", 5);
     let server = Server::start(&["--config", dir.to_str().unwrap()]);
     server.decide("demo", &[("client", "alice")]);
     let metrics = common::request(&server.http, "GET", "/metrics", "");

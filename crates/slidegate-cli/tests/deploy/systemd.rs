@@ -6,7 +6,7 @@
 
 use crate::common::{self, next_line};
 use crate::kubernetes::{
-    exits_within, flag_value, limit_applied, listening, message, seconds, set_flag, setting, wait_for,
+    exits_within, flag_value, limit_applied, listening, message, seconds, set_flag, stop_budget, wait_for,
 };
 use crate::{read, run, shown};
 use std::collections::BTreeMap;
@@ -171,13 +171,7 @@ fn the_unit_starts_reloads_and_stops_slidegate() {
     );
 
     // TimeoutStopSec covers the drain delay and the longest request.
-    let drain = seconds(&setting(&args, &environment, "--drain-delay", "SLIDEGATE_DRAIN_DELAY"));
-    let request = seconds(&setting(
-        &args,
-        &environment,
-        "--request-timeout",
-        "SLIDEGATE_REQUEST_TIMEOUT",
-    ));
+    let (drain, request) = stop_budget(&args, &environment);
     let timeout = seconds(&value(&unit, "Service", "TimeoutStopSec"));
     assert!(drain > 0.0, "drain-aware: --drain-delay {drain} s");
     assert!(
