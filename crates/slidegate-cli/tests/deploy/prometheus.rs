@@ -14,9 +14,10 @@
 //! Prometheus scrapes and evaluates every second here, and its copy of the
 //! rules has each `for:` set to `0s`: the conditions are the shipped ones,
 //! and how long each must hold is what `promtool test rules` checks.
-//! `SlidegateUnavailableAnswers`, `SlidegateSlowAnswers` and
-//! `SlidegateShedding` are left to those unit tests: none of them can be
-//! tripped here on purpose without faking the server.
+//! `SlidegateUnavailableAnswers`, `SlidegateSlowAnswers`,
+//! `SlidegateShedding` and `SlidegateQuotaBucketsUnanswered` are left to
+//! those unit tests: the first three cannot be tripped here on purpose
+//! without faking the server, and the last needs Envoys' quota streams.
 
 use crate::common::{self, listening_on, next_line, serve_command, spawn_logging};
 use crate::{deploy, read, shown, tool};
@@ -89,6 +90,7 @@ const UNIT_TESTED_ONLY: &[&str] = &[
     "SlidegateUnavailableAnswers",
     "SlidegateSlowAnswers",
     "SlidegateShedding",
+    "SlidegateQuotaBucketsUnanswered",
 ];
 
 #[test]
