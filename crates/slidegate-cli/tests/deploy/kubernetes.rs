@@ -171,6 +171,18 @@ pub(crate) fn stop_budget(args: &[String], environment: &BTreeMap<String, String
     (drain, request)
 }
 
+/// The MiB of `serve`'s in-memory stores: `--memory-mib` and
+/// `--other-memory-mib` together.
+fn stores_mib(args: &[String], environment: &BTreeMap<String, String>) -> u64 {
+    number_of(&setting(args, environment, "--memory-mib", "SLIDEGATE_MEMORY_MIB"))
+        + number_of(&setting(
+            args,
+            environment,
+            "--other-memory-mib",
+            "SLIDEGATE_OTHER_MEMORY_MIB",
+        ))
+}
+
 /// A duration as slidegate writes them (`2s`, `500ms`, `5m`, `1h`; systemd's
 /// bare seconds too), in seconds (also for systemd.rs).
 pub(crate) fn seconds(duration: &str) -> f64 {
@@ -516,13 +528,7 @@ fn the_objects_fit_together() {
 
     // Memory: the limit holds the in-memory stores, which slidegate
     // refuses to allocate past the cgroup's limit (without Redis).
-    let stores = number_of(&setting(&args, &environment, "--memory-mib", "SLIDEGATE_MEMORY_MIB"))
-        + number_of(&setting(
-            &args,
-            &environment,
-            "--other-memory-mib",
-            "SLIDEGATE_OTHER_MEMORY_MIB",
-        ));
+    let stores = stores_mib(&args, &environment);
     let limit = bytes(text(c, "/resources/limits/memory"));
     assert!(
         limit > stores << 20,
@@ -656,13 +662,7 @@ fn the_deployment_serves_reloads_its_config_map_and_drains() {
         .parse()
         .unwrap();
     let args = strings(c, "/args");
-    let stores = number_of(&setting(&args, &environment, "--memory-mib", "SLIDEGATE_MEMORY_MIB"))
-        + number_of(&setting(
-            &args,
-            &environment,
-            "--other-memory-mib",
-            "SLIDEGATE_OTHER_MEMORY_MIB",
-        ));
+    let stores = stores_mib(&args, &environment);
     let requested = bytes(text(c, "/resources/requests/memory"));
     let limit = bytes(text(c, "/resources/limits/memory"));
     assert!(
