@@ -28,7 +28,8 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::sync::mpsc::Receiver;
+use std::time::Duration;
 
 const INSTALL: &str = "install Debian's `prometheus` package (apt-get install prometheus), which brings promtool";
 
@@ -160,8 +161,9 @@ fn a_real_prometheus_fires_the_alerts_and_answers_every_rule_and_panel() {
         shared.decide("demo", &[("client", "bob")]);
     }
 
-    // The alerts fire.
-    let deadline = Instant::now() + Duration::from_secs(60);
+    // The alerts fire (checked after each of Prometheus's scrapes, 60 at
+    // most: it evaluates the rules every second, as it scrapes).
+    let mut scrapes = 0;
     let missing = loop {
         let alerts = prometheus.get("/api/v1/alerts");
         let firing: Vec<&Value> = alerts["data"]["alerts"]
@@ -179,10 +181,11 @@ fn a_real_prometheus_fires_the_alerts_and_answers_every_rule_and_panel() {
             })
             .map(|(name, _, _)| *name)
             .collect();
-        if missing.is_empty() || Instant::now() > deadline {
+        if missing.is_empty() || scrapes == 60 {
             break (missing, alerts);
         }
-        std::thread::sleep(Duration::from_millis(500));
+        prometheus.next_scrape();
+        scrapes += 1;
     };
     assert!(missing.0.is_empty(), "not firing: {:?}\n{:#}", missing.0, missing.1);
     // The runbook reaches Alertmanager with each alert.
@@ -347,6 +350,10 @@ fn body(domain: &str, descriptors: &[&[(&str, &str)]]) -> String {
 struct Prometheus {
     child: Child,
     addr: String,
+    /// One message per scrape of the test's own target (job `ticks`):
+    /// what the test waits on, Prometheus's cadence rather than the
+    /// clock's.
+    scrapes: Receiver<()>,
 }
 
 impl Prometheus {
@@ -372,7 +379,9 @@ impl Prometheus {
         let mut config = String::from(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files: [rules.yaml]\nscrape_configs:\n",
         );
-        for (job, targets) in jobs {
+        let (ticks, scrapes) = scraped_target();
+        let ticks = [("ticks", vec![ticks])];
+        for (job, targets) in jobs.iter().chain(&ticks) {
             let targets: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
             config.push_str(&format!(
                 "  - job_name: {job}\n    static_configs:\n      - targets: [{}]\n",
@@ -399,17 +408,27 @@ impl Prometheus {
             .stderr(std::fs::File::create(dir.join("prometheus.log")).unwrap())
             .spawn()
             .unwrap();
-        let prometheus = Prometheus { child, addr };
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let prometheus = Prometheus { child, addr, scrapes };
+        // It scrapes once its storage is open; ready soon after.
+        let mut scrapes = 0;
         while get(&prometheus.addr, "/-/ready").map(|(status, _)| status) != Some(200) {
             assert!(
-                Instant::now() < deadline,
-                "Prometheus is not ready after 30 s: {}",
+                scrapes < 30,
+                "Prometheus is not ready after 30 scrapes: {}",
                 std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default()
             );
-            std::thread::sleep(Duration::from_millis(100));
+            prometheus.next_scrape();
+            scrapes += 1;
         }
         prometheus
+    }
+
+    /// Waits for Prometheus's next scrape of the test's target (bounded:
+    /// 10 s without one fails, as it scrapes every second).
+    fn next_scrape(&self) {
+        self.scrapes
+            .recv_timeout(Duration::from_secs(10))
+            .expect("Prometheus scrapes the test's target every second");
     }
 
     /// A GET of the API, its JSON.
@@ -426,12 +445,14 @@ impl Prometheus {
         answer["data"]["result"].as_array().unwrap().clone()
     }
 
-    /// Waits (bounded: 30 s) until `expr` has a result.
+    /// Waits until `expr` has a result, asking after each scrape (30 at
+    /// most).
     fn wait_for(&self, expr: &str, what: &str) {
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut scrapes = 0;
         while self.query(expr).is_empty() {
-            assert!(Instant::now() < deadline, "not within 30 s: {what} ({expr})");
-            std::thread::sleep(Duration::from_millis(200));
+            assert!(scrapes < 30, "not within 30 scrapes: {what} ({expr})");
+            self.next_scrape();
+            scrapes += 1;
         }
     }
 }
@@ -441,6 +462,34 @@ impl Drop for Prometheus {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A scrape target of the test's own, on a free loopback port: its
+/// address, and a message for each scrape, answered with no sample (a
+/// thread accepts them until the test's process ends).
+fn scraped_target() -> (String, Receiver<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (scraped, scrapes) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            // The request's head, then an empty exposition; the connection
+            // closes, so each scrape is a new one.
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).is_ok_and(|n| n == 1) {
+                head.push(byte[0]);
+            }
+            let _ = stream.write_all(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+            );
+            if scraped.send(()).is_err() {
+                return;
+            }
+        }
+    });
+    (addr, scrapes)
 }
 
 /// One HTTP/1.0 GET (so that Prometheus answers without chunks and
