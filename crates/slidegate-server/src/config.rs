@@ -225,6 +225,15 @@ struct Sources {
     quota_rule_files: Vec<usize>,
 }
 
+impl Sources {
+    /// Where something was first defined: `FILE at line N`, from its
+    /// (file index, line).
+    fn place(&self, (file, line): (usize, usize)) -> String {
+        let file = self.files.get(file).map_or("another file", String::as_str);
+        format!("{file} at line {line}")
+    }
+}
+
 /// A domain being loaded: its limit names and `replaces` entries, checked
 /// once all its files are read, and its top-level descriptors, for merging.
 #[derive(Default)]
@@ -419,16 +428,15 @@ impl Config {
                         Some(v) => format!("`{k}` with value `{v}`"),
                         None => format!("`{k}` without value"),
                     };
-                    let (first_file, first_line) = *first.get();
-                    let first_file = sources.files.get(first_file).map_or("another file", String::as_str);
+                    let first = sources.place(*first.get());
                     return Err(ConfigError {
                         file,
                         line: rule.line,
                         column: rule.column,
                         key: Some("key".to_owned()),
                         message: format!(
-                            "duplicate descriptor {what} in domain `{}`, first defined in {first_file} at line \
-                             {first_line} (merged files may not define one top-level descriptor twice)",
+                            "duplicate descriptor {what} in domain `{}`, first defined in {first} (merged files \
+                             may not define one top-level descriptor twice)",
                             domain.name
                         ),
                     });
@@ -446,16 +454,14 @@ impl Config {
             }
             match state.quota_names.entry(rule.name.clone()) {
                 HashEntry::Occupied(first) => {
-                    let (first_file, first_line) = *first.get();
-                    let first_file = sources.files.get(first_file).map_or("another file", String::as_str);
+                    let first = sources.place(*first.get());
                     return Err(ConfigError {
                         file,
                         line: rule.line,
                         column: rule.column,
                         key: Some(format!("quota_buckets[{i}].name")),
                         message: format!(
-                            "quota bucket rule `{}` is already defined in domain `{}`, in {first_file} at line \
-                             {first_line}",
+                            "quota bucket rule `{}` is already defined in domain `{}`, in {first}",
                             rule.name, domain.name
                         ),
                     });

@@ -125,6 +125,22 @@ impl Envoy {
         self.model.tick(t);
         self.pump(t).await;
     }
+
+    /// Whether `bucket` holds a token bucket (its share) now.
+    fn has_token_bucket(&self, bucket: &[(&str, &str)]) -> bool {
+        matches!(
+            self.model.action(bucket),
+            Some(CurrentAction::Assigned(Some(Strategy::TokenBucket(_))))
+        )
+    }
+
+    /// Its streams go away (a reset, a slidegate restart behind a load
+    /// balancer): Envoy keeps its assignments, and its next timer opens
+    /// another stream.
+    fn lose_streams(&mut self) {
+        self.wires.clear();
+        self.model.stream_closed();
+    }
 }
 
 fn deny_first() -> Behaviours {
@@ -237,10 +253,7 @@ async fn a_reload_keeps_what_was_assigned_and_abandons_what_is_no_longer_configu
     let mut first = Envoy::new(&h, deny_first()).await;
     let mut second = Envoy::new(&h, deny_first()).await;
     assert!(!first.request(CHECKOUT, 0).await);
-    assert!(matches!(
-        first.model.action(CHECKOUT),
-        Some(CurrentAction::Assigned(Some(Strategy::TokenBucket(_))))
-    ));
+    assert!(first.has_token_bucket(CHECKOUT));
     // A reload changing another rule keeps the ledgers: what the first
     // Envoy was given is still held, so the second, asking a second
     // later, gets DENY_ALL until that hold ends.
@@ -279,21 +292,12 @@ async fn a_new_stream_waits_for_its_old_streams_hold_and_envoy_keeps_its_assignm
     let h = Harness::start(CONFIG).await;
     let mut envoy = Envoy::new(&h, deny_first()).await;
     envoy.request(CHECKOUT, 0).await;
-    let assigned = envoy.model.action(CHECKOUT);
-    assert!(matches!(
-        assigned,
-        Some(CurrentAction::Assigned(Some(Strategy::TokenBucket(_))))
-    ));
-    // The stream goes away (a reset, a slidegate restart behind a load
-    // balancer); Envoy keeps its assignment, and its next timer opens
-    // another stream and reports there.
-    envoy.wires.clear();
-    envoy.model.stream_closed();
+    assert!(envoy.has_token_bucket(CHECKOUT));
+    // The stream goes away; Envoy keeps its assignment, and its next timer
+    // opens another stream and reports there.
+    envoy.lose_streams();
     h.clock.set(BASE + S);
-    assert!(matches!(
-        envoy.model.action(CHECKOUT),
-        Some(CurrentAction::Assigned(Some(Strategy::TokenBucket(_))))
-    ));
+    assert!(envoy.has_token_bucket(CHECKOUT));
     // slidegate cannot tell the new stream's Envoy from another: what the
     // old stream was given stays held until its TTL and grace end (11 s),
     // so the new stream is refused until then.
@@ -306,10 +310,7 @@ async fn a_new_stream_waits_for_its_old_streams_hold_and_envoy_keeps_its_assignm
     );
     h.clock.set(BASE + 15 * S);
     envoy.tick(15 * S).await;
-    assert!(matches!(
-        envoy.model.action(CHECKOUT),
-        Some(CurrentAction::Assigned(Some(Strategy::TokenBucket(_))))
-    ));
+    assert!(envoy.has_token_bucket(CHECKOUT));
     assert_eq!(h.metric("slidegate_rlqs_streams ").await, Some(1.0));
 }
 
@@ -324,13 +325,9 @@ async fn an_envoy_that_names_itself_goes_on_on_a_new_stream_without_waiting() {
         h.clock.set(BASE + t);
         envoy.request(CHECKOUT, t).await;
     }
+    assert!(envoy.has_token_bucket(CHECKOUT));
     let assigned = envoy.model.action(CHECKOUT);
-    assert!(matches!(
-        assigned,
-        Some(CurrentAction::Assigned(Some(Strategy::TokenBucket(_))))
-    ));
-    envoy.wires.clear();
-    envoy.model.stream_closed();
+    envoy.lose_streams();
     // The new stream carries the same id: the same holder, so the same
     // token bucket comes back and Envoy carries its tokens over.
     h.clock.set(BASE + 5 * S);
@@ -615,11 +612,8 @@ async fn a_redis_outage_leaves_envoys_on_their_assignments() {
     .await;
     let mut envoy = Envoy::new(&h, deny_first()).await;
     envoy.request(CHECKOUT, 0).await;
+    assert!(envoy.has_token_bucket(CHECKOUT));
     let assigned = envoy.model.action(CHECKOUT);
-    assert!(matches!(
-        assigned,
-        Some(CurrentAction::Assigned(Some(Strategy::TokenBucket(_))))
-    ));
     redis.kill();
     // The next report is answered without an action for the bucket: Envoy
     // keeps its token bucket until its TTL, and the stream goes on.
